@@ -1,0 +1,1 @@
+"""raftlog: a Raft-replicated, append-only log service."""

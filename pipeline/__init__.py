@@ -1,0 +1,1 @@
+"""Spark data source and jobs over the public API and the storage codecs."""

@@ -1,0 +1,1 @@
+"""Consensus: DLedger roles, replication and commit, with no I/O of its own."""

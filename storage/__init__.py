@@ -1,0 +1,59 @@
+"""Storage: DLedger-format memory-mapped segments, recovery, flushing, cleaning, checkpoint."""
+
+from storage.checkpoint import Checkpoint, CheckpointState
+from storage.cleaner import CleanService
+from storage.codec import Entry, Magic, iter_entries
+from storage.config import StoreConfig
+from storage.errors import (
+    AppendRejectedError,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointMissingError,
+    CorruptEntryError,
+    CorruptLogError,
+    DiskFullError,
+    EntryTooLargeError,
+    FileSizeMismatchError,
+    IndexCleanedError,
+    IndexOutOfRangeError,
+    StorageError,
+    StoreLockedError,
+    StoreOpenError,
+)
+from storage.memory import MemoryStore
+from storage.protocol import LogStore
+from storage.recovery import RecoveryReport
+from storage.store import AppendResult, HeadFile, RawEntries, Store
+
+__all__ = [
+    "AppendRejectedError",
+    "AppendResult",
+    "Checkpoint",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointLockedError",
+    "CheckpointMissingError",
+    "CheckpointState",
+    "CleanService",
+    "CorruptEntryError",
+    "CorruptLogError",
+    "DiskFullError",
+    "Entry",
+    "EntryTooLargeError",
+    "FileSizeMismatchError",
+    "HeadFile",
+    "IndexCleanedError",
+    "IndexOutOfRangeError",
+    "LogStore",
+    "Magic",
+    "MemoryStore",
+    "RawEntries",
+    "RecoveryReport",
+    "StorageError",
+    "Store",
+    "StoreConfig",
+    "StoreLockedError",
+    "StoreOpenError",
+    "iter_entries",
+]

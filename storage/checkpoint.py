@@ -1,0 +1,225 @@
+"""The node's checkpoint, `<data_dir>/checkpoint.db`: SQLite through SQLAlchemy Core.
+
+Term and vote are written with full durability before `save_vote` returns: a
+vote granted, then forgotten in a crash, could be granted again to another
+candidate in the same term and elect two leaders. The committed and applied
+indices only speed up a restart, so they are noted in memory and written
+every `interval_ms` (DLedger's checkPointInterval) and on close; callers note
+at most what is durable in their own log, and readers never trust them beyond
+the recovered log end (`load` clamps).
+
+The connection runs in EXCLUSIVE locking mode: once open, no other process
+can read or write the file, and a second opener gets CheckpointLockedError.
+All database work runs in one thread of its own, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    event,
+    inspect,
+    select,
+    update,
+)
+from sqlalchemy.exc import DBAPIError
+
+from storage.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointMissingError,
+)
+
+log = logging.getLogger("raftlog.storage.checkpoint")
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+LOCK_TIMEOUT_S = 1.0
+
+_metadata = MetaData()
+schema_info = Table("schema_info", _metadata, Column("version", Integer, nullable=False))
+raft_state = Table(
+    "raft_state",
+    _metadata,
+    Column("id", Integer, primary_key=True),  # a single row, id 1
+    Column("current_term", BigInteger, nullable=False),
+    Column("voted_for", String, nullable=True),
+    Column("committed_index", BigInteger, nullable=False),
+    Column("applied_index", BigInteger, nullable=False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    current_term: int = 0
+    voted_for: str | None = None
+    committed_index: int = -1
+    applied_index: int = -1
+
+
+class Checkpoint:
+    def __init__(self, path: Path, engine: Engine, state: CheckpointState, interval_ms: int) -> None:
+        self.path = path
+        self._engine = engine
+        self._state = state  # what the database holds
+        self._progress = (state.committed_index, state.applied_index)  # noted, maybe unwritten
+        self._interval = interval_ms / 1000
+        self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-checkpoint")
+        self._timer: asyncio.Task[None] | None = None
+
+    @classmethod
+    def open(cls, path: str | Path, *, create: bool, interval_ms: int = 3000) -> Checkpoint:
+        """Open the checkpoint; with `create`, make it when it does not exist. Blocking.
+
+        A node whose log already holds entries must not pass create=True: a lost
+        checkpoint means a lost vote, which needs an operator, not a fresh start.
+        """
+        path = Path(path)
+        if not path.exists() and not create:
+            raise CheckpointMissingError(
+                f"{path} is missing while the log exists: term and vote are lost; "
+                "restore it or rebuild this node from its peers")
+        engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": LOCK_TIMEOUT_S})
+        event.listen(engine, "connect", _configure_connection)
+        try:
+            with engine.begin() as conn:
+                state = _load_or_create(conn, path, create)
+        except DBAPIError as exc:
+            engine.dispose()
+            raise _translate(path, exc) from None
+        except CheckpointError:
+            engine.dispose()
+            raise
+        return cls(path, engine, state, interval_ms)
+
+    @property
+    def state(self) -> CheckpointState:
+        """The durable term and vote, with the latest noted progress."""
+        committed, applied = self._progress
+        return replace(self._state, committed_index=committed, applied_index=applied)
+
+    def load(self, log_end_index: int) -> CheckpointState:
+        """The state with committed and applied clamped to the recovered log end."""
+        state = self.state
+        committed = min(state.committed_index, log_end_index)
+        applied = min(state.applied_index, committed)
+        if (committed, applied) != (state.committed_index, state.applied_index):
+            log.warning("checkpoint: committed %d / applied %d are beyond the log end %d; "
+                        "using %d / %d", state.committed_index, state.applied_index,
+                        log_end_index, committed, applied)
+        return replace(state, committed_index=committed, applied_index=applied)
+
+    async def save_vote(self, term: int, voted_for: str | None) -> None:
+        """Persist term and vote durably; returns only once they are on disk."""
+        current = self._state
+        assert term >= current.current_term, "terms only grow"
+        assert term > current.current_term or current.voted_for in (None, voted_for), \
+            "one vote per term"
+        await self._run(self._write, {"current_term": term, "voted_for": voted_for})
+        self._state = replace(self._state, current_term=term, voted_for=voted_for)
+
+    def note_progress(self, committed_index: int, applied_index: int) -> None:
+        """Remember the indices; the timer or close writes them."""
+        assert committed_index >= self._progress[0], "the commit index never falls"
+        assert applied_index >= self._progress[1], "the applied index never falls"
+        assert applied_index <= committed_index, "only committed entries are applied"
+        self._progress = (committed_index, applied_index)
+
+    async def write_progress(self) -> None:
+        committed, applied = self._progress
+        if (committed, applied) == (self._state.committed_index, self._state.applied_index):
+            return
+        await self._run(self._write, {"committed_index": committed, "applied_index": applied})
+        self._state = replace(self._state, committed_index=committed, applied_index=applied)
+
+    def start(self) -> None:
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._write_periodically(), name="raftlog-checkpoint")
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            await asyncio.gather(self._timer, return_exceptions=True)
+            self._timer = None
+        await self.write_progress()
+        await self._run(self._engine.dispose)
+        self._db.shutdown(wait=True)
+
+    async def _write_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.write_progress()
+            except CheckpointError:
+                log.exception("checkpoint: periodic write failed")
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
+
+    def _write(self, values: dict[str, object]) -> None:
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(update(raft_state).where(raft_state.c.id == 1).values(**values))
+        except DBAPIError as exc:
+            raise _translate(self.path, exc) from None
+
+
+def _configure_connection(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA locking_mode=EXCLUSIVE")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
+def _load_or_create(conn: Connection, path: Path, create: bool) -> CheckpointState:
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        if not create:
+            raise CheckpointMissingError(f"{path} holds no checkpoint while the log exists")
+        _metadata.create_all(conn)
+        conn.execute(schema_info.insert().values(version=SCHEMA_VERSION))
+        state = CheckpointState()
+        conn.execute(raft_state.insert().values(
+            id=1, current_term=state.current_term, voted_for=state.voted_for,
+            committed_index=state.committed_index, applied_index=state.applied_index))
+        return state
+    if tables != {"schema_info", "raft_state"}:
+        raise CheckpointCorruptError(f"{path}: unexpected tables {sorted(tables)}")
+    version = conn.execute(select(schema_info.c.version)).scalar_one_or_none()
+    if version != SCHEMA_VERSION:
+        raise CheckpointError(f"{path}: schema version {version}, this build reads {SCHEMA_VERSION}")
+    row = conn.execute(select(raft_state).where(raft_state.c.id == 1)).one_or_none()
+    if row is None:
+        raise CheckpointCorruptError(f"{path}: the state row is missing")
+    # take the write lock now: in EXCLUSIVE mode it is then held until close
+    conn.execute(update(raft_state).where(raft_state.c.id == 1).values(id=1))
+    return CheckpointState(row.current_term, row.voted_for, row.committed_index, row.applied_index)
+
+
+def _translate(path: Path, exc: DBAPIError) -> CheckpointError:
+    message = str(exc.orig)
+    if "locked" in message or "busy" in message:
+        return CheckpointLockedError(f"{path} is locked by another process ({message})")
+    if isinstance(exc.orig, sqlite3.DatabaseError):
+        return CheckpointCorruptError(f"{path} is not a usable checkpoint database ({message})")
+    return CheckpointError(f"{path}: {message}")

@@ -1,0 +1,180 @@
+"""An in-memory log store with the file store's interface and byte-identical entries.
+
+For tests of the layers above: it lays out, encodes and validates batches with
+the same code as `Store` (storage.batch), so positions, CRCs and rejections
+agree; it keeps entries in a list instead of mapped files, and every append
+is durable at once.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+from storage.batch import Batch, encode_leader_batch, validate_follower_batch
+from storage.codec import HEADER, Entry, Magic, decode_entry
+from storage.config import StoreConfig
+from storage.errors import (
+    CorruptEntryError,
+    DiskFullError,
+    IndexCleanedError,
+    IndexOutOfRangeError,
+    StorageError,
+)
+from storage.store import AppendResult, RawEntries
+
+
+class MemoryStore:
+    def __init__(self, config: StoreConfig | None = None) -> None:
+        self.config = config or StoreConfig()
+        self.before_begin_index = -1
+        self.before_begin_term = -1
+        self._base_chain: int | None = 0
+        self._base_pos: int | None = 0
+        self._entries: list[bytes] = []  # entry before_begin_index + 1 + i
+        self._positions: list[int] = []
+        self._write_pos: int | None = 0
+        self._end_chain: int | None = 0
+        self.end_term = -1
+        self.disk_full = False
+
+    # -- state ---------------------------------------------------------------------
+
+    @property
+    def begin_index(self) -> int:
+        return self.before_begin_index + 1
+
+    @property
+    def end_index(self) -> int:
+        return self.before_begin_index + len(self._entries)
+
+    @property
+    def durable_end_index(self) -> int:
+        return self.end_index
+
+    @property
+    def write_pos(self) -> int | None:
+        return self._write_pos
+
+    @property
+    def end_chain_crc(self) -> int | None:
+        return self._end_chain
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def flush(self) -> None:
+        pass
+
+    async def wait_durable(self) -> None:
+        pass
+
+    # -- appends -------------------------------------------------------------------
+
+    async def append_as_leader(self, bodies: Sequence[bytes], term: int,
+                               magic: int = Magic.NORMAL, channel: int = 0) -> AppendResult:
+        if not bodies:
+            raise ValueError("append_as_leader needs at least one body")
+        assert term >= self.end_term, "a leader's term never falls below its log's"
+        if self._write_pos is None or self._end_chain is None:
+            raise StorageError("the log was reset without a position")
+        batch = encode_leader_batch(list(bodies), self.end_index + 1, term, magic, channel,
+                                    self._write_pos, self._end_chain, self.config.data_file_size)
+        self._keep(batch)
+        return AppendResult(batch.first_index, batch.positions)
+
+    async def append_as_follower(self, data: bytes | memoryview) -> int:
+        batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
+                                        self._end_chain, self.config.data_file_size)
+        self._keep(batch)
+        return self.end_index
+
+    def _keep(self, batch: Batch) -> None:
+        if self.disk_full:
+            raise DiskFullError("disk-full flag is set")
+        if self._base_pos is None:
+            self._base_pos = batch.positions[0]
+        data = bytes(batch.data)
+        offset = 0
+        for pos in batch.positions:
+            size = HEADER.unpack_from(data, offset)[1]
+            self._entries.append(data[offset:offset + size])
+            self._positions.append(pos)
+            offset += size
+        self.end_term = batch.last_term
+        self._end_chain = batch.last_chain_crc
+        self._write_pos = batch.end_pos
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get(self, index: int) -> Entry:
+        self._check_range(index)
+        entry = decode_entry(memoryview(self._entries[index - self.begin_index]))
+        if zlib.crc32(entry.body) != entry.body_crc:
+            raise CorruptEntryError(index, entry.pos, "body CRC mismatch")
+        return entry
+
+    def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
+        assert max_entries > 0
+        self._check_range(start)
+        first = start - self.begin_index
+        file_no = self._positions[first] // self.config.data_file_size
+        stop = min(len(self._entries), first + max_entries)
+        total = 0
+        i = first
+        while i < stop and self._positions[i] // self.config.data_file_size == file_no:
+            size = len(self._entries[i])
+            if i > first and total + size > max_bytes:
+                break
+            total += size
+            i += 1
+        return RawEntries(start, i - first, memoryview(b"".join(self._entries[first:i])))
+
+    def term_at(self, index: int) -> int:
+        if index == self.before_begin_index:
+            return self.before_begin_term
+        return self.get(index).term
+
+    def first_index_of_term(self, term: int, before_index: int) -> int | None:
+        for index in range(self.begin_index, min(before_index, self.end_index) + 1):
+            found = self.term_at(index)
+            if found == term:
+                return index
+            if found > term:
+                return None
+        return None
+
+    def _check_range(self, index: int) -> None:
+        if index > self.end_index:
+            raise IndexOutOfRangeError(index, self.begin_index, self.end_index)
+        if index < self.begin_index:
+            raise IndexCleanedError(index, self.begin_index, self.end_index)
+
+    # -- truncation and reset ------------------------------------------------------------
+
+    async def truncate(self, index: int) -> int:
+        if index > self.end_index:
+            return self.end_index
+        if index < self.begin_index:
+            raise IndexCleanedError(index, self.begin_index, self.end_index)
+        if index == self.begin_index:
+            self.end_term, self._end_chain = self.before_begin_term, self._base_chain
+            self._write_pos = self._base_pos
+        else:
+            prev = self.get(index - 1)
+            self.end_term, self._end_chain = prev.term, prev.chain_crc
+            self._write_pos = prev.pos + prev.size
+        keep = index - self.begin_index
+        del self._entries[keep:], self._positions[keep:]
+        return self.end_index
+
+    async def reset_begin(self, index: int, term: int, *, chain_crc: int | None = None,
+                          next_pos: int | None = None) -> None:
+        self._entries.clear()
+        self._positions.clear()
+        self.before_begin_index, self.before_begin_term = index, term
+        self._base_chain, self._base_pos = chain_crc, next_pos
+        self.end_term, self._end_chain, self._write_pos = term, chain_crc, next_pos

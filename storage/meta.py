@@ -1,0 +1,62 @@
+"""The log's own description, `<data_dir>/store.json`, replaced atomically.
+
+It holds what the segment files alone cannot say: the file sizes the log was
+written with (replicas agree on positions only when these agree) and the
+base, the entry just before the first kept one, which cleaning and snapshot
+installs move forward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from storage.errors import FileSizeMismatchError, StoreOpenError
+from storage.segments import fsync_dir
+
+META_NAME = "store.json"
+META_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMeta:
+    data_file_size: int
+    index_file_size: int
+    base_index: int = -1  # last index before the log's first entry
+    base_term: int = -1
+    base_chain_crc: int | None = 0  # None: adopt it from the next follower append
+    base_pos: int | None = 0  # None: adopt it from the next follower append
+    version: int = META_VERSION
+
+
+def load_meta(data_dir: Path, data_file_size: int, index_file_size: int) -> StoreMeta | None:
+    path = data_dir / META_NAME
+    try:
+        raw = json.loads(path.read_text())
+        meta = StoreMeta(**raw)
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise StoreOpenError(f"{path} is not a valid store description: {exc}") from exc
+    if meta.version != META_VERSION:
+        raise StoreOpenError(f"{path}: format version {meta.version}, this build reads "
+                             f"{META_VERSION}")
+    if (meta.data_file_size, meta.index_file_size) != (data_file_size, index_file_size):
+        raise FileSizeMismatchError(
+            f"{data_dir} was written with data files of {meta.data_file_size} bytes and index "
+            f"files of {meta.index_file_size} bytes, but the settings say {data_file_size} and "
+            f"{index_file_size}; positions would disagree with the other replicas")
+    return meta
+
+
+def save_meta(data_dir: Path, meta: StoreMeta) -> None:
+    path = data_dir / META_NAME
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(asdict(meta), f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(data_dir)

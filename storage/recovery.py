@@ -1,0 +1,240 @@
+"""Rebuilding the log's end from its files on open, as DLedger does and more.
+
+DLedger scans from the third-to-last data file and stops at the first entry
+that breaks a rule. This scan also verifies both CRCs, rewrites index
+records that are missing or disagree with the data, and tells a torn tail
+(cut away: it was never acknowledged) from a damaged committed entry (the
+node must not start: a peer has to supply a good copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from dataclasses import dataclass, field
+
+from storage.codec import (
+    BLANK,
+    BLANK_MAGIC,
+    CHAIN,
+    ENTRY_MAGICS,
+    HEADER,
+    HEADER_SIZE,
+    INDEX_RECORD,
+    INDEX_RECORD_SIZE,
+    MIN_BLANK_LEN,
+)
+from storage.errors import CorruptLogError
+from storage.meta import StoreMeta
+from storage.segments import SegmentList
+
+log = logging.getLogger("raftlog.storage.recovery")
+
+SCAN_FILES = 3  # DLedger starts from the third-to-last data file
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What recovery found and did; logged, and kept on the store for metrics."""
+
+    files_scanned: int = 0
+    entries_scanned: int = 0
+    index_records_rebuilt: int = 0
+    truncated_at: int | None = None  # global pos where a torn tail was cut
+    truncate_reason: str | None = None
+    files_removed: int = 0
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class LogEnd:
+    end_index: int
+    end_term: int
+    end_chain_crc: int | None
+    write_pos: int | None
+
+
+@dataclass(slots=True)
+class _Cursor:
+    seg_no: int
+    pos: int
+    expected: int
+    term_floor: int
+    chain: int | None  # None: adopt the first scanned entry's (its predecessor was verified before)
+
+
+def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
+            committed_index: int) -> tuple[LogEnd, RecoveryReport]:
+    """Scan, verify, repair the tail and the index; raise CorruptLogError if committed data is bad.
+
+    `committed_index` must be durable on this node (the caller checkpoints at
+    most what it flushed): a damaged entry at or below it is not a torn tail.
+    """
+    started = time.perf_counter()
+    report = RecoveryReport()
+    base = LogEnd(meta.base_index, meta.base_term, meta.base_chain_crc, meta.base_pos)
+    _finish_cleaning(data, index, meta, report)
+    if not data.segments:
+        report.files_removed += _drop(index, index.reset())
+        return base, report
+    cursor = _scan_start(data, index, meta, report)
+    end, stop = _scan(data, index, cursor, report)
+    if stop is not None:
+        reason, bad_pos, bad_index = stop
+        if bad_index <= committed_index:
+            seg = data.find(bad_pos)
+            raise CorruptLogError(str(seg.path), bad_pos - seg.start, bad_index, reason)
+        report.truncated_at, report.truncate_reason = end.write_pos, reason
+    _cut_tail(data, index, end, report)
+    report.seconds = time.perf_counter() - started
+    _log_report(report, end)
+    return end, report
+
+
+def _finish_cleaning(data: SegmentList, index: SegmentList, meta: StoreMeta,
+                     report: RecoveryReport) -> None:
+    """Delete head files that a cleaning interrupted by a crash left behind the base."""
+    if meta.base_pos is not None:
+        stale = sum(1 for seg in data.segments[:-1] if seg.start + data.file_size <= meta.base_pos)
+        report.files_removed += _drop(data, data.remove_head(stale))
+    begin_record = (meta.base_index + 1) * INDEX_RECORD_SIZE
+    stale = sum(1 for seg in index.segments[:-1] if seg.start + index.file_size <= begin_record)
+    report.files_removed += _drop(index, index.remove_head(stale))
+
+
+def _scan_start(data: SegmentList, index: SegmentList, meta: StoreMeta,
+                report: RecoveryReport) -> _Cursor:
+    """Where to start: the third-to-last file if its first entry is sound and the
+    index covers the log's beginning; otherwise the first file."""
+    begin_record = (meta.base_index + 1) * INDEX_RECORD_SIZE
+    if index.segments and not index.covers(begin_record):
+        report.notes.append("index files do not cover the log's beginning: rebuilding all")
+        report.files_removed += _drop(index, index.reset())
+    seg_no = max(0, len(data.segments) - SCAN_FILES)
+    if seg_no > 0 and index.segments:
+        seg = data.segments[seg_no]
+        magic, size, idx, term, pos, _ch, _chain, bcrc, bsize = HEADER.unpack_from(seg.view, 0)
+        if (magic in ENTRY_MAGICS and size == HEADER_SIZE + bsize and pos == seg.start
+                and size + MIN_BLANK_LEN <= data.file_size and idx > meta.base_index
+                and zlib.crc32(seg.view[HEADER_SIZE:size]) == bcrc):
+            return _Cursor(seg_no, seg.start, idx, term, None)
+        report.notes.append(f"first entry of {seg.path} is not sound: scanning every file")
+    first = data.segments[0]
+    pos = meta.base_pos if meta.base_pos is not None and data.covers(meta.base_pos) else first.start
+    return _Cursor(0, pos, meta.base_index + 1, meta.base_term, meta.base_chain_crc)
+
+
+def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
+          report: RecoveryReport) -> tuple[LogEnd, tuple[str, int, int] | None]:
+    """Walk entries from the cursor; returns the end of the good prefix and, if the
+    walk stopped on bytes that are not a clean end, (reason, pos, index)."""
+    file_size = data.file_size
+    crc32 = zlib.crc32
+    unpack_header = HEADER.unpack_from
+    pack_chain = CHAIN.pack
+    pack_record = INDEX_RECORD.pack
+    end = LogEnd(cur.expected - 1, cur.term_floor, cur.chain, cur.pos)
+    expected, term_floor, chain, pos = cur.expected, cur.term_floor, cur.chain, cur.pos
+    for seg in data.segments[cur.seg_no:]:
+        report.files_scanned += 1
+        view = seg.view
+        off = pos - seg.start
+        first_of_file = expected
+        records: list[bytes] = []
+        stop: str | None = None
+        while True:
+            if off + HEADER_SIZE > file_size:
+                magic, size = BLANK.unpack_from(view, off)
+                if magic == 0 and size == 0:
+                    stop = "clean end"
+                elif magic != BLANK_MAGIC or size != file_size - off:
+                    stop = "bad filler"
+                break
+            magic, size, idx, term, epos, _ch, echain, bcrc, bsize = unpack_header(view, off)
+            if magic not in ENTRY_MAGICS:
+                if magic == BLANK_MAGIC and size == file_size - off:
+                    break  # filler: the log goes on in the next file
+                stop = "clean end" if magic == 0 and size == 0 else f"bad magic {magic}"
+                break
+            if size != HEADER_SIZE + bsize or bsize < 0 or off + size + MIN_BLANK_LEN > file_size:
+                stop = f"bad size {size}"
+            elif idx != expected:
+                stop = f"index {idx}, expected {expected}"
+            elif term < term_floor:
+                stop = f"term {term} below previous term {term_floor}"
+            elif epos != seg.start + off:
+                stop = f"pos field {epos}, actual {seg.start + off}"
+            elif crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
+                stop = "body CRC mismatch"
+            else:
+                new_chain = echain if chain is None else crc32(pack_chain(chain, idx, term, bcrc))
+                if new_chain != echain:
+                    stop = "chain CRC mismatch"
+            if stop is not None:
+                break
+            chain = echain
+            term_floor = term
+            records.append(pack_record(magic, epos, size, idx, term))
+            off += size
+            expected += 1
+            end = LogEnd(idx, term, chain, seg.start + off)
+        report.entries_scanned += len(records)
+        _check_index(index, first_of_file, b"".join(records), report)
+        if stop == "clean end":
+            return end, None
+        if stop is not None:
+            return end, (stop, seg.start + off, expected)
+        pos = seg.start + file_size
+    return end, None
+
+
+def _check_index(index: SegmentList, first: int, records: bytes, report: RecoveryReport) -> None:
+    """Make the index records for entries first... equal `records`, rewriting what differs."""
+    pos = first * INDEX_RECORD_SIZE
+    end = pos + len(records)
+    if not records:
+        return
+    if not index.segments:
+        index.create(pos - pos % index.file_size)
+    while index.end < end:
+        index.create(index.end)
+    for _seg, current, done in index.spans(pos, len(records)):
+        chunk = records[done:done + len(current)]
+        if current != chunk:
+            report.index_records_rebuilt += sum(
+                1 for r in range(0, len(chunk), INDEX_RECORD_SIZE)
+                if current[r:r + INDEX_RECORD_SIZE] != chunk[r:r + INDEX_RECORD_SIZE])
+            current[:] = chunk
+
+
+def _cut_tail(data: SegmentList, index: SegmentList, end: LogEnd, report: RecoveryReport) -> None:
+    """Forget everything after the good prefix: a zero header at the write offset
+    (so no later scan can read old bytes there as a filler or entry) and no files beyond."""
+    assert end.write_pos is not None
+    if data.covers(end.write_pos):
+        seg = data.find(end.write_pos)
+        off = end.write_pos - seg.start
+        if any(seg.view[off:off + MIN_BLANK_LEN]):
+            seg.view[off:off + MIN_BLANK_LEN] = bytes(MIN_BLANK_LEN)
+    report.files_removed += _drop(data, data.remove_from(end.write_pos))
+    report.files_removed += _drop(index, index.remove_from((end.end_index + 1) * INDEX_RECORD_SIZE))
+
+
+def _drop(files: SegmentList, gone: list) -> int:
+    files.delete(gone)
+    return len(gone)
+
+
+def _log_report(report: RecoveryReport, end: LogEnd) -> None:
+    for note in report.notes:
+        log.warning("recovery: %s", note)
+    if report.truncated_at is not None:
+        log.warning("recovery: cut a torn tail at pos %d (%s)", report.truncated_at,
+                    report.truncate_reason)
+    if report.index_records_rebuilt:
+        log.warning("recovery: rebuilt %d index records", report.index_records_rebuilt)
+    log.info("recovery: end index %d term %d, %d entries in %d files scanned in %.3fs, "
+             "%d files removed", end.end_index, end.end_term, report.entries_scanned,
+             report.files_scanned, report.seconds, report.files_removed)

@@ -1,0 +1,524 @@
+"""The log store: DLedger's memory-mapped entry and index files (DLedgerMmapFileStore).
+
+Layout of a data directory::
+
+    <data_dir>/data/<20-digit start offset>    entries, data_file_size each
+    <data_dir>/index/<20-digit start offset>   32-byte records, index_file_size each
+    <data_dir>/store.json                      file sizes and the log's base (meta.py)
+    <data_dir>/LOCK                            held while a process has the store open
+
+Writes go through the mappings; mutations (appends, truncate, reset, cleaning)
+are serialised by one asyncio lock and never wait on the disk except to create
+or delete files, which run in the store's single I/O thread together with the
+fdatasync calls of `flush`. Reads are synchronous and zero-copy: `get` and
+`read_range` return memoryviews into the mappings, valid for committed entries
+for as long as the caller holds them (a truncate may overwrite the bytes of
+uncommitted ones: copy those if you keep them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import zlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+from storage.batch import Batch, encode_leader_batch, validate_follower_batch
+from storage.codec import (
+    BLANK_MAGIC,
+    ENTRY_MAGICS,
+    HEADER,
+    HEADER_SIZE,
+    INDEX_RECORD,
+    INDEX_RECORD_SIZE,
+    MIN_BLANK_LEN,
+    Entry,
+    Magic,
+    encode_blank,
+)
+from storage.config import StoreConfig
+from storage.errors import (
+    CorruptEntryError,
+    DiskFullError,
+    IndexCleanedError,
+    IndexOutOfRangeError,
+    StorageError,
+    StoreLockedError,
+    StoreOpenError,
+)
+from storage.flush import GroupFlusher
+from storage.meta import StoreMeta, load_meta, save_meta
+from storage.recovery import RecoveryReport, recover
+from storage.segments import Segment, SegmentList
+
+log = logging.getLogger("raftlog.storage")
+
+END_MARK = bytes(MIN_BLANK_LEN)
+
+T = TypeVar("T")
+
+
+class AppendResult(NamedTuple):
+    first_index: int
+    positions: list[int]
+
+
+class RawEntries(NamedTuple):
+    """Consecutive stored entries, byte for byte: what a push carries."""
+
+    first_index: int
+    count: int
+    data: memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class HeadFile:
+    """A data file that cleaning could delete (never the last one)."""
+
+    path: Path
+    last_index: int
+    mtime: float
+
+
+class Store:
+    """One node's log. Open with `Store.open`; close with `await store.close()`."""
+
+    def __init__(self, data_dir: Path, config: StoreConfig, lock_fd: int) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self._lock_fd = lock_fd
+        self.data = SegmentList(data_dir / "data", config.data_file_size)
+        self.index = SegmentList(data_dir / "index", config.index_file_size)
+        self.meta = StoreMeta(config.data_file_size, config.index_file_size)
+        self.end_index = -1
+        self.end_term = -1
+        self._end_chain: int | None = 0
+        self._write_pos: int | None = 0
+        self.durable_end_index = -1  # end index covered by the last completed flush
+        self.disk_full = False  # set by the cleaning service above disk_full_ratio
+        self.recovery = RecoveryReport()
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-io")
+        self._lock = asyncio.Lock()
+        self._dirty: set[Segment] = set()
+        self._changes = 0  # mutations so far; a flush round covers those before it began
+        self._synced_changes = 0
+        self._truncated_to = -1  # lowest end index set by a truncate during a flush round
+        self._flusher = GroupFlusher(self._sync_round)
+        self._periodic: asyncio.Task[None] | None = None
+
+    # -- opening and closing ---------------------------------------------------
+
+    @classmethod
+    def open(cls, data_dir: str | Path, config: StoreConfig | None = None, *,
+             committed_index: int = -1) -> Store:
+        """Open (or create) the log in `data_dir` and recover its end. Blocking.
+
+        `committed_index` is the durable commit index from the checkpoint: a
+        damaged entry at or below it raises CorruptLogError (file and offset)
+        instead of being cut away as a torn tail.
+        """
+        config = config or StoreConfig()
+        data_dir = Path(data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        store = cls(data_dir, config, _lock_dir(data_dir))
+        try:
+            store._recover(committed_index)
+        except BaseException:
+            store._release()
+            raise
+        return store
+
+    def _recover(self, committed_index: int) -> None:
+        meta = load_meta(self.data_dir, self.config.data_file_size, self.config.index_file_size)
+        notes = self.data.load() + self.index.load()
+        if meta is None:
+            if self.data.segments or self.index.segments:
+                raise StoreOpenError(f"{self.data_dir} holds log files but no store.json")
+            save_meta(self.data_dir, self.meta)
+        else:
+            self.meta = meta
+        end, report = recover(self.data, self.index, self.meta, committed_index)
+        report.notes[:0] = notes
+        self.recovery = report
+        self.end_index, self.end_term = end.end_index, end.end_term
+        self._end_chain, self._write_pos = end.end_chain_crc, end.write_pos
+        self.durable_end_index = self.end_index
+
+    def start(self) -> None:
+        """Start the background flush of flush_mode "async" (needs a running loop)."""
+        if self.config.flush_mode == "async" and self._periodic is None:
+            self._periodic = asyncio.create_task(self._flush_periodically(),
+                                                 name="raftlog-flush-timer")
+
+    async def close(self) -> None:
+        """Flush everything, stop background work, unmap the files."""
+        if self._periodic is not None:
+            self._periodic.cancel()
+            await asyncio.gather(self._periodic, return_exceptions=True)
+            self._periodic = None
+        async with self._lock:
+            await self.flush()
+            await self._flusher.close()
+            await self._run_io(self._close_files)
+        self._io.shutdown(wait=True)
+        self._release()
+
+    def _close_files(self) -> None:
+        self.data.close()
+        self.index.close()
+
+    def _release(self) -> None:
+        self._close_files()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- state -------------------------------------------------------------------
+
+    @property
+    def before_begin_index(self) -> int:
+        return self.meta.base_index
+
+    @property
+    def before_begin_term(self) -> int:
+        return self.meta.base_term
+
+    @property
+    def begin_index(self) -> int:
+        return self.meta.base_index + 1
+
+    @property
+    def write_pos(self) -> int | None:
+        """Global offset where the next entry's placement starts (None: adopt after a reset)."""
+        return self._write_pos
+
+    @property
+    def end_chain_crc(self) -> int | None:
+        return self._end_chain
+
+    # -- appends -------------------------------------------------------------------
+
+    async def append_as_leader(self, bodies: Sequence[bytes], term: int,
+                               magic: int = Magic.NORMAL, channel: int = 0) -> AppendResult:
+        """Append `bodies` as new entries of `term`: one copy into the mapping, one index write."""
+        if not bodies:
+            raise ValueError("append_as_leader needs at least one body")
+        async with self._lock:
+            self._check_writable()
+            assert term >= self.end_term, "a leader's term never falls below its log's"
+            if self._write_pos is None or self._end_chain is None:
+                raise StorageError("the log was reset without a position: it takes follower "
+                                   "appends until the first entry fixes one")
+            batch = encode_leader_batch(list(bodies), self.end_index + 1, term, magic, channel,
+                                        self._write_pos, self._end_chain,
+                                        self.config.data_file_size)
+            await self._write(batch)
+        return AppendResult(batch.first_index, batch.positions)
+
+    async def append_as_follower(self, data: bytes | memoryview) -> int:
+        """Append raw entries exactly as another replica stored them; returns the new end index.
+
+        All or nothing: the whole batch is validated (see
+        `validate_follower_batch`) before a byte is written.
+        """
+        async with self._lock:
+            self._check_writable()
+            batch = validate_follower_batch(data, self.end_index + 1, self.end_term,
+                                            self._write_pos, self._end_chain,
+                                            self.config.data_file_size)
+            await self._write(batch)
+            return self.end_index
+
+    def _check_writable(self) -> None:
+        if self.disk_full:
+            raise DiskFullError(f"disk usage of {self.data_dir} is above "
+                                f"{self.config.disk_full_ratio:.0%}; appends are refused")
+
+    async def _write(self, batch: Batch) -> None:
+        first_pos = batch.fillers[0] if batch.fillers else batch.runs[0][2]
+        await self._ensure_files(self.data, first_pos, batch.end_pos)
+        record_pos = batch.first_index * INDEX_RECORD_SIZE
+        await self._ensure_files(self.index, record_pos, record_pos + len(batch.index_records))
+        if self.meta.base_pos is None:  # first entry after a reset fixes the position
+            await self._save_meta(replace(self.meta, base_pos=first_pos))
+        data = memoryview(batch.data)
+        file_size = self.config.data_file_size
+        dirty = self._dirty
+        for pos in batch.fillers:
+            dirty.add(self.data.write(pos, encode_blank(file_size - pos % file_size)))
+        for start, end, pos in batch.runs:
+            dirty.add(self.data.write(pos, data[start:end]))
+        self.data.write(batch.end_pos, END_MARK)  # a clean end reads as zeros, whatever was there
+        for seg, view, done in self.index.spans(record_pos, len(batch.index_records)):
+            view[:] = batch.index_records[done:done + len(view)]
+            dirty.add(seg)
+        self._changes += 1
+        self.end_index = batch.last_index
+        self.end_term = batch.last_term
+        self._end_chain = batch.last_chain_crc
+        self._write_pos = batch.end_pos
+
+    async def _ensure_files(self, files: SegmentList, first: int, end: int) -> None:
+        """Create the files that bytes [first, end) need, in the I/O thread."""
+        if not files.segments:
+            await self._run_io(files.create, first - first % files.file_size)
+        while files.end < end:
+            await self._run_io(files.create, files.end)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(self, index: int) -> Entry:
+        """The entry at `index`, its body a zero-copy view; CRC checked."""
+        self._check_range(index)
+        magic, pos, size, _index, term = self._record(index)
+        seg = self.data.find(pos)
+        off = pos - seg.start
+        view = seg.view
+        h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, _bsize = \
+            HEADER.unpack_from(view, off)
+        body = view[off + HEADER_SIZE:off + h_size]
+        if (h_magic, h_size, h_index, h_term, h_pos) != (magic, size, index, term, pos):
+            raise CorruptEntryError(index, pos, "entry header disagrees with its index record")
+        if zlib.crc32(body) != bcrc:
+            raise CorruptEntryError(index, pos, "body CRC mismatch")
+        return Entry(magic, index, term, pos, channel, chain, bcrc, body)
+
+    def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
+        """Raw bytes of consecutive entries from `start`, each CRC-checked.
+
+        Returns at least one entry (even one larger than max_bytes) and stops at
+        max_entries, max_bytes, the log end, or the end of a data file: the
+        result is one zero-copy slice. Ask again from first_index + count.
+        """
+        assert max_entries > 0
+        self._check_range(start)
+        _magic, pos, _size, _index, _term = self._record(start)
+        seg = self.data.find(pos)
+        view = seg.view
+        first = off = pos - seg.start
+        limit = min(self.end_index, start + max_entries - 1)
+        crc32 = zlib.crc32
+        unpack_header = HEADER.unpack_from
+        file_size = self.config.data_file_size
+        index = start
+        while index <= limit and off + HEADER_SIZE <= file_size:
+            magic, size, h_index, _t, h_pos, _c, _chain, bcrc, _b = unpack_header(view, off)
+            if magic == BLANK_MAGIC:
+                break
+            if index > start and off + size - first > max_bytes:
+                break
+            if magic not in ENTRY_MAGICS or h_index != index or h_pos != seg.start + off:
+                raise CorruptEntryError(index, seg.start + off, "bad entry header")
+            if crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
+                raise CorruptEntryError(index, seg.start + off, "body CRC mismatch")
+            off += size
+            index += 1
+        return RawEntries(start, index - start, view[first:off])
+
+    def term_at(self, index: int) -> int:
+        """Term of the entry at `index`; before_begin_term for before_begin_index."""
+        if index == self.meta.base_index:
+            return self.meta.base_term
+        self._check_range(index)
+        return self._record(index)[4]
+
+    def first_index_of_term(self, term: int, before_index: int) -> int | None:
+        """The first kept index at or below `before_index` whose term is `term`, or None.
+
+        Terms never fall along the log, so this is a binary search over index
+        records: what the compare step needs to skip a whole term at a time.
+        """
+        lo, hi = self.begin_index, min(before_index, self.end_index)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._record(mid)[4] < term:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo <= min(before_index, self.end_index) and self._record(lo)[4] == term:
+            return lo
+        return None
+
+    def _check_range(self, index: int) -> None:
+        if index > self.end_index:
+            raise IndexOutOfRangeError(index, self.begin_index, self.end_index)
+        if index < self.begin_index:
+            raise IndexCleanedError(index, self.begin_index, self.end_index)
+
+    def _record(self, index: int) -> tuple[int, int, int, int, int]:
+        pos = index * INDEX_RECORD_SIZE
+        seg = self.index.find(pos)
+        record = INDEX_RECORD.unpack_from(seg.view, pos - seg.start)
+        if record[3] != index or record[0] not in ENTRY_MAGICS:
+            raise CorruptEntryError(index, record[1], "index record does not match")
+        return record
+
+    # -- truncation and reset ------------------------------------------------------------
+
+    async def truncate(self, index: int) -> int:
+        """Drop `index` and every entry after it; returns the new end index.
+
+        Beyond the end: nothing to drop, returns end_index. At begin_index: the
+        log becomes empty at its base. Below begin_index (cleaned entries, which
+        are committed and never truncated): IndexCleanedError.
+        """
+        async with self._lock:
+            if index > self.end_index:
+                return self.end_index
+            if index < self.begin_index:
+                raise IndexCleanedError(index, self.begin_index, self.end_index)
+            if index == self.begin_index:
+                end_term, chain, write_pos = self.meta.base_term, self.meta.base_chain_crc, \
+                    self.meta.base_pos
+            else:
+                prev = self.get(index - 1)
+                end_term, chain, write_pos = prev.term, prev.chain_crc, prev.pos + prev.size
+            if write_pos is not None and self.data.covers(write_pos):
+                self.data.write(write_pos, END_MARK)  # erase the next header or filler
+                self._dirty.add(self.data.find(write_pos))
+            gone = self.data.remove_from(write_pos if write_pos is not None else -1)
+            gone += self.index.remove_from(index * INDEX_RECORD_SIZE)
+            self._dirty.difference_update(gone)
+            self._changes += 1
+            self.end_index, self.end_term = index - 1, end_term
+            self._end_chain, self._write_pos = chain, write_pos
+            self.durable_end_index = min(self.durable_end_index, self.end_index)
+            self._truncated_to = min(self._truncated_to, self.end_index)
+            await self._run_io(self._delete, gone)
+            log.info("truncated the log at %d; end index %d", index, self.end_index)
+            return self.end_index
+
+    async def reset_begin(self, index: int, term: int, *, chain_crc: int | None = None,
+                          next_pos: int | None = None) -> None:
+        """Empty the log and restart it after (index, term), for a snapshot install.
+
+        `chain_crc` and `next_pos` are the leader's chain CRC of `index` and the
+        position of `index + 1`; when not given, the first follower append after
+        the reset supplies them.
+        """
+        async with self._lock:
+            gone = self.data.reset() + self.index.reset()
+            self._dirty.clear()
+            await self._run_io(self._delete, gone)
+            await self._save_meta(replace(self.meta, base_index=index, base_term=term,
+                                          base_chain_crc=chain_crc, base_pos=next_pos))
+            self.end_index, self.end_term = index, term
+            self._end_chain, self._write_pos = chain_crc, next_pos
+            self.durable_end_index = index
+            self._truncated_to = min(self._truncated_to, index)
+            log.info("log reset to begin after index %d term %d", index, term)
+
+    # -- cleaning --------------------------------------------------------------------------
+
+    def head_files(self) -> list[HeadFile]:
+        """Every data file but the last, oldest first, with its last entry index."""
+        files = []
+        for seg, following in zip(self.data.segments, self.data.segments[1:], strict=False):
+            magic, _size, next_first = HEADER.unpack_from(following.view, 0)[:3]
+            if magic not in ENTRY_MAGICS:
+                break  # an empty last file: the one before it still holds the end
+            files.append(HeadFile(seg.path, next_first - 1, os.stat(seg.path).st_mtime))
+        return files
+
+    async def delete_head_files(self, count: int) -> None:
+        """Delete the first `count` data files (never the last) and the index files
+        holding only their records; the log then begins at the next file's first entry."""
+        async with self._lock:
+            assert 0 < count < len(self.data.segments)
+            first = self.data.segments[count]
+            magic, _size, new_begin = HEADER.unpack_from(first.view, 0)[:3]
+            assert magic in ENTRY_MAGICS, "the log must go on in the first file kept"
+            last_gone = self.get(new_begin - 1)
+            meta = replace(self.meta, base_index=last_gone.index, base_term=last_gone.term,
+                           base_chain_crc=last_gone.chain_crc, base_pos=first.start)
+            # The base moves before the files go: a crash in between leaves files that
+            # recovery finishes deleting, never a hole.
+            await self._save_meta(meta)
+            gone = self.data.remove_head(count)
+            records_before = new_begin * INDEX_RECORD_SIZE
+            index_count = sum(1 for seg in self.index.segments[:-1]
+                              if seg.start + self.index.file_size <= records_before)
+            gone += self.index.remove_head(index_count)
+            self._dirty.difference_update(gone)
+            await self._run_io(self._delete, gone)
+            log.info("cleaned %d data and %d index files; the log begins at %d", count,
+                     index_count, new_begin)
+
+    def disk_usage_ratio(self) -> float:
+        """Used fraction of the file system holding the data directory, as df counts it."""
+        st = os.statvfs(self.data_dir)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        usable = used + st.f_bavail * st.f_frsize
+        return used / usable if usable else 1.0
+
+    # -- durability --------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Make everything appended so far durable; concurrent callers share one sync."""
+        if self._synced_changes < self._changes:
+            await self._flusher.flush()
+
+    async def wait_durable(self) -> None:
+        """What an acknowledgement waits for: a flush in "sync" mode, nothing in "async"."""
+        if self.config.flush_mode == "sync":
+            await self.flush()
+
+    @property
+    def flush_rounds(self) -> int:
+        return self._flusher.rounds
+
+    async def _sync_round(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        end, changes = self.end_index, self._changes
+        self._truncated_to = end
+        await self._run_io(_fdatasync_all, dirty)
+        self.durable_end_index = min(end, self._truncated_to)
+        self._synced_changes = max(self._synced_changes, changes)
+
+    async def _flush_periodically(self) -> None:
+        interval = self.config.flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush()
+            except OSError:
+                log.exception("background flush failed")
+
+    # -- I/O thread ------------------------------------------------------------------------------
+
+    async def _run_io(self, fn: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def _save_meta(self, meta: StoreMeta) -> None:
+        await self._run_io(save_meta, self.data_dir, meta)
+        self.meta = meta
+
+    def _delete(self, segments: list[Segment]) -> None:
+        data = [s for s in segments if s.path.parent == self.data.directory]
+        self.data.delete(data)
+        self.index.delete([s for s in segments if s.path.parent != self.data.directory])
+
+
+def _fdatasync_all(segments: set[Segment]) -> None:
+    """fdatasync each dirty file: for shared mappings it writes what msync(MS_SYNC)
+    would, and unlike mmap.flush it releases the GIL while the disk works."""
+    for seg in segments:
+        os.fdatasync(seg.fd)
+
+
+def _lock_dir(data_dir: Path) -> int:
+    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(f"{data_dir} is in use by another process") from None
+    return fd
+
+
