@@ -135,8 +135,8 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
     unpack_header = HEADER.unpack_from
     pack_chain = CHAIN.pack
     pack_record = INDEX_RECORD.pack
-    end = LogEnd(cur.expected - 1, cur.term_floor, cur.chain, cur.pos)
     expected, term_floor, chain, pos = cur.expected, cur.term_floor, cur.chain, cur.pos
+    end_pos = pos
     for seg in data.segments[cur.seg_no:]:
         report.files_scanned += 1
         view = seg.view
@@ -168,10 +168,8 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
                 stop = f"pos field {epos}, actual {seg.start + off}"
             elif crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
                 stop = "body CRC mismatch"
-            else:
-                new_chain = echain if chain is None else crc32(pack_chain(chain, idx, term, bcrc))
-                if new_chain != echain:
-                    stop = "chain CRC mismatch"
+            elif chain is not None and crc32(pack_chain(chain, idx, term, bcrc)) != echain:
+                stop = "chain CRC mismatch"
             if stop is not None:
                 break
             chain = echain
@@ -179,34 +177,60 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
             records.append(pack_record(magic, epos, size, idx, term))
             off += size
             expected += 1
-            end = LogEnd(idx, term, chain, seg.start + off)
+            end_pos = seg.start + off
         report.entries_scanned += len(records)
-        _check_index(index, first_of_file, b"".join(records), report)
+        conflict = _check_index(index, first_of_file, b"".join(records), report)
+        if conflict is not None:
+            reason = "magic differs from the index record's (one of them is damaged)"
+            conflict_pos = INDEX_RECORD.unpack_from(records[conflict - first_of_file])[1]
+            return _end_before(data, index, conflict, cur), (reason, conflict_pos, conflict)
+        end = LogEnd(expected - 1, term_floor, chain, end_pos)
         if stop == "clean end":
             return end, None
         if stop is not None:
             return end, (stop, seg.start + off, expected)
         pos = seg.start + file_size
-    return end, None
+    return LogEnd(expected - 1, term_floor, chain, end_pos), None
 
 
-def _check_index(index: SegmentList, first: int, records: bytes, report: RecoveryReport) -> None:
-    """Make the index records for entries first... equal `records`, rewriting what differs."""
+def _end_before(data: SegmentList, index: SegmentList, first_bad: int, cur: _Cursor) -> LogEnd:
+    """The log end just before entry `first_bad`, whose record is already verified."""
+    if first_bad == cur.expected and cur.seg_no == 0:
+        return LogEnd(cur.expected - 1, cur.term_floor, cur.chain, cur.pos)
+    rec_pos = (first_bad - 1) * INDEX_RECORD_SIZE
+    _magic, pos, size, idx, term = INDEX_RECORD.unpack_from(index.view(rec_pos, INDEX_RECORD_SIZE))
+    chain = HEADER.unpack_from(data.view(pos, HEADER_SIZE))[6]
+    return LogEnd(idx, term, chain, pos + size)
+
+
+def _check_index(index: SegmentList, first: int, records: bytes,
+                 report: RecoveryReport) -> int | None:
+    """Make the index records for entries first... equal `records`, rewriting what differs.
+
+    Returns the first index whose record agrees with the data on everything but
+    a valid magic: no CRC covers the magic, so which copy is damaged is unknown.
+    """
+    if not records:
+        return None
     pos = first * INDEX_RECORD_SIZE
     end = pos + len(records)
-    if not records:
-        return
     if not index.segments:
         index.create(pos - pos % index.file_size)
     while index.end < end:
         index.create(index.end)
     for _seg, current, done in index.spans(pos, len(records)):
         chunk = records[done:done + len(current)]
-        if current != chunk:
-            report.index_records_rebuilt += sum(
-                1 for r in range(0, len(chunk), INDEX_RECORD_SIZE)
-                if current[r:r + INDEX_RECORD_SIZE] != chunk[r:r + INDEX_RECORD_SIZE])
-            current[:] = chunk
+        if current == chunk:
+            continue
+        for r in range(0, len(chunk), INDEX_RECORD_SIZE):
+            old, new = current[r:r + INDEX_RECORD_SIZE], chunk[r:r + INDEX_RECORD_SIZE]
+            if old == new:
+                continue
+            if old[4:] == new[4:] and INDEX_RECORD.unpack_from(old)[0] in ENTRY_MAGICS:
+                return first + (done + r) // INDEX_RECORD_SIZE
+            old[:] = new
+            report.index_records_rebuilt += 1
+    return None
 
 
 def _cut_tail(data: SegmentList, index: SegmentList, end: LogEnd, report: RecoveryReport) -> None:

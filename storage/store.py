@@ -157,7 +157,9 @@ class Store:
                                                  name="raftlog-flush-timer")
 
     async def close(self) -> None:
-        """Flush everything, stop background work, unmap the files."""
+        """Flush everything, stop background work, unmap the files. Idempotent."""
+        if self._lock_fd < 0:
+            return
         if self._periodic is not None:
             self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)
