@@ -1,0 +1,160 @@
+"""The SQLite checkpoint: a vote survives a crash; progress is periodic; bad files fail clearly."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage import (
+    Checkpoint,
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointMissingError,
+    CheckpointState,
+)
+
+
+def _crash_after(path: Path, *steps: str) -> None:
+    """Run `steps` against the checkpoint in another process that then dies by SIGKILL."""
+    lines = [
+        "import asyncio, os, signal",
+        "from storage import Checkpoint",
+        "async def main():",
+        f"    cp = Checkpoint.open({str(path)!r}, create=True)",
+        *(f"    {step}" for step in steps),
+        "    os.kill(os.getpid(), signal.SIGKILL)",
+        "asyncio.run(main())",
+    ]
+    result = subprocess.run([sys.executable, "-c", "\n".join(lines)], capture_output=True, timeout=60)
+    assert result.returncode == -9, result.stderr.decode()
+
+
+async def test_a_fresh_checkpoint_starts_empty(tmp_path: Path) -> None:
+    cp = Checkpoint.open(tmp_path / "checkpoint.db", create=True)
+    try:
+        assert cp.state == CheckpointState(current_term=0, voted_for=None, committed_index=-1,
+                                           applied_index=-1)
+    finally:
+        await cp.close()
+
+
+async def test_a_vote_survives_a_crash_right_after_it_returns(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    _crash_after(path, 'await cp.save_vote(7, "n2")', "cp.note_progress(40, 30)")
+    cp = Checkpoint.open(path, create=False)
+    try:
+        assert (cp.state.current_term, cp.state.voted_for) == (7, "n2")
+        assert cp.state.committed_index == -1  # progress was only noted, never written
+    finally:
+        await cp.close()
+
+
+async def test_progress_is_written_on_close_and_clamped_to_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    cp = Checkpoint.open(path, create=True)
+    await cp.save_vote(3, None)
+    cp.note_progress(120, 100)
+    await cp.close()
+    cp = Checkpoint.open(path, create=False)
+    try:
+        assert (cp.state.committed_index, cp.state.applied_index) == (120, 100)
+        loaded = cp.load(log_end_index=90)  # the log recovered shorter than the checkpoint says
+        assert (loaded.committed_index, loaded.applied_index) == (90, 90)
+        assert cp.load(log_end_index=500).committed_index == 120
+    finally:
+        await cp.close()
+
+
+async def test_progress_is_written_periodically(tmp_path: Path) -> None:
+    cp = Checkpoint.open(tmp_path / "checkpoint.db", create=True, interval_ms=10)
+    written = asyncio.Event()
+    write = cp.write_progress
+
+    async def observed() -> None:
+        await write()
+        if cp._state.committed_index == 5:
+            written.set()
+
+    cp.write_progress = observed  # type: ignore[method-assign]
+    try:
+        cp.start()
+        cp.note_progress(5, 5)
+        await asyncio.wait_for(written.wait(), timeout=10)
+    finally:
+        await cp.close()
+    reopened = Checkpoint.open(tmp_path / "checkpoint.db", create=False)
+    assert reopened.state.committed_index == 5
+    await reopened.close()
+
+
+async def test_votes_and_terms_only_move_forward(tmp_path: Path) -> None:
+    cp = Checkpoint.open(tmp_path / "checkpoint.db", create=True)
+    try:
+        await cp.save_vote(2, "n1")
+        await cp.save_vote(2, "n1")  # the same vote again is fine
+        with pytest.raises(AssertionError, match="one vote per term"):
+            await cp.save_vote(2, "n3")
+        with pytest.raises(AssertionError, match="terms only grow"):
+            await cp.save_vote(1, None)
+        cp.note_progress(4, 2)
+        with pytest.raises(AssertionError):
+            cp.note_progress(3, 2)
+    finally:
+        await cp.close()
+
+
+def test_missing_checkpoint_for_an_existing_log(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointMissingError, match="term and vote are lost"):
+        Checkpoint.open(tmp_path / "checkpoint.db", create=False)
+
+
+async def test_a_locked_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    cp = Checkpoint.open(path, create=True)
+    try:
+        with pytest.raises(CheckpointLockedError, match="locked by another process"):
+            Checkpoint.open(path, create=False)
+    finally:
+        await cp.close()
+    other = sqlite3.connect(path)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(CheckpointLockedError):
+            Checkpoint.open(path, create=False)
+    finally:
+        other.rollback()
+        other.close()
+
+
+def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    path.write_bytes(b"this is not a database" * 200)
+    with pytest.raises(CheckpointCorruptError, match="not a usable checkpoint"):
+        Checkpoint.open(path, create=False)
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    asyncio.run(Checkpoint.open(path, create=True).close())
+    db = sqlite3.connect(path)
+    db.execute("UPDATE schema_info SET version = 99")
+    db.commit()
+    db.close()
+    with pytest.raises(CheckpointError, match="schema version 99"):
+        Checkpoint.open(path, create=False)
+
+
+def test_the_database_runs_with_full_durability(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    asyncio.run(Checkpoint.open(path, create=True).close())
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
