@@ -120,12 +120,13 @@ def validate_follower_batch(
     """
     view = memoryview(data)
     end = len(view)
-    if end == 0:
-        raise AppendRejectedError(first_index, "no entries")
+    if end < HEADER_SIZE:
+        raise AppendRejectedError(first_index, "no entries" if not end else "truncated header")
     crc32 = zlib.crc32
     unpack_header = HEADER.unpack_from
     pack_chain = CHAIN.pack
     pack_record = INDEX_RECORD.pack
+    magics = ENTRY_MAGICS
     records: list[bytes] = []
     positions: list[int] = []
     runs: list[tuple[int, int, int]] = []
@@ -133,7 +134,7 @@ def validate_follower_batch(
     expected = first_index
     term_floor = prev_term
     chain = prev_chain_crc
-    pos = write_pos
+    pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
     run_from = offset = 0
     run_pos = pos
     while offset < end:
@@ -141,22 +142,11 @@ def validate_follower_batch(
             raise AppendRejectedError(expected, f"truncated header ({end - offset} bytes)")
         magic, size, index, term, entry_pos, _channel, entry_chain, bcrc, body_size = \
             unpack_header(view, offset)
-        if magic not in ENTRY_MAGICS:
-            raise AppendRejectedError(expected, f"bad magic {magic}")
-        if body_size < 0 or size != HEADER_SIZE + body_size:
-            raise AppendRejectedError(expected, f"size {size} != 48 + bodySize {body_size}")
-        if offset + size > end:
-            raise AppendRejectedError(expected, "truncated body")
-        if index != expected:
-            raise AppendRejectedError(expected, f"index {index}, expected {expected}")
-        if term < term_floor:
-            raise AppendRejectedError(index, f"term {term} below previous term {term_floor}")
-        if size + MIN_BLANK_LEN > file_size:
-            raise AppendRejectedError(index, f"entry of {size} bytes exceeds a data file")
-        if pos is None:  # adopt the leader's position after a reset
-            if entry_pos < 0 or entry_pos % file_size + size + MIN_BLANK_LEN > file_size:
-                raise AppendRejectedError(index, f"pos {entry_pos} cannot start a log")
-            pos = run_pos = entry_pos
+        next_offset = offset + size
+        if (magic not in magics or size != HEADER_SIZE + body_size or body_size < 0
+                or next_offset > end or index != expected or term < term_floor
+                or size + MIN_BLANK_LEN > file_size):
+            raise _header_rejection(view, offset, expected, term_floor, file_size)
         in_file = pos % file_size
         if in_file + size + MIN_BLANK_LEN > file_size:
             if offset > run_from:
@@ -166,17 +156,42 @@ def validate_follower_batch(
             run_from, run_pos = offset, pos
         if entry_pos != pos:
             raise AppendRejectedError(index, f"pos {entry_pos}, local write offset {pos}")
-        if crc32(view[offset + HEADER_SIZE:offset + size]) != bcrc:
+        if crc32(view[offset + HEADER_SIZE:next_offset]) != bcrc:
             raise AppendRejectedError(index, "body CRC mismatch")
-        chain = entry_chain if chain is None else crc32(pack_chain(chain, index, term, bcrc))
-        if chain != entry_chain:
+        if chain is not None and crc32(pack_chain(chain, index, term, bcrc)) != entry_chain:
             raise AppendRejectedError(index, "chain CRC mismatch (logs diverge before it)")
+        chain = entry_chain
         records.append(pack_record(magic, pos, size, index, term))
         positions.append(pos)
         term_floor = term
         pos += size
-        offset += size
+        offset = next_offset
         expected += 1
     runs.append((run_from, offset, run_pos))
     return Batch(first_index, view, runs, fillers, b"".join(records), positions, term_floor,
                  chain, pos)
+
+
+def _adopted_pos(view: memoryview, first_index: int, file_size: int) -> int:
+    """After a reset without a position, the first entry's own pos, if it can start a log."""
+    size, _index, _term, entry_pos = HEADER.unpack_from(view)[1:5]
+    if entry_pos < 0 or entry_pos % file_size + size + MIN_BLANK_LEN > file_size:
+        raise AppendRejectedError(first_index, f"pos {entry_pos} cannot start a log")
+    return entry_pos
+
+
+def _header_rejection(view: memoryview, offset: int, expected: int, term_floor: int,
+                      file_size: int) -> AppendRejectedError:
+    """Name the first header rule the entry at `offset` breaks (off the fast path)."""
+    magic, size, index, term, _pos, _channel, _chain, _bcrc, body_size = HEADER.unpack_from(view, offset)
+    if magic not in ENTRY_MAGICS:
+        return AppendRejectedError(expected, f"bad magic {magic}")
+    if body_size < 0 or size != HEADER_SIZE + body_size:
+        return AppendRejectedError(expected, f"size {size} != 48 + bodySize {body_size}")
+    if offset + size > len(view):
+        return AppendRejectedError(expected, "truncated body")
+    if index != expected:
+        return AppendRejectedError(expected, f"index {index}, expected {expected}")
+    if term < term_floor:
+        return AppendRejectedError(index, f"term {term} below previous term {term_floor}")
+    return AppendRejectedError(index, f"entry of {size} bytes exceeds a data file")

@@ -137,47 +137,43 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
     pack_record = INDEX_RECORD.pack
     expected, term_floor, chain, pos = cur.expected, cur.term_floor, cur.chain, cur.pos
     end_pos = pos
+    magics = ENTRY_MAGICS
     for seg in data.segments[cur.seg_no:]:
         report.files_scanned += 1
         view = seg.view
-        off = pos - seg.start
+        start = seg.start
+        off = pos - start
         first_of_file = expected
         records: list[bytes] = []
         stop: str | None = None
         while True:
             if off + HEADER_SIZE > file_size:
-                magic, size = BLANK.unpack_from(view, off)
-                if magic == 0 and size == 0:
-                    stop = "clean end"
-                elif magic != BLANK_MAGIC or size != file_size - off:
-                    stop = "bad filler"
+                stop = _tail_of_file(view, off, file_size)
                 break
             magic, size, idx, term, epos, _ch, echain, bcrc, bsize = unpack_header(view, off)
-            if magic not in ENTRY_MAGICS:
+            if magic not in magics:
                 if magic == BLANK_MAGIC and size == file_size - off:
                     break  # filler: the log goes on in the next file
                 stop = "clean end" if magic == 0 and size == 0 else f"bad magic {magic}"
                 break
-            if size != HEADER_SIZE + bsize or bsize < 0 or off + size + MIN_BLANK_LEN > file_size:
-                stop = f"bad size {size}"
-            elif idx != expected:
-                stop = f"index {idx}, expected {expected}"
-            elif term < term_floor:
-                stop = f"term {term} below previous term {term_floor}"
-            elif epos != seg.start + off:
-                stop = f"pos field {epos}, actual {seg.start + off}"
-            elif crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
+            next_off = off + size
+            if (size != HEADER_SIZE + bsize or bsize < 0 or next_off + MIN_BLANK_LEN > file_size
+                    or idx != expected or term < term_floor or epos != start + off):
+                stop = _header_fault(size, bsize, idx, term, epos, expected, term_floor, start + off)
+                break
+            if crc32(view[off + HEADER_SIZE:next_off]) != bcrc:
                 stop = "body CRC mismatch"
-            elif chain is not None and crc32(pack_chain(chain, idx, term, bcrc)) != echain:
+                break
+            if chain is not None and crc32(pack_chain(chain, idx, term, bcrc)) != echain:
                 stop = "chain CRC mismatch"
-            if stop is not None:
                 break
             chain = echain
             term_floor = term
             records.append(pack_record(magic, epos, size, idx, term))
-            off += size
+            off = next_off
             expected += 1
-            end_pos = seg.start + off
+        if records:
+            end_pos = start + off
         report.entries_scanned += len(records)
         conflict = _check_index(index, first_of_file, b"".join(records), report)
         if conflict is not None:
@@ -191,6 +187,29 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
             return end, (stop, seg.start + off, expected)
         pos = seg.start + file_size
     return LogEnd(expected - 1, term_floor, chain, end_pos), None
+
+
+def _tail_of_file(view: memoryview, off: int, file_size: int) -> str | None:
+    """Fewer than 48 bytes left in a file: only a filler or a clean end fits there."""
+    magic, size = BLANK.unpack_from(view, off)
+    if magic == 0 and size == 0:
+        return "clean end"
+    if magic != BLANK_MAGIC or size != file_size - off:
+        return "bad filler"
+    return None
+
+
+def _header_fault(size: int, body_size: int, index: int, term: int, pos: int, expected: int,
+                  term_floor: int, actual_pos: int) -> str:
+    if size != HEADER_SIZE + body_size or body_size < 0:
+        return f"bad size {size}"
+    if index != expected:
+        return f"index {index}, expected {expected}"
+    if term < term_floor:
+        return f"term {term} below previous term {term_floor}"
+    if pos != actual_pos:
+        return f"pos field {pos}, actual {actual_pos}"
+    return f"entry of {size} bytes does not fit in its file"
 
 
 def _end_before(data: SegmentList, index: SegmentList, first_bad: int, cur: _Cursor) -> LogEnd:
