@@ -119,8 +119,11 @@ def _scan_start(data: SegmentList, index: SegmentList, meta: StoreMeta,
         if (magic in ENTRY_MAGICS and size == HEADER_SIZE + bsize and pos == seg.start
                 and size + MIN_BLANK_LEN <= data.file_size and idx > meta.base_index
                 and zlib.crc32(seg.view[HEADER_SIZE:size]) == bcrc):
-            return _Cursor(seg_no, seg.start, idx, term, None)
-        report.notes.append(f"first entry of {seg.path} is not sound: scanning every file")
+            if index.end > idx * INDEX_RECORD_SIZE:
+                return _Cursor(seg_no, seg.start, idx, term, None)
+            report.notes.append("index files end before the scan would start: scanning every file")
+        else:
+            report.notes.append(f"first entry of {seg.path} is not sound: scanning every file")
     first = data.segments[0]
     pos = meta.base_pos if meta.base_pos is not None and data.covers(meta.base_pos) else first.start
     return _Cursor(0, pos, meta.base_index + 1, meta.base_term, meta.base_chain_crc)

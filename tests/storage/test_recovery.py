@@ -259,3 +259,17 @@ async def test_a_half_created_last_file_is_extended(tmp_path: Path) -> None:
         assert any("half-created" in note for note in store.recovery.notes)
     finally:
         await store.close()
+
+
+async def test_lost_index_files_are_rebuilt_even_before_the_usual_scan(tmp_path: Path) -> None:
+    written = await _write_log(tmp_path / "node", [100] * 40)  # seven data files, four index files
+    index_files = sorted((tmp_path / "node" / "index").iterdir())
+    for lost in index_files[1:]:
+        lost.unlink()  # records 10..39 gone, though the usual scan starts at entry 24
+    store = Store.open(tmp_path / "node", SMALL)
+    try:
+        assert store.recovery.files_scanned == 7
+        assert store.recovery.index_records_rebuilt == 30
+        _check_prefix(store, written, written[-1].index)
+    finally:
+        await store.close()
