@@ -94,6 +94,14 @@ class IndexCleanedError(IndexOutOfRangeError):
     code = "INDEX_LESS_THAN_LOCAL_BEGIN"
 
 
+def check_in_log(index: int, begin_index: int, end_index: int) -> None:
+    """Raise the range error for an index outside [begin_index, end_index]."""
+    if index > end_index:
+        raise IndexOutOfRangeError(index, begin_index, end_index)
+    if index < begin_index:
+        raise IndexCleanedError(index, begin_index, end_index)
+
+
 class CheckpointError(StorageError):
     code = "METADATA_ERROR"
 

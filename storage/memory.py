@@ -18,8 +18,8 @@ from storage.errors import (
     CorruptEntryError,
     DiskFullError,
     IndexCleanedError,
-    IndexOutOfRangeError,
     StorageError,
+    check_in_log,
 )
 from storage.store import AppendResult, RawEntries
 
@@ -111,7 +111,7 @@ class MemoryStore:
     # -- reads -----------------------------------------------------------------------
 
     def get(self, index: int) -> Entry:
-        self._check_range(index)
+        check_in_log(index, self.begin_index, self.end_index)
         entry = decode_entry(memoryview(self._entries[index - self.begin_index]))
         if zlib.crc32(entry.body) != entry.body_crc:
             raise CorruptEntryError(index, entry.pos, "body CRC mismatch")
@@ -119,7 +119,7 @@ class MemoryStore:
 
     def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
         assert max_entries > 0
-        self._check_range(start)
+        check_in_log(start, self.begin_index, self.end_index)
         first = start - self.begin_index
         file_no = self._positions[first] // self.config.data_file_size
         stop = min(len(self._entries), first + max_entries)
@@ -146,12 +146,6 @@ class MemoryStore:
             if found > term:
                 return None
         return None
-
-    def _check_range(self, index: int) -> None:
-        if index > self.end_index:
-            raise IndexOutOfRangeError(index, self.begin_index, self.end_index)
-        if index < self.begin_index:
-            raise IndexCleanedError(index, self.begin_index, self.end_index)
 
     # -- truncation and reset ------------------------------------------------------------
 

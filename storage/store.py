@@ -47,10 +47,10 @@ from storage.errors import (
     CorruptEntryError,
     DiskFullError,
     IndexCleanedError,
-    IndexOutOfRangeError,
     StorageError,
     StoreLockedError,
     StoreOpenError,
+    check_in_log,
 )
 from storage.flush import GroupFlusher
 from storage.meta import StoreMeta, load_meta, save_meta
@@ -277,7 +277,7 @@ class Store:
 
     def get(self, index: int) -> Entry:
         """The entry at `index`, its body a zero-copy view; CRC checked."""
-        self._check_range(index)
+        check_in_log(index, self.begin_index, self.end_index)
         magic, pos, size, _index, term = self._record(index)
         seg = self.data.find(pos)
         off = pos - seg.start
@@ -299,7 +299,7 @@ class Store:
         result is one zero-copy slice. Ask again from first_index + count.
         """
         assert max_entries > 0
-        self._check_range(start)
+        check_in_log(start, self.begin_index, self.end_index)
         _magic, pos, _size, _index, _term = self._record(start)
         seg = self.data.find(pos)
         view = seg.view
@@ -327,7 +327,7 @@ class Store:
         """Term of the entry at `index`; before_begin_term for before_begin_index."""
         if index == self.meta.base_index:
             return self.meta.base_term
-        self._check_range(index)
+        check_in_log(index, self.begin_index, self.end_index)
         return self._record(index)[4]
 
     def first_index_of_term(self, term: int, before_index: int) -> int | None:
@@ -346,12 +346,6 @@ class Store:
         if lo <= min(before_index, self.end_index) and self._record(lo)[4] == term:
             return lo
         return None
-
-    def _check_range(self, index: int) -> None:
-        if index > self.end_index:
-            raise IndexOutOfRangeError(index, self.begin_index, self.end_index)
-        if index < self.begin_index:
-            raise IndexCleanedError(index, self.begin_index, self.end_index)
 
     def _record(self, index: int) -> tuple[int, int, int, int, int]:
         pos = index * INDEX_RECORD_SIZE
