@@ -45,6 +45,14 @@ class MemoryStore:
         return self.before_begin_index + 1
 
     @property
+    def before_begin_chain_crc(self) -> int | None:
+        return self._base_chain
+
+    @property
+    def begin_pos(self) -> int | None:
+        return self._base_pos
+
+    @property
     def end_index(self) -> int:
         return self.before_begin_index + len(self._entries)
 
@@ -172,3 +180,23 @@ class MemoryStore:
         self.before_begin_index, self.before_begin_term = index, term
         self._base_chain, self._base_pos = chain_crc, next_pos
         self.end_term, self._end_chain, self._write_pos = term, chain_crc, next_pos
+
+
+class MemoryCheckpoint:
+    """Term, vote and progress kept in memory, with the Checkpoint's interface (tests)."""
+
+    def __init__(self) -> None:
+        self.current_term = 0
+        self.voted_for: str | None = None
+        self.committed_index = -1
+        self.applied_index = -1
+        self.votes_saved = 0
+
+    async def save_vote(self, term: int, voted_for: str | None) -> None:
+        assert term >= self.current_term, "terms only grow"
+        assert term > self.current_term or self.voted_for in (None, voted_for), "one vote per term"
+        self.current_term, self.voted_for = term, voted_for
+        self.votes_saved += 1
+
+    def note_progress(self, committed_index: int, applied_index: int) -> None:
+        self.committed_index, self.applied_index = committed_index, applied_index

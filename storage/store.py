@@ -24,7 +24,7 @@ import logging
 import os
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -89,7 +89,8 @@ class HeadFile:
 class Store:
     """One node's log. Open with `Store.open`; close with `await store.close()`."""
 
-    def __init__(self, data_dir: Path, config: StoreConfig, lock_fd: int) -> None:
+    def __init__(self, data_dir: Path, config: StoreConfig, lock_fd: int,
+                 executor: Executor | None = None) -> None:
         self.data_dir = data_dir
         self.config = config
         self._lock_fd = lock_fd
@@ -103,7 +104,7 @@ class Store:
         self.durable_end_index = -1  # end index covered by the last completed flush
         self.disk_full = False  # set by the cleaning service above disk_full_ratio
         self.recovery = RecoveryReport()
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-io")
+        self._io = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-io")
         self._lock = asyncio.Lock()
         self._dirty: set[Segment] = set()
         self._changes = 0  # mutations so far; a flush round covers those before it began
@@ -116,17 +117,18 @@ class Store:
 
     @classmethod
     def open(cls, data_dir: str | Path, config: StoreConfig | None = None, *,
-             committed_index: int = -1) -> Store:
+             committed_index: int = -1, executor: Executor | None = None) -> Store:
         """Open (or create) the log in `data_dir` and recover its end. Blocking.
 
         `committed_index` is the durable commit index from the checkpoint: a
         damaged entry at or below it raises CorruptLogError (file and offset)
-        instead of being cut away as a torn tail.
+        instead of being cut away as a torn tail. `executor` runs the blocking
+        file work (default: one thread of the store's own).
         """
         config = config or StoreConfig()
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        store = cls(data_dir, config, _lock_dir(data_dir))
+        store = cls(data_dir, config, _lock_dir(data_dir), executor)
         try:
             store._recover(committed_index)
         except BaseException:
@@ -192,8 +194,17 @@ class Store:
         return self.meta.base_term
 
     @property
+    def before_begin_chain_crc(self) -> int | None:
+        return self.meta.base_chain_crc
+
+    @property
     def begin_index(self) -> int:
         return self.meta.base_index + 1
+
+    @property
+    def begin_pos(self) -> int | None:
+        """Where the first kept entry's placement starts."""
+        return self.meta.base_pos
 
     @property
     def write_pos(self) -> int | None:

@@ -1,0 +1,117 @@
+"""Raft settings: DLedger's names in snake_case, milliseconds, validated when built.
+
+Timing defaults are chosen for fast failover on a LAN, not DLedger's 2 s
+heartbeat (which takes 6 s and more to replace a dead leader):
+
+- heartbeat_interval_ms 100: a leader is noticed missing after
+  max_heartbeat_leak (3) intervals, 300 ms; heartbeats are tiny, ten a second
+  per follower cost nothing.
+- min/max_vote_interval_ms 50/150: the random back-off between vote rounds;
+  its spread (100 ms) is many loopback or LAN round trips, so one candidate
+  usually asks before the others and wins in one round.
+- vote_timeout_ms 200 (+ up to max_vote_interval_ms): how long a round waits
+  for answers (DLedger: 2000 + random).
+Together a killed leader is replaced, and the new one has committed its NOOP,
+in about 400-550 ms.
+
+- max_push_timeout_ms 1000, max_wait_ack_ms 2500, max_pending_requests 10000:
+  DLedger's values (re-push, client wait, pending appends).
+- push_bytes_max 1 MiB: one push carries at most this much raw log.
+- push_window_max 64: pushes in flight per follower (DLedger's 1000 counts
+  single entries; a raftlog push carries up to a MiB).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LEARNER_MARK = "@learner"
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    id: str
+    address: str  # host:port of the peer port
+    learner: bool = False
+
+
+def parse_peers(peers: str) -> tuple[Peer, ...]:
+    """DLedger's peers string: `n0-host:port;n1-host:port;n3-host:port@learner`.
+
+    A member whose address ends in `@learner` receives the log but never
+    votes, never counts in a quorum and never becomes a candidate.
+    """
+    members = []
+    for item in filter(None, (part.strip() for part in peers.split(";"))):
+        node_id, sep, address = item.partition("-")
+        if not sep or not node_id or not address:
+            raise ValueError(f"peer {item!r} is not of the form id-host:port")
+        learner = address.endswith(LEARNER_MARK)
+        if learner:
+            address = address[: -len(LEARNER_MARK)]
+        if ":" not in address:
+            raise ValueError(f"peer {item!r}: address must be host:port")
+        members.append(Peer(node_id, address, learner))
+    ids = [m.id for m in members]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate member ids in {peers!r}")
+    if not any(not m.learner for m in members):
+        raise ValueError("a group needs at least one voting member")
+    return tuple(members)
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    self_id: str
+    peers: tuple[Peer, ...]
+    group: str = "default"
+    heartbeat_interval_ms: int = 100
+    max_heartbeat_leak: int = 3
+    min_vote_interval_ms: int = 50
+    max_vote_interval_ms: int = 150
+    vote_timeout_ms: int = 200
+    max_push_timeout_ms: int = 1000
+    max_wait_ack_ms: int = 2500
+    max_pending_requests: int = 10_000
+    push_bytes_max: int = 1 << 20
+    push_entries_max: int = 10_000
+    push_window_max: int = 64
+    rpc_timeout_ms: int = 1000
+    peer_push_throttle_point: int = 300 << 20  # bytes behind before the quota applies
+    peer_push_quota: int = 20 << 20  # bytes per second to a far-behind follower
+    max_leadership_transfer_wait_index: int = 1000
+    leadership_transfer_wait_timeout_ms: int = 1000
+    preferred_leader_ids: tuple[str, ...] = field(default=())
+    apply_batch_max: int = 1000
+
+    def __post_init__(self) -> None:
+        ids = {p.id for p in self.peers}
+        if self.self_id not in ids:
+            raise ValueError(f"self_id {self.self_id!r} is not among the peers {sorted(ids)}")
+        for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "min_vote_interval_ms",
+                     "vote_timeout_ms", "max_push_timeout_ms", "max_wait_ack_ms", "max_pending_requests",
+                     "push_bytes_max", "push_entries_max", "push_window_max", "rpc_timeout_ms",
+                     "apply_batch_max"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.max_vote_interval_ms < self.min_vote_interval_ms:
+            raise ValueError("max_vote_interval_ms must be at least min_vote_interval_ms")
+        unknown = set(self.preferred_leader_ids) - ids
+        if unknown:
+            raise ValueError(f"preferred leaders {sorted(unknown)} are not peers")
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.peers if not p.learner)
+
+    @property
+    def is_learner(self) -> bool:
+        return self.self_id not in self.voters
+
+    @property
+    def others(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.peers if p.id != self.self_id)
+
+    def is_quorum(self, count: int) -> bool:
+        """More than half of the voters (DLedger's MemberState.isQuorum)."""
+        return count >= len(self.voters) // 2 + 1

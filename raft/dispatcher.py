@@ -1,0 +1,236 @@
+"""DLedger's EntryDispatcher: one task per follower (and learner) on the leader.
+
+COMPARE finds the last index both logs share, using the follower's hints
+(x_term / x_index: the first index of the term it holds there; end_index when
+it is shorter); TRUNCATE drops the follower's entries after it; APPEND streams
+raw stored bytes with up to `push_window_max` pushes in flight, re-pushing
+from the follower's watermark + 1 when the oldest push waited longer than
+`max_push_timeout_ms`; COMMIT notices carry the commit index when there is
+nothing to append; INSTALL_SNAPSHOT restarts a follower whose log ends below
+the leader's first kept index. Reference: seeds/dledger-log-replication-zh.txt, 3.3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from raft.messages import Code, PushRequest, PushResponse, PushType
+from raft.transport import PeerUnavailable
+from raft.waiting import wait_event
+from storage.codec import POS_OFFSET
+
+if TYPE_CHECKING:
+    from raft.node import RaftNode
+
+log = logging.getLogger("raftlog.raft.dispatcher")
+
+
+class DispatcherState(Enum):
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+    APPEND = "APPEND"
+    INSTALL_SNAPSHOT = "INSTALL_SNAPSHOT"
+
+
+class PushRejected(Exception):
+    """The follower answered a compare or truncate with something else than expected."""
+
+
+class Quota:
+    """Bytes per second to a far-behind follower (DLedger's Quota, a one-second window)."""
+
+    def __init__(self, per_second: int) -> None:
+        self.per_second = per_second
+        self.window_start = 0.0
+        self.used = 0
+
+    def wait(self, now: float) -> float:
+        """Seconds to wait before sending more in this window."""
+        if now - self.window_start >= 1.0:
+            self.window_start, self.used = now, 0
+        return self.window_start + 1.0 - now if self.used >= self.per_second else 0.0
+
+    def sample(self, size: int) -> None:
+        self.used += size
+
+
+class EntryDispatcher:
+    def __init__(self, node: RaftNode, peer_id: str) -> None:
+        self.node = node
+        self.peer_id = peer_id
+        self.config = node.config
+        self.state = DispatcherState.COMPARE
+        self.write_index = 0
+        self.match_index = -1
+        self.pending: dict[int, float] = {}  # first index of a push in flight -> send time
+        self.peer_commit_index = -1  # the commit index the follower was last told
+        self.quota = Quota(self.config.peer_push_quota)
+        self.wake = asyncio.Event()
+        self._pushes: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        while True:
+            await self.node.wait_for_leadership()
+            term = self.node.state.current_term
+            self._change_state(DispatcherState.COMPARE)
+            while self.node.state.is_leader and self.node.state.current_term == term:
+                try:
+                    await self._step(term)
+                except (PeerUnavailable, PushRejected) as exc:
+                    log.debug("push to %s failed: %s", self.peer_id, exc)
+                    self._change_state(DispatcherState.COMPARE)
+                    await self._wait(self.config.heartbeat_interval_ms / 1000)
+            for task in self._pushes:
+                task.cancel()
+
+    def _change_state(self, target: DispatcherState) -> None:
+        if target is DispatcherState.COMPARE:
+            self.write_index = self.node.store.end_index + 1
+            self.pending.clear()
+        self.state = target
+
+    async def _wait(self, timeout: float) -> None:
+        self.wake.clear()
+        await wait_event(self.wake, timeout)
+
+    async def _step(self, term: int) -> None:
+        if self.state is DispatcherState.COMPARE:
+            await self._compare(term)
+        elif self.state is DispatcherState.TRUNCATE:
+            await self._truncate(term)
+        elif self.state is DispatcherState.INSTALL_SNAPSHOT:
+            await self._install_snapshot(term)
+        else:
+            await self._append(term)
+
+    def _request(self, term: int, type_: PushType, **fields: object) -> PushRequest:
+        return PushRequest(self.config.group, self.config.self_id, term, type_,
+                           self.node.state.committed_index, **fields)  # type: ignore[arg-type]
+
+    async def _call(self, request: PushRequest) -> PushResponse:
+        response = await self.node.transport.push(self.peer_id, request)
+        if response.term > request.term:
+            self.node.note_larger_term(response.term)
+        return response
+
+    # -- COMPARE / TRUNCATE / INSTALL_SNAPSHOT ---------------------------------------
+
+    async def _compare(self, term: int) -> None:
+        store = self.node.store
+        compare_index = min(self.write_index, store.end_index + 1) - 1
+        if compare_index < store.before_begin_index:
+            self.state = DispatcherState.INSTALL_SNAPSHOT
+            return
+        compare_term = store.term_at(compare_index)
+        response = await self._call(self._request(term, PushType.COMPARE, pre_log_index=compare_index,
+                                                  pre_log_term=compare_term))
+        if response.code is Code.SUCCESS:
+            self.match_index = compare_index
+            self.node.update_watermark(term, self.peer_id, compare_index)
+            self.state = DispatcherState.TRUNCATE
+        elif response.code is Code.INCONSISTENT_STATE:
+            hint = response.x_index if response.x_term != -1 else response.end_index + 1
+            self.write_index = hint if hint != compare_index + 1 else compare_index  # never ask twice
+        else:
+            raise PushRejected(f"compare at {compare_index}: {response.code.name}")
+
+    async def _truncate(self, term: int) -> None:
+        truncate_index = self.match_index + 1
+        response = await self._call(self._request(term, PushType.TRUNCATE, pre_log_index=truncate_index))
+        if response.code is not Code.SUCCESS:
+            raise PushRejected(f"truncate at {truncate_index}: {response.code.name}")
+        self.write_index = truncate_index
+        self.pending.clear()
+        self.state = DispatcherState.APPEND
+
+    async def _install_snapshot(self, term: int) -> None:
+        store = self.node.store
+        response = await self._call(self._request(
+            term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
+            pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
+            next_pos=store.begin_pos))
+        if response.code is not Code.SUCCESS:
+            raise PushRejected(f"install snapshot: {response.code.name}")
+        self.match_index = store.before_begin_index
+        self.node.update_watermark(term, self.peer_id, self.match_index)
+        self.write_index = self.match_index + 1
+        self.pending.clear()
+        self.state = DispatcherState.APPEND
+
+    # -- APPEND ------------------------------------------------------------------------
+
+    async def _append(self, term: int) -> None:
+        store = self.node.store
+        self._check_push_timeout(term)
+        if self.write_index <= store.before_begin_index:
+            self.state = DispatcherState.INSTALL_SNAPSHOT
+            return
+        if self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max:
+            if not self.pending and self.peer_commit_index < self.node.state.committed_index:
+                await self._commit_notice(term)
+                return
+            await self._wait(self.config.max_push_timeout_ms / 1000)
+            return
+        raw = store.read_range(self.write_index, self.config.push_entries_max, self.config.push_bytes_max)
+        delay = self._throttle(raw.data)
+        if delay:
+            await asyncio.sleep(delay)
+            return
+        request = self._request(term, PushType.APPEND, first_index=raw.first_index, count=raw.count,
+                                data=raw.data)
+        self.pending[raw.first_index] = self.node.now()
+        self.write_index = raw.first_index + raw.count
+        self.peer_commit_index = request.commit_index
+        task = asyncio.create_task(self._push(term, request))
+        self._pushes.add(task)
+        task.add_done_callback(self._pushes.discard)
+
+    def _throttle(self, data: memoryview) -> float:
+        """DLedger's quota: only a follower more than peer_push_throttle_point bytes behind is slowed."""
+        first_pos = int.from_bytes(data[POS_OFFSET:POS_OFFSET + 8], "big")
+        if (self.node.store.write_pos or 0) - first_pos <= self.config.peer_push_throttle_point:
+            return 0.0
+        delay = self.quota.wait(self.node.now())
+        if not delay:
+            self.quota.sample(len(data))
+        return delay
+
+    async def _push(self, term: int, request: PushRequest) -> None:
+        try:
+            response = await self._call(request)
+        except PeerUnavailable:
+            return  # the push timeout re-sends it
+        if not self.node.state.is_leader or self.node.state.current_term != term:
+            return
+        if response.code is Code.SUCCESS:
+            self.pending.pop(request.first_index, None)
+            if request.last_index > self.match_index:
+                self.match_index = request.last_index
+                self.node.update_watermark(term, self.peer_id, self.match_index)
+        elif response.code is Code.INCONSISTENT_STATE:
+            log.info("push %d-%d to %s: INCONSISTENT_STATE, comparing again", request.first_index,
+                     request.last_index, self.peer_id)
+            self._change_state(DispatcherState.COMPARE)
+        elif response.code is not Code.REPEATED_PUSH:
+            log.debug("push to %s: %s", self.peer_id, response.code.name)
+        self.wake.set()
+
+    def _check_push_timeout(self, term: int) -> None:
+        """Re-push from watermark + 1 when that push waited longer than max_push_timeout_ms."""
+        watermark = self.node.watermark(term, self.peer_id)
+        sent = self.pending.get(watermark + 1)
+        if sent is not None and self.node.now() - sent > self.config.max_push_timeout_ms / 1000:
+            log.info("push %d to %s timed out: re-pushing", watermark + 1, self.peer_id)
+            self.write_index = watermark + 1
+            self.pending.clear()
+
+    async def _commit_notice(self, term: int) -> None:
+        request = self._request(term, PushType.COMMIT)
+        response = await self._call(request)
+        if response.code is Code.SUCCESS:
+            self.peer_commit_index = request.commit_index
+        else:
+            raise PushRejected(f"commit notice: {response.code.name}")

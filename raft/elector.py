@@ -1,0 +1,287 @@
+"""DLedger's leader elector: one task that keeps the member's role, woken by events and timers.
+
+Candidate: request votes, parse the round, back off (election.py). Follower:
+become candidate after max_heartbeat_leak heartbeat intervals without the
+leader. Leader: heartbeat every interval; step down on a larger term, another
+leader, or no quorum for max_heartbeat_leak intervals. Reference:
+seeds/dledger-leader-election-zh.md, 3.3-3.5.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from raft.election import (
+    Backoff,
+    HeartbeatAction,
+    LeaderVerdict,
+    LocalView,
+    decide_heartbeat,
+    decide_vote,
+    parse_heartbeats,
+    parse_votes,
+    tally_votes,
+)
+from raft.messages import (
+    Code,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    ParseResult,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+from raft.transport import PeerUnavailable
+from raft.waiting import wait_event
+
+if TYPE_CHECKING:
+    from raft.node import RaftNode
+
+log = logging.getLogger("raftlog.raft.elector")
+
+TAKE_LEADERSHIP_VOTE_INTERVAL_MS = (30, 100)  # DLedger's min/maxTakeLeadershipVoteIntervalMs
+
+
+class LeaderElector:
+    def __init__(self, node: RaftNode) -> None:
+        self.node = node
+        self.state = node.state
+        self.config = node.config
+        self.last_leader_heartbeat = node.now()
+        self.last_send_heartbeat = float("-inf")
+        self.last_success_heartbeat = node.now()
+        self.next_time_to_request_vote = -1.0
+        self.need_increase_term_immediately = False
+        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self.last_vote_cost = 0.0
+        self.taking_leadership = False
+        self.peer_alive: dict[str, bool] = {}
+        self.elections = 0  # rounds this member has won
+        self.wake = asyncio.Event()
+
+    # -- the task ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            if self.config.is_learner:
+                await self._sleep_until(float("inf"))
+            elif self.state.is_leader:
+                await self._maintain_as_leader()
+            elif self.state.is_follower:
+                await self._maintain_as_follower()
+            else:
+                await self._maintain_as_candidate()
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Wait for the deadline, or until something wakes the elector."""
+        self.wake.clear()
+        delay = deadline - self.node.now()
+        await wait_event(self.wake, None if delay == float("inf") else max(delay, 0.0))
+
+    def _ms(self, ms: float) -> float:
+        return ms / 1000
+
+    def _next_vote_time(self) -> float:
+        low, high = (TAKE_LEADERSHIP_VOTE_INTERVAL_MS if self.taking_leadership else
+                     (self.config.min_vote_interval_ms, self.config.max_vote_interval_ms))
+        return self.node.now() + self.last_vote_cost + self._ms(self.node.rng.uniform(low, high))
+
+    # -- leader ------------------------------------------------------------------------
+
+    async def _maintain_as_leader(self) -> None:
+        deadline = self.last_send_heartbeat + self._ms(self.config.heartbeat_interval_ms)
+        if self.node.now() < deadline:
+            await self._sleep_until(deadline)
+            return
+        term = self.state.current_term
+        self.last_send_heartbeat = self.node.now()
+        verdict = await self.heartbeat_round(term)
+        if verdict is LeaderVerdict.RESEND:
+            self.last_send_heartbeat = float("-inf")
+        self.node.check_preferred_leader()
+
+    async def heartbeat_round(self, term: int) -> LeaderVerdict:
+        """Beat every other member once and act on the answers (sendHeartbeats)."""
+        request = HeartbeatRequest(self.config.group, self.config.self_id, term,
+                                   self.state.committed_index)
+        others = self.config.others
+        tasks = {peer: asyncio.ensure_future(self.node.transport.heartbeat(peer, request)) for peer in others}
+        await asyncio.wait(tasks.values(), timeout=self._ms(self.config.heartbeat_interval_ms))
+        answers = []
+        for peer, task in tasks.items():
+            response = _result(task)
+            self.peer_alive[peer] = response is not None
+            if response is not None and peer in self.config.voters:
+                answers.append((response.code, response.term))
+        now = self.node.now()
+        lost_too_long = now - self.last_success_heartbeat > self._leak()
+        verdict, step_term = parse_heartbeats(term, answers, self._quorum(), lost_too_long)
+        async with self.state.lock:
+            if not self.state.is_leader or self.state.current_term != term:
+                return LeaderVerdict.WAIT
+            if verdict is LeaderVerdict.HEALTHY:
+                self.last_success_heartbeat = now
+            elif verdict is LeaderVerdict.STEP_DOWN:
+                log.warning("%s steps down in term %d (%s)", self.config.self_id, term,
+                            "a larger term" if step_term > term else "no quorum")
+                self.state.change_to_candidate(step_term)
+                self.next_time_to_request_vote = self._next_vote_time()
+        return verdict
+
+    def _leak(self) -> float:
+        return self._ms(self.config.heartbeat_interval_ms * self.config.max_heartbeat_leak)
+
+    def _quorum(self) -> int:
+        return len(self.config.voters) // 2 + 1
+
+    # -- follower ----------------------------------------------------------------------
+
+    async def _maintain_as_follower(self) -> None:
+        deadline = self.last_leader_heartbeat + self._leak()
+        if self.node.now() < deadline:
+            await self._sleep_until(deadline)
+            return
+        async with self.state.lock:
+            if self.state.is_follower and self.node.now() >= self.last_leader_heartbeat + self._leak():
+                log.info("%s lost leader %s (no heartbeat for %.0f ms)", self.config.self_id,
+                         self.state.leader_id, self._leak() * 1000)
+                self.state.change_to_candidate(self.state.current_term)
+
+    # -- candidate ---------------------------------------------------------------------
+
+    async def _maintain_as_candidate(self) -> None:
+        if self.node.now() < self.next_time_to_request_vote and not self.need_increase_term_immediately:
+            await self._sleep_until(self.next_time_to_request_vote)
+            return
+        async with self.state.lock:
+            if not self.state.is_candidate:
+                return
+            if (self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT
+                    or self.need_increase_term_immediately):
+                term = await self.state.next_term()
+                self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+            else:
+                term = self.state.current_term
+            end_index, end_term = self.node.store.end_index, self.node.store.end_term
+        if self.need_increase_term_immediately:
+            self.next_time_to_request_vote = self._next_vote_time()
+            self.need_increase_term_immediately = False
+            return
+        started = self.node.now()
+        answers = await self._request_votes(VoteRequest(
+            self.config.group, self.config.self_id, term, end_term, end_index, self.taking_leadership))
+        self.last_vote_cost = self.node.now() - started
+        tally = tally_votes(term, answers)
+        result, backoff = parse_votes(tally, self._quorum())
+        async with self.state.lock:
+            if not self.state.is_candidate or self.state.current_term != term:
+                return
+            if tally.known_max_term > term:
+                self.state.change_to_candidate(tally.known_max_term)
+            self.last_parse_result = result
+            self._back_off(backoff)
+            if result is ParseResult.PASSED:
+                self.elections += 1
+                self.taking_leadership = False
+                self.state.change_to_leader(term)
+                self.last_send_heartbeat = float("-inf")
+                self.last_success_heartbeat = self.node.now()
+        log.debug("%s vote round in term %d: %s %s", self.config.self_id, term, result.value, tally)
+
+    def _back_off(self, backoff: Backoff) -> None:
+        if backoff is Backoff.NONE:
+            return
+        extra = {Backoff.VOTE_INTERVAL: 0,
+                 Backoff.PLUS_MAX_VOTE_INTERVAL: self.config.max_vote_interval_ms,
+                 Backoff.PLUS_HEARTBEAT_LEAK: self._leak() * 1000}
+        self.next_time_to_request_vote = self._next_vote_time() + self._ms(extra[backoff])
+
+    async def _request_votes(self, request: VoteRequest) -> list[tuple[VoteResult, int]]:
+        """Ask every voter, itself included, and wait for a decision or the vote timeout."""
+        tasks = {}
+        for voter in self.config.voters:
+            if voter == self.config.self_id:
+                tasks[voter] = asyncio.ensure_future(self.handle_vote(request, from_self=True))
+            else:
+                tasks[voter] = asyncio.ensure_future(self.node.transport.vote(voter, request))
+        timeout = self._ms(self.config.vote_timeout_ms
+                           + self.node.rng.uniform(0, self.config.max_vote_interval_ms))
+        pending = set(tasks.values())
+        deadline = self.node.now() + timeout
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - self.node.now()),
+                                               return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                break
+            answers = [r for r in map(_result, tasks.values()) if r is not None]
+            accepted = sum(1 for r in answers if r.result is VoteResult.ACCEPT)
+            not_ready = sum(1 for r in answers if r.result is VoteResult.REJECT_TERM_NOT_READY)
+            if (any(r.result is VoteResult.REJECT_ALREADY_HAS_LEADER for r in answers)
+                    or accepted >= self._quorum() or accepted + not_ready >= self._quorum()):
+                break
+        for task in pending:
+            task.cancel()
+        results = []
+        for task in tasks.values():
+            response = _result(task)
+            results.append((response.result, response.term) if response else (VoteResult.UNKNOWN, -1))
+        return results
+
+    # -- incoming ------------------------------------------------------------------------
+
+    def _view(self) -> LocalView:
+        return LocalView(self.config.self_id, frozenset(self.config.voters), self.state.current_term,
+                         self.state.voted_for, self.state.leader_id, self.node.store.end_term,
+                         self.node.store.end_index, self.taking_leadership)
+
+    async def handle_vote(self, request: VoteRequest, from_self: bool = False) -> VoteResponse:
+        async with self.state.lock:
+            result = decide_vote(self._view(), request, from_self)
+            if result is VoteResult.REJECT_TERM_NOT_READY:
+                self.state.change_to_candidate(request.term)
+                self.need_increase_term_immediately = True
+                self.wake.set()
+            elif result is VoteResult.ACCEPT:
+                await self.state.vote_for(request.leader_id)
+            term = (self.node.store.end_term if result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
+                    else self.state.current_term)
+            return VoteResponse(term, result)
+
+    async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        async with self.state.lock:
+            code, action = decide_heartbeat(self._view(), request)
+            if action is HeartbeatAction.STEP_UP_TERM and self.config.is_learner:
+                await self.state.adopt_term(request.term)
+                code, action = Code.SUCCESS, HeartbeatAction.FOLLOW
+            if action is HeartbeatAction.REFRESH:
+                self.last_leader_heartbeat = self.node.now()
+            elif action is HeartbeatAction.FOLLOW:
+                self.last_leader_heartbeat = self.node.now()
+                self.taking_leadership = False
+                self.state.change_to_follower(request.term, request.leader_id)
+            elif action is HeartbeatAction.STEP_UP_TERM:
+                self.state.change_to_candidate(request.term)
+                self.need_increase_term_immediately = True
+                self.wake.set()
+            return HeartbeatResponse(code, self.state.current_term)
+
+    def take_leadership(self) -> None:
+        """A transfer's target: become candidate of the next term and ask for votes at once."""
+        self.state.change_to_candidate(self.state.current_term)
+        self.taking_leadership = True
+        self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
+        self.next_time_to_request_vote = self.node.now()
+        self.wake.set()
+
+
+def _result(task: asyncio.Future[Any]) -> Any:
+    """A finished RPC's answer, or None when it failed or is still running."""
+    if not task.done() or task.cancelled():
+        return None
+    if task.exception() is not None:
+        if not isinstance(task.exception(), PeerUnavailable):
+            log.error("peer call failed unexpectedly", exc_info=task.exception())
+        return None
+    return task.result()

@@ -1,0 +1,41 @@
+"""Consensus errors a client append or read can meet; each carries its DLedger code.
+
+    RaftError
+    ├── NotLeaderError          NOT_LEADER (leader_id says where to go, if known)
+    ├── LeaderTransferringError LEADER_TRANSFERRING
+    ├── PendingFullError        LEADER_PENDING_FULL
+    ├── AckTimeoutError         WAIT_QUORUM_ACK_TIMEOUT (the entry may still commit)
+    └── TermChangedError        TERM_CHANGED (leadership was lost while waiting)
+"""
+
+from __future__ import annotations
+
+from raft.messages import Code
+
+
+class RaftError(Exception):
+    code = Code.INTERNAL_ERROR
+
+    def __init__(self, message: str, leader_id: str | None = None) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+
+
+class NotLeaderError(RaftError):
+    code = Code.NOT_LEADER
+
+
+class LeaderTransferringError(RaftError):
+    code = Code.LEADER_TRANSFERRING
+
+
+class PendingFullError(RaftError):
+    code = Code.LEADER_PENDING_FULL
+
+
+class AckTimeoutError(RaftError):
+    code = Code.WAIT_QUORUM_ACK_TIMEOUT
+
+
+class TermChangedError(RaftError):
+    code = Code.TERM_CHANGED

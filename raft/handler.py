@@ -1,0 +1,237 @@
+"""DLedger's EntryHandler: a follower applies pushes strictly in index order.
+
+APPEND pushes wait in a map keyed by first index until the log reaches them;
+a second push with the same first index is REPEATED_PUSH. COMPARE, TRUNCATE,
+COMMIT and INSTALL_SNAPSHOT go through a bounded queue (PUSH_REQUEST_IS_FULL
+when full) and are handled first; COMPARE and TRUNCATE drop the waiting
+appends. The abnormal-push check answers a push already in the log (a lost
+ack) by its chain CRC, and a push stuck behind a gap for longer than
+max_push_timeout_ms with INCONSISTENT_STATE, so the leader compares again.
+An append is acknowledged only once durable under the flush mode. The commit
+index never passes what is known to match the leader.
+Reference: seeds/dledger-log-replication-zh.txt, 3.4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from raft.messages import Code, PushRequest, PushResponse, PushType
+from raft.waiting import wait_event
+from storage.codec import HEADER
+from storage.errors import AppendRejectedError, DiskFullError, StorageError
+
+if TYPE_CHECKING:
+    from raft.node import RaftNode
+
+log = logging.getLogger("raftlog.raft.handler")
+
+CONTROL_QUEUE_MAX = 1024  # DLedger's compareOrTruncateRequests capacity
+WAITING_PUSHES_MAX = 1024
+
+
+class EntryHandler:
+    def __init__(self, node: RaftNode) -> None:
+        self.node = node
+        self.store = node.store
+        self.waiting: dict[int, tuple[PushRequest, asyncio.Future[PushResponse], float]] = {}
+        self.control: deque[tuple[PushRequest, asyncio.Future[PushResponse]]] = deque()
+        self.matched_end = -1  # last index known equal to the current leader's log
+        self.wake = asyncio.Event()
+        self._acks: set[asyncio.Task[None]] = set()
+
+    def _answer(self, request: PushRequest, code: Code, **fields: int) -> PushResponse:
+        index = request.first_index if request.type is PushType.APPEND else request.pre_log_index
+        return PushResponse(code, self.node.state.current_term, index, self.store.end_index,
+                            self.store.end_term, **fields)
+
+    # -- intake --------------------------------------------------------------------
+
+    async def handle(self, request: PushRequest) -> PushResponse:
+        """Queue a push from the current leader and wait for its answer."""
+        future: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        if request.type is PushType.APPEND:
+            if request.count <= 0:
+                return self._answer(request, Code.UNEXPECTED_ARGUMENT)
+            request = self._trim_overlap(request)
+            if request.count == 0 or request.last_index <= self.store.end_index:
+                return self._lost_ack(request)
+            if request.first_index in self.waiting:
+                return self._answer(request, Code.REPEATED_PUSH)
+            if len(self.waiting) >= WAITING_PUSHES_MAX:
+                return self._answer(request, Code.PUSH_REQUEST_IS_FULL)
+            self.waiting[request.first_index] = (request, future, self.node.now())
+        else:
+            if request.type in (PushType.COMPARE, PushType.TRUNCATE, PushType.INSTALL_SNAPSHOT):
+                self.drop_waiting(Code.INCONSISTENT_STATE)
+            if len(self.control) >= CONTROL_QUEUE_MAX:
+                return self._answer(request, Code.PUSH_REQUEST_IS_FULL)
+            self.control.append((request, future))
+        self.wake.set()
+        return await future
+
+    def _trim_overlap(self, request: PushRequest) -> PushRequest:
+        """A push that starts inside the log: keep what follows it, if the overlap agrees."""
+        end = self.store.end_index
+        if not request.first_index <= end < request.last_index:
+            return request
+        data = memoryview(request.data)
+        last_shared = _entry_offset(data, end - request.first_index)
+        header = HEADER.unpack_from(data, last_shared)
+        if header[6] != self.store.get(end).chain_crc:
+            return request  # disagrees: the lost-ack check answers INCONSISTENT_STATE
+        offset = last_shared + header[1]
+        return PushRequest(request.group, request.leader_id, request.term, request.type,
+                           request.commit_index, end + 1, request.last_index - end, data[offset:])
+
+    def _lost_ack(self, request: PushRequest) -> PushResponse:
+        """The push is already in the log (its ack was lost): equal chain CRCs mean equal logs."""
+        if request.count == 0:
+            return self._answer(request, Code.SUCCESS)
+        data = memoryview(request.data)
+        last = HEADER.unpack_from(data, _entry_offset(data, request.count - 1))
+        try:
+            same = last[6] == self.store.get(request.last_index).chain_crc
+        except StorageError:
+            same = False
+        if same:
+            self.matched_end = max(self.matched_end, request.last_index)
+            self._follow_commit(request.commit_index)
+            return self._answer(request, Code.SUCCESS)
+        return self._answer(request, Code.INCONSISTENT_STATE)
+
+    def drop_waiting(self, code: Code) -> None:
+        """Answer and forget every waiting append (a compare, truncate, or new leader)."""
+        for request, future, _ in self.waiting.values():
+            if not future.done():
+                future.set_result(self._answer(request, code))
+        self.waiting.clear()
+
+    def reset(self) -> None:
+        """The leader or term changed: nothing waiting is valid, nothing is known to match."""
+        self.drop_waiting(Code.INCONSISTENT_LEADER)
+        while self.control:
+            request, future = self.control.popleft()
+            if not future.done():
+                future.set_result(self._answer(request, Code.INCONSISTENT_LEADER))
+        self.matched_end = -1
+
+    # -- the task --------------------------------------------------------------------
+
+    async def run(self) -> None:
+        timeout = self.node.config.max_push_timeout_ms / 1000
+        while True:
+            self.wake.clear()
+            await wait_event(self.wake, timeout)
+            await self._drain()
+
+    async def _drain(self) -> None:
+        while self.control:
+            request, future = self.control.popleft()
+            response = await self._control(request)
+            if not future.done():
+                future.set_result(response)
+        while (self.store.end_index + 1) in self.waiting:
+            request, future, _ = self.waiting.pop(self.store.end_index + 1)
+            await self._append(request, future)
+        self._check_abnormal()
+
+    def _current(self, request: PushRequest) -> bool:
+        state = self.node.state
+        return (request.term == state.current_term and state.is_follower
+                and request.leader_id == state.leader_id)
+
+    async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
+        async with self.node.state.lock:  # a vote never sees a log an append is changing
+            if not self._current(request):
+                future.set_result(self._answer(request, Code.INCONSISTENT_LEADER))
+                return
+            try:
+                await self.store.append_as_follower(request.data)
+            except AppendRejectedError as exc:
+                log.warning("push %d-%d rejected: %s", request.first_index, request.last_index, exc)
+                future.set_result(self._answer(request, Code.INCONSISTENT_STATE))
+                return
+            except DiskFullError:
+                future.set_result(self._answer(request, Code.DISK_FULL))
+                return
+        self.matched_end = request.last_index
+        ack = asyncio.create_task(self._ack_when_durable(request, future))
+        self._acks.add(ack)
+        ack.add_done_callback(self._acks.discard)
+
+    async def _ack_when_durable(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
+        await self.store.wait_durable()
+        self._follow_commit(request.commit_index)
+        if not future.done():
+            future.set_result(self._answer(request, Code.SUCCESS))
+
+    async def _control(self, request: PushRequest) -> PushResponse:
+        async with self.node.state.lock:
+            if not self._current(request):
+                return self._answer(request, Code.INCONSISTENT_LEADER)
+            if request.type is PushType.COMPARE:
+                return self._compare(request)
+            if request.type is PushType.TRUNCATE:
+                return await self._truncate(request)
+            if request.type is PushType.INSTALL_SNAPSHOT:
+                return await self._install_snapshot(request)
+            self._follow_commit(request.commit_index)
+            return self._answer(request, Code.SUCCESS)
+
+    def _compare(self, request: PushRequest) -> PushResponse:
+        store, index = self.store, request.pre_log_index
+        if index > store.end_index:
+            return self._answer(request, Code.INCONSISTENT_STATE)
+        if index < store.before_begin_index:  # cleaned here: start from what is kept
+            return self._answer(request, Code.INCONSISTENT_STATE, end_index=store.before_begin_index)
+        local_term = store.term_at(index)
+        if local_term == request.pre_log_term:
+            self.matched_end = index
+            self._follow_commit(request.commit_index)
+            return self._answer(request, Code.SUCCESS)
+        first = store.first_index_of_term(local_term, index)
+        return self._answer(request, Code.INCONSISTENT_STATE, x_term=local_term,
+                            x_index=first if first is not None else store.begin_index)
+
+    async def _truncate(self, request: PushRequest) -> PushResponse:
+        index = request.pre_log_index
+        assert index > self.node.state.committed_index, "a committed entry is never truncated"
+        if await self.store.truncate(index) != index - 1:
+            return self._answer(request, Code.INCONSISTENT_STATE)
+        self.matched_end = index - 1
+        self._follow_commit(request.commit_index)
+        return self._answer(request, Code.SUCCESS)
+
+    async def _install_snapshot(self, request: PushRequest) -> PushResponse:
+        await self.store.reset_begin(request.pre_log_index, request.pre_log_term,
+                                     chain_crc=request.chain_crc, next_pos=request.next_pos)
+        self.matched_end = request.pre_log_index
+        self.node.snapshot_installed(request.pre_log_index, request.pre_log_term)
+        return self._answer(request, Code.SUCCESS)
+
+    def _follow_commit(self, leader_commit: int) -> None:
+        self.node.follower_commit(min(leader_commit, self.matched_end))
+
+    def _check_abnormal(self) -> None:
+        """A push stuck behind a gap for too long: INCONSISTENT_STATE to the smallest, so the
+        leader compares again (DLedger's checkAbnormalFuture)."""
+        limit = self.node.now() - self.node.config.max_push_timeout_ms / 1000
+        stuck = [first for first, (_, _, since) in self.waiting.items() if since < limit]
+        if stuck:
+            request, future, _ = self.waiting.pop(min(stuck))
+            log.warning("push from %d waited behind a gap at %d: asking for a compare",
+                        request.first_index, self.store.end_index + 1)
+            if not future.done():
+                future.set_result(self._answer(request, Code.INCONSISTENT_STATE))
+
+
+def _entry_offset(data: memoryview, skip: int) -> int:
+    """Byte offset of the entry `skip` entries into raw entries."""
+    offset = 0
+    for _ in range(skip):
+        offset += HEADER.unpack_from(data, offset)[1]
+    return offset

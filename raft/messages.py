@@ -1,0 +1,167 @@
+"""Typed messages between members, and DLedger's codes. Encoding to bytes happens in `api/`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+
+class Code(IntEnum):
+    """DLedgerResponseCode: names and numbers kept, the API maps them to HTTP."""
+
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+    PUSH_REQUEST_IS_FULL = 507  # the older pusher's follower queue-full answer
+
+
+class Role(Enum):
+    CANDIDATE = "candidate"
+    FOLLOWER = "follower"
+    LEADER = "leader"
+
+
+class VoteResult(Enum):
+    ACCEPT = "ACCEPT"
+    REJECT_UNKNOWN_LEADER = "REJECT_UNKNOWN_LEADER"
+    REJECT_UNEXPECTED_LEADER = "REJECT_UNEXPECTED_LEADER"
+    REJECT_EXPIRED_VOTE_TERM = "REJECT_EXPIRED_VOTE_TERM"
+    REJECT_ALREADY_VOTED = "REJECT_ALREADY_VOTED"
+    REJECT_ALREADY_HAS_LEADER = "REJECT_ALREADY_HAS_LEADER"
+    REJECT_TERM_NOT_READY = "REJECT_TERM_NOT_READY"
+    REJECT_TERM_SMALL_THAN_LEDGER = "REJECT_TERM_SMALL_THAN_LEDGER"
+    REJECT_EXPIRED_LEDGER_TERM = "REJECT_EXPIRED_LEDGER_TERM"
+    REJECT_SMALL_LEDGER_END_INDEX = "REJECT_SMALL_LEDGER_END_INDEX"
+    REJECT_TAKING_LEADERSHIP = "REJECT_TAKING_LEADERSHIP"
+    UNKNOWN = "UNKNOWN"  # no answer (network error, timeout)
+
+
+class ParseResult(Enum):
+    """What a candidate makes of a vote round (DLedger's VoteResponse.ParseResult)."""
+
+    WAIT_TO_REVOTE = "WAIT_TO_REVOTE"
+    REVOTE_IMMEDIATELY = "REVOTE_IMMEDIATELY"
+    PASSED = "PASSED"
+    WAIT_TO_VOTE_NEXT = "WAIT_TO_VOTE_NEXT"
+
+
+class PushType(Enum):
+    APPEND = "APPEND"
+    COMMIT = "COMMIT"
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+    INSTALL_SNAPSHOT = "INSTALL_SNAPSHOT"
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    group: str
+    leader_id: str  # the candidate
+    term: int
+    ledger_end_term: int
+    ledger_end_index: int
+    taking_leadership: bool = False  # a transfer target asks: voters skip their own preference
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    term: int
+    result: VoteResult
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group: str
+    leader_id: str
+    term: int
+    commit_index: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    code: Code
+    term: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PushRequest:
+    """One push: APPEND carries raw stored entries from `first_index`.
+
+    COMPARE asks whether (pre_log_index, pre_log_term) is in the follower's log;
+    TRUNCATE drops pre_log_index and after; INSTALL_SNAPSHOT restarts the
+    follower's log after (pre_log_index, pre_log_term) with the leader's chain
+    CRC and position; COMMIT only carries the commit index.
+    """
+
+    group: str
+    leader_id: str
+    term: int
+    type: PushType
+    commit_index: int
+    first_index: int = -1
+    count: int = 0
+    data: bytes | memoryview = b""
+    pre_log_index: int = -1
+    pre_log_term: int = -1
+    chain_crc: int | None = None
+    next_pos: int | None = None
+
+    @property
+    def last_index(self) -> int:
+        return self.first_index + self.count - 1
+
+
+@dataclass(frozen=True, slots=True)
+class PushResponse:
+    code: Code
+    term: int
+    index: int = -1  # first_index of an APPEND, pre_log_index of the others
+    end_index: int = -1
+    end_term: int = -1
+    x_term: int = -1  # COMPARE mismatch: the follower's term at pre_log_index
+    x_index: int = -1  # and the first index of that term in its log
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRequest:
+    group: str
+    leader_id: str
+    term: int
+    transferee_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransferResponse:
+    code: Code
+    term: int = -1

@@ -1,0 +1,406 @@
+"""One Raft member: assembles the elector, the dispatchers, the entry handler,
+the quorum check, client appends, read index, leadership transfer and the
+apply loop around a log store, a term store and a transport.
+
+Everything runs as tasks on one event loop, woken by events; with the
+cluster idle, the only work left is the leader's heartbeat timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from raft.config import RaftConfig
+from raft.dispatcher import EntryDispatcher
+from raft.election import LeaderVerdict
+from raft.elector import LeaderElector
+from raft.errors import (
+    AckTimeoutError,
+    LeaderTransferringError,
+    NotLeaderError,
+    PendingFullError,
+    RaftError,
+    TermChangedError,
+)
+from raft.handler import EntryHandler
+from raft.member_state import MemberState, TermStore
+from raft.messages import (
+    Code,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PushRequest,
+    PushResponse,
+    Role,
+    TransferRequest,
+    TransferResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.quorum import quorum_index
+from raft.transport import PeerUnavailable, Transport
+from raft.waiting import Signal, wait_event
+from storage.codec import Entry, Magic
+from storage.protocol import LogStore
+
+log = logging.getLogger("raftlog.raft.node")
+
+
+class StateMachine(Protocol):
+    """What committed entries are handed to, in index order."""
+
+    def apply(self, entries: list[Entry]) -> None: ...
+    def snapshot_installed(self, index: int, term: int) -> None: ...
+
+
+class NullStateMachine:
+    """The default: the log itself is the product."""
+
+    def apply(self, entries: list[Entry]) -> None:
+        pass
+
+    def snapshot_installed(self, index: int, term: int) -> None:
+        pass
+
+
+class ProgressStore(TermStore, Protocol):
+    """Term and vote, plus committed and applied indices (storage.Checkpoint)."""
+
+    def note_progress(self, committed_index: int, applied_index: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    first_index: int
+    last_index: int
+    term: int
+    positions: list[int]
+
+
+class RaftNode:
+    def __init__(self, config: RaftConfig, store: LogStore, progress: ProgressStore, transport: Transport,
+                 *, term: int = 0, voted_for: str | None = None, committed_index: int = -1,
+                 applied_index: int = -1, state_machine: StateMachine | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.progress = progress
+        self.transport = transport
+        self.rng = rng or random.Random()
+        self.state_machine = state_machine or NullStateMachine()
+        committed = min(committed_index, store.end_index)
+        self.state = MemberState(config, progress, term, voted_for, committed)
+        self.applied_index = max(min(applied_index, committed), store.before_begin_index)
+        self.elector = LeaderElector(self)
+        self.handler = EntryHandler(self)
+        self.dispatchers = {peer: EntryDispatcher(self, peer) for peer in config.others}
+        self._watermarks: dict[str, int] = {}
+        self._watermark_term = -1
+        self._pending: OrderedDict[int, asyncio.Future[None]] = OrderedDict()
+        self._term_first_index = -1  # the leader's NOOP: reads wait for it to commit
+        self._apply_wake = asyncio.Event()
+        self._commit_moved = Signal()  # the commit index advanced
+        self._watermark_moved = Signal()  # a follower acknowledged more
+        self._appended = asyncio.Event()  # the leader's own log grew: flush it
+        self._leading = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._transfer: asyncio.Task[Code] | None = None
+        self.state.add_role_listener(self._on_role_change)
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    # -- life ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop_tasks = [self.elector.run(), self.handler.run(), self._apply_loop(), self._leader_flush_loop()]
+        loop_tasks += [d.run() for d in self.dispatchers.values()]
+        self._tasks = [asyncio.create_task(t, name=f"raft-{self.config.self_id}") for t in loop_tasks]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self._fail_pending(TermChangedError("the node is stopping"))
+
+    # -- roles -----------------------------------------------------------------------
+
+    def _on_role_change(self, term: int, role: Role) -> None:
+        self.handler.reset()
+        self._fail_pending(TermChangedError(f"term changed to {term} ({role.value})",
+                                            self.state.leader_id))
+        if role is Role.LEADER:
+            self._leading.set()
+            self._watermarks, self._watermark_term = {}, term
+            self._term_first_index = -1
+            task = asyncio.create_task(self._append_noop(term))
+            self._tasks.append(task)
+        else:
+            self._leading.clear()
+        self.elector.wake.set()
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+
+    async def wait_for_leadership(self) -> None:
+        await self._leading.wait()
+
+    def note_larger_term(self, term: int) -> None:
+        """A follower answered with a larger term: the next heartbeat round steps down."""
+        self.elector.last_send_heartbeat = float("-inf")
+        self.elector.wake.set()
+
+    async def _append_noop(self, term: int) -> None:
+        """A new leader's first entry, so the commit index can reach its term at once."""
+        try:
+            appended = await self._append_local([b""], term, Magic.NOOP)
+        except RaftError:
+            return
+        self._term_first_index = appended.first_index
+        self._commit_moved.fire()  # read_index waits for this entry to commit
+
+    # -- client appends (leader) -------------------------------------------------------
+
+    async def append(self, bodies: Sequence[bytes]) -> Appended:
+        """Append entries and wait until they are committed (stored on a quorum, durable)."""
+        if not bodies:
+            raise ValueError("nothing to append")
+        if self.state.transferee is not None:
+            raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
+        if len(self._pending) >= self.config.max_pending_requests:
+            raise PendingFullError(f"{len(self._pending)} appends are waiting for a quorum")
+        appended = await self._append_local(bodies, self.state.current_term, Magic.NORMAL)
+        future = self._pending.get(appended.last_index)
+        if future is None:  # committed already (a single-member group)
+            return appended
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.config.max_wait_ack_ms / 1000)
+        except TimeoutError:
+            raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
+                                  f"{self.config.max_wait_ack_ms} ms", self.state.leader_id) from None
+        return appended
+
+    async def _append_local(self, bodies: Sequence[bytes], term: int, magic: int) -> Appended:
+        async with self.state.lock:
+            if not self.state.is_leader or self.state.current_term != term:
+                raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
+            result = await self.store.append_as_leader(bodies, term, magic)
+        last = result.first_index + len(bodies) - 1
+        if last > self.state.committed_index:
+            self._pending[last] = asyncio.get_running_loop().create_future()
+        self._appended.set()
+        self._check_quorum()
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+        return Appended(result.first_index, last, term, result.positions)
+
+    async def _leader_flush_loop(self) -> None:
+        """Group commit on the leader: its own watermark is what is durable."""
+        while True:
+            await self._appended.wait()
+            self._appended.clear()
+            await self.store.wait_durable()
+            self._check_quorum()
+
+    def _fail_pending(self, error: RaftError) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # retrieved here: a waiter that gave up will not see it
+        self._pending.clear()
+
+    # -- quorum ------------------------------------------------------------------------
+
+    def watermark(self, term: int, peer: str) -> int:
+        return self._watermarks.get(peer, -1) if term == self._watermark_term else -1
+
+    def update_watermark(self, term: int, peer: str, index: int) -> None:
+        if term != self._watermark_term or index <= self._watermarks.get(peer, -1):
+            return
+        self._watermarks[peer] = index
+        self._watermark_moved.fire()
+        self._check_quorum()
+
+    def _check_quorum(self) -> None:
+        """Commit the median voter watermark if it holds an entry of the current term."""
+        if not self.state.is_leader:
+            return
+        term = self.state.current_term
+        self._watermarks[self.config.self_id] = self.store.durable_end_index
+        index = quorum_index(self._watermarks, self.config.voters)
+        if index <= self.state.committed_index or self.store.term_at(index) != term:
+            return
+        self._commit(index)
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+
+    def _commit(self, index: int) -> None:
+        if not self.state.advance_commit(index):
+            return
+        while self._pending:
+            last, future = next(iter(self._pending.items()))
+            if last > index:
+                break
+            self._pending.popitem(last=False)
+            if not future.done():
+                future.set_result(None)
+        self._apply_wake.set()
+        self._commit_moved.fire()
+
+    def follower_commit(self, index: int) -> None:
+        if not self.state.is_leader:
+            self._commit(min(index, self.store.end_index))
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def read_index(self) -> int:
+        """The leader's commit index, confirmed by a heartbeat round (linearizable reads)."""
+        term = self.state.current_term
+        if not self.state.is_leader:
+            raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
+        deadline = self.now() + self.config.max_wait_ack_ms / 1000
+        while True:
+            moved = self._commit_moved.current()
+            if 0 <= self._term_first_index <= self.state.committed_index:
+                break
+            if not await wait_event(moved, deadline - self.now()):
+                raise AckTimeoutError("the new leader has not committed its first entry yet",
+                                      self.state.leader_id)
+            if self.state.current_term != term or not self.state.is_leader:
+                raise NotLeaderError("leadership changed", self.state.leader_id)
+        committed = self.state.committed_index
+        verdict = await self.elector.heartbeat_round(term)
+        if verdict is not LeaderVerdict.HEALTHY or self.state.current_term != term:
+            raise NotLeaderError("leadership could not be confirmed", self.state.leader_id)
+        return committed
+
+    # -- apply -------------------------------------------------------------------------
+
+    async def _apply_loop(self) -> None:
+        while True:
+            await self._apply_wake.wait()
+            self._apply_wake.clear()
+            while self.applied_index < self.state.committed_index:
+                last = min(self.state.committed_index, self.applied_index + self.config.apply_batch_max)
+                entries = [self.store.get(i) for i in range(self.applied_index + 1, last + 1)]
+                self.state_machine.apply(entries)
+                self.applied_index = last
+            durable = min(self.state.committed_index, self.store.durable_end_index)
+            self.progress.note_progress(max(durable, self.applied_index), self.applied_index)
+
+    def snapshot_installed(self, index: int, term: int) -> None:
+        self.state_machine.snapshot_installed(index, term)
+        self.applied_index = max(self.applied_index, index)
+        self._commit(index)
+
+    # -- leadership transfer ---------------------------------------------------------------
+
+    async def transfer_leadership(self, transferee: str) -> Code:
+        """Hand leadership to `transferee` once it has caught up (DLedger's handleLeadershipTransfer)."""
+        if not self.state.is_leader:
+            raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
+        if transferee == self.config.self_id:
+            return Code.SUCCESS
+        if transferee not in self.config.voters:
+            return Code.UNKNOWN_MEMBER
+        term = self.state.current_term
+        behind = self.store.end_index - self.watermark(term, transferee)
+        if behind > self.config.max_leadership_transfer_wait_index:
+            return Code.FALL_BEHIND_TOO_MUCH
+        self.state.transferee = transferee
+        deadline = self.now() + self.config.leadership_transfer_wait_timeout_ms / 1000
+        try:
+            while True:
+                moved = self._watermark_moved.current()
+                if self.watermark(term, transferee) >= self.store.end_index:
+                    break
+                if self.now() >= deadline or not self.state.is_leader:
+                    return Code.TIMEOUT
+                self.dispatchers[transferee].wake.set()
+                await wait_event(moved, deadline - self.now())
+            request = TransferRequest(self.config.group, self.config.self_id, term, transferee)
+            try:
+                response = await self.transport.transfer(transferee, request)
+            except PeerUnavailable:
+                return Code.NETWORK_ERROR
+            return response.code
+        finally:
+            if self.state.current_term == term and self.state.transferee == transferee:
+                self.state.transferee = None
+
+    def check_preferred_leader(self) -> None:
+        """Give leadership back to a preferred member that is alive and caught up."""
+        preferred = self.config.preferred_leader_ids
+        if not preferred or self.config.self_id in preferred or self._transfer is not None:
+            return
+        term = self.state.current_term
+        for peer in preferred:
+            behind = self.store.end_index - self.watermark(term, peer)
+            if self.elector.peer_alive.get(peer) and behind <= self.config.max_leadership_transfer_wait_index:
+                self._transfer = asyncio.create_task(self.transfer_leadership(peer))
+                self._transfer.add_done_callback(self._transfer_done)
+                return
+
+    def _transfer_done(self, task: asyncio.Task[Code]) -> None:
+        self._transfer = None
+        if not task.cancelled() and task.exception() is None:
+            log.info("transfer to a preferred leader: %s", task.result().name)
+
+    # -- incoming calls (the transport's PeerHandler) ---------------------------------------
+
+    async def handle_vote(self, request: VoteRequest) -> VoteResponse:
+        return await self.elector.handle_vote(request)
+
+    async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        return await self.elector.handle_heartbeat(request)
+
+    async def handle_push(self, request: PushRequest) -> PushResponse:
+        state = self.state
+        if request.group != self.config.group:
+            code = Code.UNKNOWN_GROUP
+        elif request.term < state.current_term:
+            code = Code.EXPIRED_TERM
+        elif request.term > state.current_term:
+            code = Code.INCONSISTENT_TERM  # the heartbeat brings this member to that term first
+        elif not state.is_follower:
+            code = Code.NOT_FOLLOWER
+        elif request.leader_id != state.leader_id:
+            code = Code.INCONSISTENT_LEADER
+        else:
+            return await self.handler.handle(request)
+        return PushResponse(code, state.current_term, request.first_index, self.store.end_index,
+                            self.store.end_term)
+
+    async def handle_transfer(self, request: TransferRequest) -> TransferResponse:
+        """The transfer's target: take leadership if the request is from the current leader."""
+        async with self.state.lock:
+            state = self.state
+            if request.transferee_id != self.config.self_id or self.config.is_learner:
+                return TransferResponse(Code.UNEXPECTED_MEMBER, state.current_term)
+            if request.term != state.current_term or state.leader_id != request.leader_id:
+                return TransferResponse(Code.INCONSISTENT_LEADER, state.current_term)
+            self.elector.take_leadership()
+            return TransferResponse(Code.SUCCESS, state.current_term)
+
+    # -- status ------------------------------------------------------------------------------
+
+    @property
+    def role(self) -> Role:
+        return self.state.role
+
+    @property
+    def term(self) -> int:
+        return self.state.current_term
+
+    @property
+    def leader_id(self) -> str | None:
+        return self.state.leader_id
+
+    @property
+    def committed_index(self) -> int:
+        return self.state.committed_index
