@@ -85,6 +85,7 @@ class Checkpoint:
         self._interval = interval_ms / 1000
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-checkpoint")
         self._timer: asyncio.Task[None] | None = None
+        self._vote_lock = asyncio.Lock()
 
     @classmethod
     def open(cls, path: str | Path, *, create: bool, interval_ms: int = 3000) -> Checkpoint:
@@ -130,12 +131,10 @@ class Checkpoint:
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
         """Persist term and vote durably; returns only once they are on disk."""
-        current = self._state
-        assert term >= current.current_term, "terms only grow"
-        assert term > current.current_term or current.voted_for in (None, voted_for), \
-            "one vote per term"
-        await self._run(self._write, {"current_term": term, "voted_for": voted_for})
-        self._state = replace(self._state, current_term=term, voted_for=voted_for)
+        async with self._vote_lock:  # check, write and remember as one step
+            check_vote(self._state.current_term, self._state.voted_for, term, voted_for)
+            await self._run(self._write, {"current_term": term, "voted_for": voted_for})
+            self._state = replace(self._state, current_term=term, voted_for=voted_for)
 
     def note_progress(self, committed_index: int, applied_index: int) -> None:
         """Remember the indices; the timer or close writes them."""
@@ -181,6 +180,14 @@ class Checkpoint:
                 conn.execute(update(raft_state).where(raft_state.c.id == 1).values(**values))
         except DBAPIError as exc:
             raise _translate(self.path, exc) from None
+
+
+def check_vote(current_term: int, voted_for: str | None, term: int, vote: str | None) -> None:
+    """Terms only grow, and a term has one vote: a broken rule here could elect two leaders."""
+    if term < current_term:
+        raise ValueError(f"term {term} is below the current term {current_term}")
+    if term == current_term and voted_for not in (None, vote):
+        raise ValueError(f"term {term} already has a vote for {voted_for}, not {vote}")
 
 
 def _configure_connection(dbapi_conn: sqlite3.Connection, _record: object) -> None:

@@ -32,10 +32,19 @@ class GroupFlusher:
             self.rounds += 1
             try:
                 await self._sync()
-            except Exception as exc:  # every waiter of the round sees the failure
-                round_.set_exception(exc)
+            except BaseException as exc:  # every waiter of the round sees the failure
+                round_.set_exception(exc if isinstance(exc, Exception) else
+                                     RuntimeError("the flush was cancelled"))
+                if not isinstance(exc, Exception):
+                    self._cancel_next()
+                    raise
             else:
                 round_.set_result(None)
+
+    def _cancel_next(self) -> None:
+        if self._next is not None:
+            self._next.set_exception(RuntimeError("the flush was cancelled"))
+            self._next = None
 
     async def close(self) -> None:
         if self._runner is not None:

@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Sequence
 
 from storage.batch import Batch, encode_leader_batch, validate_follower_batch
+from storage.checkpoint import check_vote
 from storage.codec import HEADER, Entry, Magic, decode_entry
 from storage.config import StoreConfig
 from storage.errors import (
@@ -89,20 +90,24 @@ class MemoryStore:
         assert term >= self.end_term, "a leader's term never falls below its log's"
         if self._write_pos is None or self._end_chain is None:
             raise StorageError("the log was reset without a position")
+        self._check_writable()
         batch = encode_leader_batch(list(bodies), self.end_index + 1, term, magic, channel,
                                     self._write_pos, self._end_chain, self.config.data_file_size)
         self._keep(batch)
         return AppendResult(batch.first_index, batch.positions)
 
     async def append_as_follower(self, data: bytes | memoryview) -> int:
+        self._check_writable()
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
                                         self._end_chain, self.config.data_file_size)
         self._keep(batch)
         return self.end_index
 
-    def _keep(self, batch: Batch) -> None:
+    def _check_writable(self) -> None:
         if self.disk_full:
             raise DiskFullError("disk-full flag is set")
+
+    def _keep(self, batch: Batch) -> None:
         if self._base_pos is None:
             self._base_pos = batch.positions[0]
         data = bytes(batch.data)
@@ -193,8 +198,7 @@ class MemoryCheckpoint:
         self.votes_saved = 0
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
-        assert term >= self.current_term, "terms only grow"
-        assert term > self.current_term or self.voted_for in (None, voted_for), "one vote per term"
+        check_vote(self.current_term, self.voted_for, term, voted_for)
         self.current_term, self.voted_for = term, voted_for
         self.votes_saved += 1
 

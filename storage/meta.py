@@ -28,6 +28,7 @@ class StoreMeta:
     base_term: int = -1
     base_chain_crc: int | None = 0  # None: adopt it from the next follower append
     base_pos: int | None = 0  # None: adopt it from the next follower append
+    resetting: bool = False  # a reset_begin is under way: on open, delete every file
     version: int = META_VERSION
 
 

@@ -78,6 +78,7 @@ def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
     _finish_cleaning(data, index, meta, report)
     if not data.segments:
         report.files_removed += _drop(index, index.reset())
+        _check_committed_present(data, base, committed_index)
         return base, report
     cursor = _scan_start(data, index, meta, report)
     end, stop = _scan(data, index, cursor, report)
@@ -87,10 +88,22 @@ def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
             seg = data.find(bad_pos)
             raise CorruptLogError(str(seg.path), bad_pos - seg.start, bad_index, reason)
         report.truncated_at, report.truncate_reason = end.write_pos, reason
+    _check_committed_present(data, end, committed_index)
     _cut_tail(data, index, end, report)
     report.seconds = time.perf_counter() - started
     _log_report(report, end)
     return end, report
+
+
+def _check_committed_present(data: SegmentList, end: LogEnd, committed_index: int) -> None:
+    """Entries the checkpoint says are committed (and durable here) must all be found."""
+    if end.end_index >= committed_index:
+        return
+    pos = end.write_pos or 0
+    path = str(data.find(pos).path) if data.covers(pos) else str(data.directory)
+    offset = pos % data.file_size
+    raise CorruptLogError(path, offset, end.end_index + 1,
+                          f"the log ends at {end.end_index} but {committed_index} is committed")
 
 
 def _finish_cleaning(data: SegmentList, index: SegmentList, meta: StoreMeta,

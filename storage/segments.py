@@ -29,7 +29,7 @@ NAME_DIGITS = 20
 class Segment:
     """One mapped file. `view` is a writable memoryview of the whole mapping."""
 
-    __slots__ = ("fd", "mm", "path", "start", "view")
+    __slots__ = ("fd", "mm", "path", "read_view", "start", "view")
 
     def __init__(self, start: int, path: Path, fd: int, mm: mmap.mmap) -> None:
         self.start = start
@@ -37,9 +37,11 @@ class Segment:
         self.fd = fd
         self.mm = mm
         self.view = memoryview(mm)
+        self.read_view = self.view.toreadonly()  # what readers get slices of
 
     def close(self) -> None:
         """Unmap and close. Views handed out earlier keep the mapping alive until dropped."""
+        self.read_view.release()
         self.view.release()
         with contextlib.suppress(BufferError):  # a caller holds a view: the mapping dies with it
             self.mm.close()
@@ -161,11 +163,12 @@ class SegmentList:
         return seg
 
     def remove_from(self, pos: int) -> list[Segment]:
-        """Detach the files that start after `pos`; the caller deletes them."""
+        """Detach the files that start after `pos`, last first: deleted in that order, a
+        crash midway leaves a contiguous log. The caller deletes them."""
         keep = [s for s in self.segments if s.start <= pos]
         gone = self.segments[len(keep):]
         self.segments = keep
-        return gone
+        return gone[::-1]
 
     def remove_head(self, count: int) -> list[Segment]:
         """Detach the first `count` files; the caller deletes them."""

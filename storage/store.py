@@ -111,6 +111,8 @@ class Store:
         self._synced_changes = 0
         self._truncated_to = -1  # lowest end index set by a truncate during a flush round
         self._flusher = GroupFlusher(self._sync_round)
+        self._failed: BaseException | None = None  # a sync error: the page cache may have lost data
+        self._owns_io = executor is None
         self._periodic: asyncio.Task[None] | None = None
 
     # -- opening and closing ---------------------------------------------------
@@ -145,11 +147,20 @@ class Store:
             save_meta(self.data_dir, self.meta)
         else:
             self.meta = meta
+        if self.meta.resetting:  # a reset_begin was cut short: finish it
+            self.data.delete(self.data.reset())
+            self.index.delete(self.index.reset())
+            self.meta = replace(self.meta, resetting=False)
+            save_meta(self.data_dir, self.meta)
+            notes.append("finished an interrupted reset of the log")
         end, report = recover(self.data, self.index, self.meta, committed_index)
         report.notes[:0] = notes
         self.recovery = report
         self.end_index, self.end_term = end.end_index, end.end_term
         self._end_chain, self._write_pos = end.end_chain_crc, end.write_pos
+        # A killed process leaves unflushed appends in the page cache and recovery
+        # repairs in memory: both must be on disk before this end counts as durable.
+        _fdatasync_all(set(self.data.segments) | set(self.index.segments))
         self.durable_end_index = self.end_index
 
     def start(self) -> None:
@@ -166,12 +177,15 @@ class Store:
             self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)
             self._periodic = None
-        async with self._lock:
-            await self.flush()
-            await self._flusher.close()
-            await self._run_io(self._close_files)
-        self._io.shutdown(wait=True)
-        self._release()
+        try:
+            async with self._lock:
+                if self._failed is None:
+                    await self.flush()
+                await self._flusher.close()
+        finally:
+            if self._owns_io:
+                self._io.shutdown(wait=True)
+            self._release()
 
     def _close_files(self) -> None:
         self.data.close()
@@ -222,6 +236,8 @@ class Store:
         """Append `bodies` as new entries of `term`: one copy into the mapping, one index write."""
         if not bodies:
             raise ValueError("append_as_leader needs at least one body")
+        if magic not in ENTRY_MAGICS:
+            raise ValueError(f"magic {magic} is not an entry type")
         async with self._lock:
             self._check_writable()
             assert term >= self.end_term, "a leader's term never falls below its log's"
@@ -240,6 +256,8 @@ class Store:
         All or nothing: the whole batch is validated (see
         `validate_follower_batch`) before a byte is written.
         """
+        if not isinstance(data, bytes):  # the caller's buffer may change while files are created
+            data = bytes(data)
         async with self._lock:
             self._check_writable()
             batch = validate_follower_batch(data, self.end_index + 1, self.end_term,
@@ -249,17 +267,20 @@ class Store:
             return self.end_index
 
     def _check_writable(self) -> None:
+        if self._failed is not None:
+            raise StorageError(f"a flush failed earlier ({self._failed}); durability can no longer "
+                               "be promised: restart the node")
         if self.disk_full:
             raise DiskFullError(f"disk usage of {self.data_dir} is above "
                                 f"{self.config.disk_full_ratio:.0%}; appends are refused")
 
     async def _write(self, batch: Batch) -> None:
         first_pos = batch.fillers[0] if batch.fillers else batch.runs[0][2]
+        if self.meta.base_pos is None:  # first entry after a reset fixes the position, first on disk
+            await self._save_meta(replace(self.meta, base_pos=first_pos))
         await self._ensure_files(self.data, first_pos, batch.end_pos)
         record_pos = batch.first_index * INDEX_RECORD_SIZE
         await self._ensure_files(self.index, record_pos, record_pos + len(batch.index_records))
-        if self.meta.base_pos is None:  # first entry after a reset fixes the position
-            await self._save_meta(replace(self.meta, base_pos=first_pos))
         data = memoryview(batch.data)
         file_size = self.config.data_file_size
         dirty = self._dirty
@@ -292,7 +313,7 @@ class Store:
         magic, pos, size, _index, term = self._record(index)
         seg = self.data.find(pos)
         off = pos - seg.start
-        view = seg.view
+        view = seg.read_view
         h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, _bsize = \
             HEADER.unpack_from(view, off)
         body = view[off + HEADER_SIZE:off + h_size]
@@ -313,7 +334,7 @@ class Store:
         check_in_log(start, self.begin_index, self.end_index)
         _magic, pos, _size, _index, _term = self._record(start)
         seg = self.data.find(pos)
-        view = seg.view
+        view = seg.read_view
         first = off = pos - seg.start
         limit = min(self.end_index, start + max_entries - 1)
         crc32 = zlib.crc32
@@ -362,7 +383,7 @@ class Store:
         pos = index * INDEX_RECORD_SIZE
         seg = self.index.find(pos)
         record = INDEX_RECORD.unpack_from(seg.view, pos - seg.start)
-        if record[3] != index or record[0] not in ENTRY_MAGICS:
+        if record[3] != index or record[0] not in ENTRY_MAGICS or not self.data.covers(record[1]):
             raise CorruptEntryError(index, record[1], "index record does not match")
         return record
 
@@ -386,9 +407,10 @@ class Store:
             else:
                 prev = self.get(index - 1)
                 end_term, chain, write_pos = prev.term, prev.chain_crc, prev.pos + prev.size
+            kept = None
             if write_pos is not None and self.data.covers(write_pos):
-                self.data.write(write_pos, END_MARK)  # erase the next header or filler
-                self._dirty.add(self.data.find(write_pos))
+                kept = self.data.write(write_pos, END_MARK)  # erase the next header or filler
+                self._dirty.add(kept)
             gone = self.data.remove_from(write_pos if write_pos is not None else -1)
             gone += self.index.remove_from(index * INDEX_RECORD_SIZE)
             self._dirty.difference_update(gone)
@@ -397,7 +419,9 @@ class Store:
             self._end_chain, self._write_pos = chain, write_pos
             self.durable_end_index = min(self.durable_end_index, self.end_index)
             self._truncated_to = min(self._truncated_to, self.end_index)
-            await self._run_io(self._delete, gone)
+            if gone:  # the end mark reaches the disk before files vanish: no resurrection
+                await self._run_io(_fdatasync_all, {kept} if kept else set())
+                await self._run_io(self._delete, gone)
             log.info("truncated the log at %d; end index %d", index, self.end_index)
             return self.end_index
 
@@ -409,16 +433,23 @@ class Store:
         position of `index + 1`; when not given, the first follower append after
         the reset supplies them.
         """
+        if next_pos is not None and next_pos % self.config.data_file_size + HEADER_SIZE + MIN_BLANK_LEN \
+                > self.config.data_file_size:
+            raise ValueError(f"next_pos {next_pos} cannot start a log")
         async with self._lock:
+            # A crash from here on finds the flag and finishes the reset on open.
+            await self._save_meta(replace(self.meta, base_index=index, base_term=term,
+                                          base_chain_crc=chain_crc, base_pos=next_pos,
+                                          resetting=True))
             gone = self.data.reset() + self.index.reset()
             self._dirty.clear()
-            await self._run_io(self._delete, gone)
-            await self._save_meta(replace(self.meta, base_index=index, base_term=term,
-                                          base_chain_crc=chain_crc, base_pos=next_pos))
+            self._changes += 1
             self.end_index, self.end_term = index, term
             self._end_chain, self._write_pos = chain_crc, next_pos
             self.durable_end_index = index
             self._truncated_to = min(self._truncated_to, index)
+            await self._run_io(self._delete, gone)
+            await self._save_meta(replace(self.meta, resetting=False))
             log.info("log reset to begin after index %d term %d", index, term)
 
     # -- cleaning --------------------------------------------------------------------------
@@ -441,9 +472,12 @@ class Store:
             first = self.data.segments[count]
             magic, _size, new_begin = HEADER.unpack_from(first.view, 0)[:3]
             assert magic in ENTRY_MAGICS, "the log must go on in the first file kept"
-            last_gone = self.get(new_begin - 1)
-            meta = replace(self.meta, base_index=last_gone.index, base_term=last_gone.term,
-                           base_chain_crc=last_gone.chain_crc, base_pos=first.start)
+            if new_begin - 1 == self.meta.base_index:  # the files held no entry of the log
+                meta = replace(self.meta, base_pos=first.start)
+            else:
+                last_gone = self.get(new_begin - 1)
+                meta = replace(self.meta, base_index=last_gone.index, base_term=last_gone.term,
+                               base_chain_crc=last_gone.chain_crc, base_pos=first.start)
             # The base moves before the files go: a crash in between leaves files that
             # recovery finishes deleting, never a hole.
             await self._save_meta(meta)
@@ -481,10 +515,19 @@ class Store:
         return self._flusher.rounds
 
     async def _sync_round(self) -> None:
+        if self._failed is not None:
+            raise StorageError(f"a flush failed earlier ({self._failed})")
         dirty, self._dirty = self._dirty, set()
         end, changes = self.end_index, self._changes
         self._truncated_to = end
-        await self._run_io(_fdatasync_all, dirty)
+        try:
+            await self._run_io(_fdatasync_all, dirty)
+        except BaseException as exc:
+            self._dirty |= dirty
+            if not isinstance(exc, asyncio.CancelledError):
+                self._failed = exc
+                log.error("flush failed: %s; the store refuses appends from now on", exc)
+            raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)
 
@@ -494,7 +537,7 @@ class Store:
             await asyncio.sleep(interval)
             try:
                 await self.flush()
-            except OSError:
+            except Exception:
                 log.exception("background flush failed")
 
     # -- I/O thread ------------------------------------------------------------------------------

@@ -98,9 +98,9 @@ async def test_votes_and_terms_only_move_forward(tmp_path: Path) -> None:
     try:
         await cp.save_vote(2, "n1")
         await cp.save_vote(2, "n1")  # the same vote again is fine
-        with pytest.raises(AssertionError, match="one vote per term"):
+        with pytest.raises(ValueError, match="already has a vote"):
             await cp.save_vote(2, "n3")
-        with pytest.raises(AssertionError, match="terms only grow"):
+        with pytest.raises(ValueError, match="below the current term"):
             await cp.save_vote(1, None)
         cp.note_progress(4, 2)
         with pytest.raises(AssertionError):
@@ -158,3 +158,14 @@ def test_the_database_runs_with_full_durability(tmp_path: Path) -> None:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         db.close()
+
+
+async def test_concurrent_votes_in_one_term_grant_only_one(tmp_path: Path) -> None:
+    cp = Checkpoint.open(tmp_path / "checkpoint.db", create=True)
+    try:
+        results = await asyncio.gather(cp.save_vote(5, "n1"), cp.save_vote(5, "n2"),
+                                       return_exceptions=True)
+        assert sum(1 for r in results if r is None) == 1
+        assert sum(1 for r in results if isinstance(r, ValueError)) == 1
+    finally:
+        await cp.close()

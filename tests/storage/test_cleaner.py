@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from storage import CleanService, DiskFullError, IndexCleanedError, Store
+from storage.batch import encode_leader_batch
 from storage.cleaner import files_to_delete
 from storage.store import HeadFile
 from tests.storage.conftest import SMALL, body
@@ -98,3 +99,16 @@ async def test_disk_full_flag_follows_usage(store: Store) -> None:
 
 async def test_disk_usage_is_read_from_the_file_system(store: Store) -> None:
     assert 0.0 < store.disk_usage_ratio() < 1.0
+
+
+async def test_head_files_holding_no_entry_of_the_log_can_go(store: Store) -> None:
+    # after a snapshot install whose first entry lands at the end of a file, that file
+    # holds only a filler before the log's first entry
+    await store.reset_begin(50, 3, chain_crc=0, next_pos=SMALL.data_file_size - 100)
+    batch = encode_leader_batch([body(i) for i in range(8)], 51, 3, 1, 0, SMALL.data_file_size - 100, 0,
+                                SMALL.data_file_size)
+    await store.append_as_follower(batch.data)
+    assert store.get(51).pos == SMALL.data_file_size  # the first entry did not fit: next file
+    cleaner = CleanService(store, lambda: 51, clock=time.time, disk_usage=lambda: 0.87)
+    assert await cleaner.run_once() == 1
+    assert (store.begin_index, store.before_begin_index, store.before_begin_term) == (51, 50, 3)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,3 +276,39 @@ async def test_lost_index_files_are_rebuilt_even_before_the_usual_scan(tmp_path:
         _check_prefix(store, written, written[-1].index)
     finally:
         await store.close()
+
+
+async def test_a_log_that_ends_before_the_commit_index_refuses_to_open(template, tmp_path: Path) -> None:
+    source, written = template
+    path = _copy(source, tmp_path)
+    victim = written[8]
+    with open(_data_file(path, victim.pos), "r+b") as f:  # a zeroed header reads as a clean end
+        f.seek(victim.pos % F)
+        f.write(bytes(8))
+    with pytest.raises(CorruptLogError, match="ends at 7 but 11 is committed"):
+        Store.open(path, SMALL, committed_index=11)
+
+
+def test_appends_a_killed_process_left_unflushed_are_synced_on_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "node"
+    script = (
+        "import asyncio, os\n"
+        "from storage import Store, StoreConfig\n"
+        "async def main():\n"
+        f"    s = Store.open({str(path)!r}, StoreConfig(data_file_size=1016, index_file_size=320))\n"
+        "    await s.append_as_leader([b'x' * 100] * 8, term=1)\n"
+        "    os._exit(0)  # no flush, no close: the bytes live in the page cache only\n"
+        "asyncio.run(main())\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    store = Store.open(path, SMALL)
+    try:
+        files = set(store.data.segments) | set(store.index.segments)
+        assert {seg.fd for seg in files} <= set(synced)
+        assert store.durable_end_index == store.end_index == 7
+    finally:
+        asyncio.run(store.close())

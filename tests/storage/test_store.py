@@ -18,6 +18,7 @@ from storage import (
     IndexOutOfRangeError,
     Magic,
     MemoryStore,
+    StorageError,
     Store,
     StoreConfig,
     StoreLockedError,
@@ -326,3 +327,104 @@ def test_config_validation() -> None:
     with pytest.raises(ValueError, match="delete_when"):
         StoreConfig(delete_when="4am")
     assert StoreConfig().disk_full_ratio == pytest.approx(0.90)
+
+
+async def test_views_handed_out_are_read_only(store: Store) -> None:
+    await store.append_as_leader([b"hello"], term=1)
+    with pytest.raises(TypeError):
+        store.get(0).body[0] = 0
+    with pytest.raises(TypeError):
+        store.read_range(0, 1, 100).data[0] = 0
+
+
+async def test_unknown_magic_is_refused(store: Store) -> None:
+    with pytest.raises(ValueError, match="not an entry type"):
+        await store.append_as_leader([b"x"], term=1, magic=0)
+    assert store.end_index == -1
+
+
+async def test_follower_bytes_are_copied_before_files_are_created(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    entries = _leader_bytes(8)
+    await store.append_as_follower(b"".join(entries[:6]))
+    buffer = bytearray(b"".join(entries[6:]))  # entry 6 needs a new data file
+    create = type(store.data).create
+
+    def create_and_scribble(self, start: int):  # the caller reuses its buffer meanwhile
+        buffer[100] ^= 0xFF
+        return create(self, start)
+
+    monkeypatch.setattr(type(store.data), "create", create_and_scribble)
+    await store.append_as_follower(buffer)
+    assert bytes(store.get(6).body) == body(6)
+
+
+async def test_position_is_saved_before_the_first_file_after_a_reset(
+        tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    leader = MemoryStore(SMALL)
+    await leader.append_as_leader([body(i) for i in range(12)], term=2)
+    await store.reset_begin(8, 2)
+
+    def crash(self, start: int):
+        raise OSError("crash while creating the file")
+
+    monkeypatch.setattr(type(store.data), "create", crash)
+    with pytest.raises(OSError):
+        await copy_log(leader, store, start=9)
+    monkeypatch.undo()
+    await store.close()
+    reopened = Store.open(store.data_dir, SMALL)
+    try:
+        await copy_log(leader, reopened, start=9)
+        assert reopened.end_index == 11
+    finally:
+        await reopened.close()
+
+
+async def test_an_interrupted_reset_is_finished_on_open(store: Store) -> None:
+    from dataclasses import replace
+
+    from storage.meta import save_meta
+    await store.append_as_leader([body(i) for i in range(10)], term=1)
+    await store.close()
+    # what a crash right after reset_begin moved the base leaves: old files, a flagged base
+    save_meta(store.data_dir, replace(store.meta, base_index=30, base_term=3, base_chain_crc=None,
+                                      base_pos=None, resetting=True))
+    reopened = Store.open(store.data_dir, SMALL)
+    try:
+        assert (reopened.begin_index, reopened.end_index, reopened.end_term) == (31, 30, 3)
+        assert not list((store.data_dir / "data").iterdir())
+        assert not reopened.meta.resetting
+    finally:
+        await reopened.close()
+
+
+async def test_truncate_makes_the_end_durable_before_deleting_files(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    await store.append_as_leader([body(i) for i in range(20)], term=1)
+    await store.flush()
+    events: list[str] = []
+    real_sync, real_unlink = os.fdatasync, Path.unlink
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (events.append("sync"), real_sync(fd))[1])
+    monkeypatch.setattr(Path, "unlink", lambda self, **kw: (events.append(self.name),
+                                                            real_unlink(self, **kw))[1])
+    await store.truncate(3)
+    assert events[0] == "sync"
+    gone = [e for e in events if e != "sync"]
+    assert gone == sorted(gone, reverse=True)  # the last file first: a crash leaves no gap
+
+
+async def test_a_failed_flush_stops_the_store(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    await store.append_as_leader([b"x"], term=1)
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(OSError):
+        await store.flush()
+    monkeypatch.undo()
+    with pytest.raises(StorageError, match="flush failed"):
+        await store.append_as_leader([b"y"], term=1)
+    with pytest.raises(StorageError, match="flush failed"):
+        await store.flush()
