@@ -66,12 +66,20 @@ class EntryDispatcher:
         self.write_index = 0
         self.match_index = -1
         self.pending: dict[int, float] = {}  # first index of a push in flight -> send time
+        self.epoch = 0  # bumped whenever in-flight pushes are written off
         self.peer_commit_index = -1  # the commit index the follower was last told
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
+        try:
+            await self._dispatch()
+        finally:
+            for task in self._pushes:
+                task.cancel()
+
+    async def _dispatch(self) -> None:
         while True:
             await self.node.wait_for_leadership()
             term = self.node.state.current_term
@@ -89,8 +97,13 @@ class EntryDispatcher:
     def _change_state(self, target: DispatcherState) -> None:
         if target is DispatcherState.COMPARE:
             self.write_index = self.node.store.end_index + 1
-            self.pending.clear()
+            self._write_off_pending()
         self.state = target
+
+    def _write_off_pending(self) -> None:
+        """Forget the pushes in flight: their late failures must not disturb what follows."""
+        self.pending.clear()
+        self.epoch += 1
 
     async def _wait(self, timeout: float) -> None:
         self.wake.clear()
@@ -127,15 +140,38 @@ class EntryDispatcher:
         compare_term = store.term_at(compare_index)
         response = await self._call(self._request(term, PushType.COMPARE, pre_log_index=compare_index,
                                                   pre_log_term=compare_term))
+        log.debug("compare %s at %d (term %d): %s x_term %d x_index %d end %d", self.peer_id,
+                  compare_index, compare_term, response.code.name, response.x_term, response.x_index,
+                  response.end_index)
         if response.code is Code.SUCCESS:
             self.match_index = compare_index
             self.node.update_watermark(term, self.peer_id, compare_index)
             self.state = DispatcherState.TRUNCATE
         elif response.code is Code.INCONSISTENT_STATE:
-            hint = response.x_index if response.x_term != -1 else response.end_index + 1
-            self.write_index = hint if hint != compare_index + 1 else compare_index  # never ask twice
+            self.write_index = self._next_compare(compare_index, response) + 1
         else:
             raise PushRejected(f"compare at {compare_index}: {response.code.name}")
+
+    def _next_compare(self, compare_index: int, response: PushResponse) -> int:
+        """Where to compare next, from the follower's hints (etcd's fast backup).
+
+        Shorter follower: at its end. A different term x_term there: if the leader
+        also holds x_term, at its last entry of it (both may agree up to there),
+        else just before the follower's first entry of x_term.
+        """
+        if response.x_term == -1:
+            candidate = response.end_index
+        else:
+            candidate = response.x_index - 1
+            store = self.node.store
+            first = store.first_index_of_term(response.x_term, compare_index)
+            if first is not None:
+                lo, hi = first, compare_index - 1  # the last index of x_term below compare_index
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    lo, hi = (mid, hi) if store.term_at(mid) <= response.x_term else (lo, mid - 1)
+                candidate = max(candidate, lo)
+        return min(candidate, compare_index - 1)  # always move back
 
     async def _truncate(self, term: int) -> None:
         truncate_index = self.match_index + 1
@@ -143,7 +179,7 @@ class EntryDispatcher:
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"truncate at {truncate_index}: {response.code.name}")
         self.write_index = truncate_index
-        self.pending.clear()
+        self._write_off_pending()
         self.state = DispatcherState.APPEND
 
     async def _install_snapshot(self, term: int) -> None:
@@ -157,7 +193,7 @@ class EntryDispatcher:
         self.match_index = store.before_begin_index
         self.node.update_watermark(term, self.peer_id, self.match_index)
         self.write_index = self.match_index + 1
-        self.pending.clear()
+        self._write_off_pending()
         self.state = DispatcherState.APPEND
 
     # -- APPEND ------------------------------------------------------------------------
@@ -184,7 +220,7 @@ class EntryDispatcher:
         self.pending[raw.first_index] = self.node.now()
         self.write_index = raw.first_index + raw.count
         self.peer_commit_index = request.commit_index
-        task = asyncio.create_task(self._push(term, request))
+        task = asyncio.create_task(self._push(term, self.epoch, request))
         self._pushes.add(task)
         task.add_done_callback(self._pushes.discard)
 
@@ -198,13 +234,15 @@ class EntryDispatcher:
             self.quota.sample(len(data))
         return delay
 
-    async def _push(self, term: int, request: PushRequest) -> None:
+    async def _push(self, term: int, epoch: int, request: PushRequest) -> None:
         try:
             response = await self._call(request)
         except PeerUnavailable:
             return  # the push timeout re-sends it
         if not self.node.state.is_leader or self.node.state.current_term != term:
             return
+        if epoch != self.epoch:
+            return  # written off: even a SUCCESS may describe entries a truncate has since removed
         if response.code is Code.SUCCESS:
             self.pending.pop(request.first_index, None)
             if request.last_index > self.match_index:
@@ -219,13 +257,14 @@ class EntryDispatcher:
         self.wake.set()
 
     def _check_push_timeout(self, term: int) -> None:
-        """Re-push from watermark + 1 when that push waited longer than max_push_timeout_ms."""
-        watermark = self.node.watermark(term, self.peer_id)
-        sent = self.pending.get(watermark + 1)
-        if sent is not None and self.node.now() - sent > self.config.max_push_timeout_ms / 1000:
-            log.info("push %d to %s timed out: re-pushing", watermark + 1, self.peer_id)
+        """Re-push from watermark + 1 when a push waited longer than max_push_timeout_ms."""
+        if not self.pending:
+            return
+        if self.node.now() - min(self.pending.values()) > self.config.max_push_timeout_ms / 1000:
+            watermark = self.node.watermark(term, self.peer_id)
+            log.info("a push to %s timed out: re-pushing from %d", self.peer_id, watermark + 1)
             self.write_index = watermark + 1
-            self.pending.clear()
+            self._write_off_pending()
 
     async def _commit_notice(self, term: int) -> None:
         request = self._request(term, PushType.COMMIT)

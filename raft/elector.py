@@ -65,6 +65,7 @@ class LeaderElector:
 
     async def run(self) -> None:
         while True:
+            self.wake.clear()  # before looking at the state: a wake-up from now on is kept
             if self.config.is_learner:
                 await self._sleep_until(float("inf"))
             elif self.state.is_leader:
@@ -76,7 +77,6 @@ class LeaderElector:
 
     async def _sleep_until(self, deadline: float) -> None:
         """Wait for the deadline, or until something wakes the elector."""
-        self.wake.clear()
         delay = deadline - self.node.now()
         await wait_event(self.wake, None if delay == float("inf") else max(delay, 0.0))
 
@@ -108,6 +108,8 @@ class LeaderElector:
                                    self.state.committed_index)
         others = self.config.others
         tasks = {peer: asyncio.ensure_future(self.node.transport.heartbeat(peer, request)) for peer in others}
+        for task in tasks.values():
+            task.add_done_callback(_consume)  # late answers are dropped, and so are their errors
         await asyncio.wait(tasks.values(), timeout=self._ms(self.config.heartbeat_interval_ms))
         answers = []
         for peer, task in tasks.items():
@@ -274,6 +276,11 @@ class LeaderElector:
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         self.next_time_to_request_vote = self.node.now()
         self.wake.set()
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _result(task: asyncio.Future[Any]) -> Any:

@@ -123,10 +123,14 @@ class EntryHandler:
 
     async def run(self) -> None:
         timeout = self.node.config.max_push_timeout_ms / 1000
-        while True:
-            self.wake.clear()
-            await wait_event(self.wake, timeout)
-            await self._drain()
+        try:
+            while True:
+                self.wake.clear()
+                await wait_event(self.wake, timeout)
+                await self._drain()
+        finally:
+            for ack in self._acks:
+                ack.cancel()
 
     async def _drain(self) -> None:
         while self.control:
@@ -137,6 +141,10 @@ class EntryHandler:
         while (self.store.end_index + 1) in self.waiting:
             request, future, _ = self.waiting.pop(self.store.end_index + 1)
             await self._append(request, future)
+        for first in [f for f in self.waiting if f <= self.store.end_index]:  # overtaken meanwhile
+            request, future, _ = self.waiting.pop(first)
+            if not future.done():
+                future.set_result(self._lost_ack(self._trim_overlap(request)))
         self._check_abnormal()
 
     def _current(self, request: PushRequest) -> bool:
@@ -199,7 +207,10 @@ class EntryHandler:
 
     async def _truncate(self, request: PushRequest) -> PushResponse:
         index = request.pre_log_index
-        assert index > self.node.state.committed_index, "a committed entry is never truncated"
+        if index <= self.node.state.committed_index:
+            log.error("BUG: leader %s asked to truncate committed entries from %d (committed %d)",
+                      request.leader_id, index, self.node.state.committed_index)
+            return self._answer(request, Code.INCONSISTENT_STATE)
         if await self.store.truncate(index) != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1

@@ -91,7 +91,8 @@ class Network:
             self._background.add(copy)
             copy.add_done_callback(self._background.discard)
         try:
-            response = await asyncio.wait_for(handle(request), self.rpc_timeout_s)
+            async with asyncio.timeout(self.rpc_timeout_s):
+                response = await handle(request)
         except TimeoutError:
             raise PeerUnavailable(f"{kind} {source}->{target} timed out") from None
         if fate.lose_response or not self.linked(target, source) or target not in self._handlers:

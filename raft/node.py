@@ -179,7 +179,8 @@ class RaftNode:
         if future is None:  # committed already (a single-member group)
             return appended
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.config.max_wait_ack_ms / 1000)
+            async with asyncio.timeout(self.config.max_wait_ack_ms / 1000):
+                await asyncio.shield(future)
         except TimeoutError:
             raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
                                   f"{self.config.max_wait_ack_ms} ms", self.state.leader_id) from None

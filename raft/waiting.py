@@ -12,7 +12,8 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         await asyncio.sleep(0)  # still a yield: a caller looping on a deadline cannot starve the loop
         return event.is_set()
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await event.wait()
     return event.is_set()
 
 

@@ -33,9 +33,13 @@ class _VirtualSelector:
         return getattr(self._selector, name)
 
 
+SPIN_LIMIT = 2_000_000  # loop iterations without the clock moving: a livelock
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         self._virtual_now = 0.0
+        self._still = 0
         super().__init__(_VirtualSelector(selectors.DefaultSelector(), self))  # type: ignore[arg-type]
 
     def time(self) -> float:
@@ -43,6 +47,14 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def advance(self, seconds: float) -> None:
         self._virtual_now += seconds
+        self._still = 0
+
+    def _run_once(self) -> None:
+        self._still += 1
+        if self._still > SPIN_LIMIT:
+            raise RuntimeError(f"livelock: {SPIN_LIMIT} steps at t={self._virtual_now:.3f} "
+                               "without the clock moving")
+        super()._run_once()  # type: ignore[misc]
 
 
 class InlineExecutor(Executor):
@@ -58,8 +70,17 @@ class InlineExecutor(Executor):
 
 
 def run_virtual(coro: Any) -> Any:
+    """Run `coro` on a fresh virtual-time loop; leftover tasks are cancelled, as asyncio.run does."""
     loop = VirtualTimeLoop()
     try:
         return loop.run_until_complete(coro)
     finally:
+        leftovers = asyncio.all_tasks(loop)
+        for task in leftovers:
+            task.cancel()
+        loop.run_until_complete(_settle(leftovers))
         loop.close()
+
+
+async def _settle(tasks: set[asyncio.Task[Any]]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,3 @@
+from tests.sim.scenarios import main
+
+raise SystemExit(main())

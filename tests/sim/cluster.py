@@ -1,0 +1,210 @@
+"""A simulated cluster: real `raft` nodes over the in-memory network, on a virtual clock.
+
+Stores are the real file store (on a temporary directory, its blocking work
+run inline so the clock stays virtual) or the in-memory store. A crash stops
+a node's tasks and drops its process state; what survives is what a killed
+process leaves: its files (page cache included) and its checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raft.config import RaftConfig, parse_peers
+from raft.errors import RaftError
+from raft.inmem_transport import Fate, Network
+from raft.messages import Role
+from raft.node import RaftNode
+from storage import Store, StoreConfig
+from storage.memory import MemoryCheckpoint, MemoryStore
+from tests.sim.vloop import InlineExecutor
+
+SIM_STORE = StoreConfig(data_file_size=4096, index_file_size=32 * 64)
+
+
+@dataclass
+class Faults:
+    """Seeded message faults, switched on and off by the scenario."""
+
+    rng: random.Random
+    loss: float = 0.0
+    duplicate: float = 0.0
+    delay_max_s: float = 0.0
+    latency_s: float = 0.0002  # every message takes a little time, as on loopback
+
+    def __call__(self, source: str, target: str, kind: str) -> Fate:
+        r = self.rng.random
+        if not (self.loss or self.duplicate or self.delay_max_s):
+            return Fate(delay_s=self.latency_s * (0.5 + r()))
+        return Fate(delay_s=self.latency_s + r() * self.delay_max_s, lose_request=r() < self.loss / 2,
+                    lose_response=r() < self.loss / 2, duplicate=r() < self.duplicate)
+
+
+@dataclass
+class Member:
+    id: str
+    checkpoint: MemoryCheckpoint
+    store: Store | MemoryStore
+    node: RaftNode | None = None
+    last_commit: int = -1  # in this incarnation
+
+
+@dataclass
+class History:
+    """What the checkers know: committed entries, leaders by term, acknowledged appends."""
+
+    committed: dict[int, int] = field(default_factory=dict)  # index -> chain CRC
+    leaders: dict[int, str] = field(default_factory=dict)  # term -> leader
+    acked: dict[int, bytes] = field(default_factory=dict)  # index -> body
+
+
+class SimCluster:
+    def __init__(self, seed: int, voters: int = 3, learners: int = 0, tmp: Path | None = None,
+                 config: dict[str, object] | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.faults = Faults(random.Random(seed * 7919 + 1))
+        self.network = Network(rpc_timeout_s=0.3, faults=self.faults)
+        spec = ";".join([f"n{i}-sim:{7000 + i}" for i in range(voters)]
+                        + [f"n{voters + i}-sim:{7000 + voters + i}@learner" for i in range(learners)])
+        self.peers = parse_peers(spec)
+        self.tmp = tmp
+        self.overrides = config or {}
+        self.members = {p.id: Member(p.id, MemoryCheckpoint(), self._new_store(p.id)) for p in self.peers}
+        self.history = History()
+        self.violations: list[str] = []
+
+    # -- members -----------------------------------------------------------------------
+
+    def _new_store(self, node_id: str) -> Store | MemoryStore:
+        if self.tmp is None:
+            return MemoryStore(SIM_STORE)
+        return Store.open(self.tmp / node_id, SIM_STORE, executor=InlineExecutor())
+
+    def start(self, node_id: str) -> None:
+        member = self.members[node_id]
+        cp = member.checkpoint
+        config = RaftConfig(self_id=node_id, peers=self.peers, rpc_timeout_ms=300, **self.overrides)
+        node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
+                        voted_for=cp.voted_for, committed_index=cp.committed_index,
+                        applied_index=cp.applied_index, rng=random.Random(self.rng.random()))
+        member.node, member.last_commit = node, node.committed_index
+        self.network.register(node_id, node)
+        node.start()
+
+    def start_all(self) -> None:
+        for node_id in self.members:
+            self.start(node_id)
+
+    async def crash(self, node_id: str) -> None:
+        """Kill the process: tasks gone, memory gone; files and checkpoint stay."""
+        member = self.members[node_id]
+        if member.node is None:
+            return
+        self.network.unregister(node_id)
+        await member.node.stop()
+        member.node = None
+        if isinstance(member.store, Store):
+            member.store._release()  # no flush: the page cache survives a process kill
+            member.store = Store.open(self.tmp / node_id, SIM_STORE,  # type: ignore[operator]
+                                      committed_index=member.checkpoint.committed_index,
+                                      executor=InlineExecutor())
+
+    async def stop(self) -> None:
+        for node_id in list(self.members):
+            await self.crash(node_id)
+        for member in self.members.values():
+            if isinstance(member.store, Store):
+                await member.store.close()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @property
+    def running(self) -> list[RaftNode]:
+        return [m.node for m in self.members.values() if m.node is not None]
+
+    def leader(self) -> RaftNode | None:
+        leaders = [n for n in self.running if n.role is Role.LEADER]
+        return max(leaders, key=lambda n: n.term) if leaders else None
+
+    # -- clients ---------------------------------------------------------------------------
+
+    async def append(self, body: bytes) -> int | None:
+        """One client append through whoever leads now; the index if acknowledged."""
+        leader = self.leader()
+        if leader is None:
+            return None
+        try:
+            appended = await leader.append([body])
+        except RaftError:
+            return None
+        self.history.acked[appended.first_index] = body
+        return appended.first_index
+
+    # -- checkers ---------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raft's safety properties, looked at on every running member."""
+        for member in self.members.values():
+            node = member.node
+            if node is None:
+                continue
+            if node.role is Role.LEADER:
+                seen = self.history.leaders.setdefault(node.term, node.config.self_id)
+                if seen != node.config.self_id:
+                    self.violations.append(f"two leaders in term {node.term}: {seen} and {node.config.self_id}")
+            committed = node.committed_index
+            if committed < member.last_commit:
+                self.violations.append(f"{member.id} commit index went back {member.last_commit} -> {committed}")
+            if committed > node.store.end_index:
+                self.violations.append(f"{member.id} committed {committed} beyond its log end {node.store.end_index}")
+            start = max(member.last_commit + 1, node.store.begin_index)
+            for index in range(start, committed + 1):
+                chain = node.store.get(index).chain_crc
+                known = self.history.committed.setdefault(index, chain)
+                if known != chain:
+                    self.violations.append(f"{member.id} committed a different entry at {index}")
+            member.last_commit = max(member.last_commit, committed)
+        for index, body in self.history.acked.items():
+            if index in self.history.committed:
+                holder = next((n for n in self.running if n.committed_index >= index
+                               and n.store.begin_index <= index), None)
+                if holder is not None and bytes(holder.store.get(index).body) != body:
+                    self.violations.append(f"acknowledged append at {index} was replaced")
+
+    def check_committed_kept(self) -> None:
+        """Every committed entry is still in the log of every member that committed it."""
+        for member in self.members.values():
+            node = member.node
+            if node is None:
+                continue
+            for index in range(node.store.begin_index, node.committed_index + 1):
+                if self.history.committed.get(index, node.store.get(index).chain_crc) \
+                        != node.store.get(index).chain_crc:
+                    self.violations.append(f"{member.id} lost committed entry {index}")
+
+    def converged(self) -> bool:
+        nodes = self.running
+        if len(nodes) != len(self.members):
+            return False
+        leader = self.leader()
+        if leader is None:
+            return False
+        end = leader.store.end_index
+        return all(n.store.end_index == end and n.committed_index == end
+                   and n.store.end_term == leader.store.end_term for n in nodes)
+
+
+async def run_until(cluster: SimCluster, predicate, timeout_s: float, step_s: float = 0.01) -> bool:  # noqa: ANN001
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while loop.time() < deadline:
+        cluster.check()
+        if predicate():
+            return True
+        await asyncio.sleep(step_s)
+    return predicate()
