@@ -234,7 +234,7 @@ class EntryHandler:
         stuck = [first for first, (_, _, since) in self.waiting.items() if since < limit]
         if stuck:
             request, future, _ = self.waiting.pop(min(stuck))
-            log.warning("push from %d waited behind a gap at %d: asking for a compare",
+            log.info("push from %d waited behind a gap at %d: asking for a compare",
                         request.first_index, self.store.end_index + 1)
             if not future.done():
                 future.set_result(self._answer(request, Code.INCONSISTENT_STATE))

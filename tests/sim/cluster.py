@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,12 +157,15 @@ class SimCluster:
             if node.role is Role.LEADER:
                 seen = self.history.leaders.setdefault(node.term, node.config.self_id)
                 if seen != node.config.self_id:
-                    self.violations.append(f"two leaders in term {node.term}: {seen} and {node.config.self_id}")
+                    self.violations.append(
+                        f"two leaders in term {node.term}: {seen} and {node.config.self_id}")
             committed = node.committed_index
             if committed < member.last_commit:
-                self.violations.append(f"{member.id} commit index went back {member.last_commit} -> {committed}")
+                self.violations.append(
+                    f"{member.id} commit index went back {member.last_commit} -> {committed}")
             if committed > node.store.end_index:
-                self.violations.append(f"{member.id} committed {committed} beyond its log end {node.store.end_index}")
+                self.violations.append(
+                    f"{member.id} committed {committed} beyond its log end {node.store.end_index}")
             start = max(member.last_commit + 1, node.store.begin_index)
             for index in range(start, committed + 1):
                 chain = node.store.get(index).chain_crc
@@ -169,6 +173,11 @@ class SimCluster:
                 if known != chain:
                     self.violations.append(f"{member.id} committed a different entry at {index}")
             member.last_commit = max(member.last_commit, committed)
+            if node.role is Role.LEADER and committed >= 0 and node.store.term_at(committed) == node.term:
+                durable = sum(1 for m in self.members.values()
+                              if m.id in node.config.voters and m.store.durable_end_index >= committed)
+                if durable < len(node.config.voters) // 2 + 1:
+                    self.violations.append(f"{member.id} committed {committed} durable on only {durable}")
         for index, body in self.history.acked.items():
             if index in self.history.committed:
                 holder = next((n for n in self.running if n.committed_index >= index
@@ -199,7 +208,8 @@ class SimCluster:
                    and n.store.end_term == leader.store.end_term for n in nodes)
 
 
-async def run_until(cluster: SimCluster, predicate, timeout_s: float, step_s: float = 0.01) -> bool:  # noqa: ANN001
+async def run_until(cluster: SimCluster, predicate: Callable[[], bool], timeout_s: float,
+                    step_s: float = 0.01) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:

@@ -169,6 +169,7 @@ def run_failover(seed: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
+    import logging
     import statistics
 
     parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__,
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--failover", action="store_true", help="measure election time after a leader crash")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
+                        format="%(name)s %(message)s")
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))
     if args.failover:
         times = [run_failover(s) * 1000 for s in seeds]
