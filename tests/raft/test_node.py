@@ -1,0 +1,227 @@
+"""A member's services on a simulated cluster: client appends and their errors, learners,
+leadership transfer, preferred leader, read index, the apply loop and role callbacks.
+Reference: DLEDGER.md (codes, maxLeadershipTransferWaitIndex), JoyQueue's learners."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+
+import pytest
+
+from raft.errors import (
+    AckTimeoutError,
+    LeaderTransferringError,
+    NotLeaderError,
+    PendingFullError,
+    TermChangedError,
+)
+from raft.messages import Code, Role
+from raft.node import RaftNode
+from storage.codec import Entry, Magic
+from tests.sim.cluster import SimCluster, run_until
+from tests.sim.vloop import run_virtual
+
+
+def simulate(test):  # noqa: ANN001, ANN201 - runs an async test on the virtual clock
+    @functools.wraps(test)
+    def run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return run_virtual(test(*args, **kwargs))
+    return run
+
+
+async def stable(cluster: SimCluster) -> RaftNode:
+    cluster.start_all()
+    assert await run_until(cluster, cluster.converged, 10.0)
+    leader = cluster.leader()
+    assert leader is not None
+    return leader
+
+
+@simulate
+async def test_appends_commit_on_every_member_in_order() -> None:
+    cluster = SimCluster(seed=11)
+    try:
+        leader = await stable(cluster)
+        results = await asyncio.gather(*(leader.append([f"m{i}".encode()]) for i in range(20)))
+        indices = [r.first_index for r in results]
+        assert indices == sorted(indices) and len(set(indices)) == 20
+        assert await run_until(cluster, cluster.converged, 5.0)
+        for node in cluster.running:
+            assert [bytes(node.store.get(i).body) for i in indices] == [f"m{i}".encode() for i in range(20)]
+        assert leader.store.get(0).magic == Magic.NOOP  # the new leader's first entry
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_followers_refuse_client_appends_and_name_the_leader() -> None:
+    cluster = SimCluster(seed=12)
+    try:
+        leader = await stable(cluster)
+        follower = next(n for n in cluster.running if n is not leader)
+        with pytest.raises(NotLeaderError) as refused:
+            await follower.append([b"x"])
+        assert refused.value.code is Code.NOT_LEADER
+        assert refused.value.leader_id == leader.config.self_id
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_without_a_quorum_an_append_times_out_and_leadership_is_lost() -> None:
+    cluster = SimCluster(seed=13)
+    try:
+        leader = await stable(cluster)
+        me = leader.config.self_id
+        cluster.network.partition({me}, set(cluster.members) - {me})
+        with pytest.raises((AckTimeoutError, TermChangedError)) as failed:
+            await leader.append([b"lost?"])  # never acknowledged: no quorum stored it
+        # the isolated leader steps down after max_heartbeat_leak intervals without a quorum
+        assert await run_until(cluster, lambda: leader.role is not Role.LEADER, 2.0)
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_too_many_waiting_appends_are_refused() -> None:
+    cluster = SimCluster(seed=14, config={"max_pending_requests": 3})
+    try:
+        leader = await stable(cluster)
+        me = leader.config.self_id
+        cluster.network.partition({me}, set(cluster.members) - {me})
+        waiting = [asyncio.create_task(leader.append([b"w"])) for _ in range(3)]
+        await asyncio.sleep(0)
+        with pytest.raises(PendingFullError):
+            await leader.append([b"one too many"])
+        await asyncio.gather(*waiting, return_exceptions=True)
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_learners_receive_the_log_but_never_vote_or_count() -> None:
+    cluster = SimCluster(seed=15, voters=3, learners=1)
+    try:
+        leader = await stable(cluster)
+        learner = cluster.members["n3"].node
+        assert learner is not None and learner.config.is_learner
+        await leader.append([b"to everyone"])
+        assert await run_until(cluster, cluster.converged, 5.0)
+        assert bytes(learner.store.get(leader.store.end_index).body) == b"to everyone"
+        # with two voters gone the learner's copy does not make a quorum
+        others = [m for m in cluster.members if m not in (leader.config.self_id, "n3")]
+        for voter in others:
+            await cluster.crash(voter)
+        with pytest.raises((AckTimeoutError, TermChangedError)):
+            await leader.append([b"no quorum"])
+        assert learner.role is Role.FOLLOWER  # never a candidate
+        assert learner.elector.elections == 0
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_leadership_transfer_hands_over_to_a_caught_up_member() -> None:
+    cluster = SimCluster(seed=16)
+    try:
+        leader = await stable(cluster)
+        target = next(m for m in cluster.members if m != leader.config.self_id)
+        await leader.append([b"before"])
+        code = await leader.transfer_leadership(target)
+        assert code is Code.SUCCESS
+        assert await run_until(cluster, lambda: cluster.leader() is not None
+                               and cluster.leader().config.self_id == target, 2.0)
+        assert await run_until(cluster, cluster.converged, 5.0)
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_appends_during_a_transfer_are_refused() -> None:
+    cluster = SimCluster(seed=17)
+    try:
+        leader = await stable(cluster)
+        target = next(m for m in cluster.members if m != leader.config.self_id)
+        cluster.network.partition({target}, set(cluster.members) - {target})  # cannot catch up
+        await leader.append([b"x"])
+        transfer = asyncio.create_task(leader.transfer_leadership(target))
+        await asyncio.sleep(0.01)
+        with pytest.raises(LeaderTransferringError):
+            await leader.append([b"during"])
+        assert await transfer is Code.TIMEOUT
+        await leader.append([b"after"])  # appends resume once the transfer gave up
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_a_preferred_leader_takes_leadership_back() -> None:
+    cluster = SimCluster(seed=18, config={"preferred_leader_ids": ("n2",)})
+    try:
+        cluster.start_all()
+        assert await run_until(cluster, lambda: cluster.leader() is not None
+                               and cluster.leader().config.self_id == "n2" and cluster.converged(), 10.0)
+        await cluster.crash("n2")
+        assert await run_until(cluster, lambda: cluster.leader() is not None, 3.0)
+        cluster.start("n2")
+        assert await run_until(cluster, lambda: cluster.leader() is not None
+                               and cluster.leader().config.self_id == "n2", 10.0)
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_read_index_is_the_confirmed_commit_index() -> None:
+    cluster = SimCluster(seed=19)
+    try:
+        leader = await stable(cluster)
+        appended = await leader.append([b"read me"])
+        assert await leader.read_index() >= appended.last_index
+        me = leader.config.self_id
+        cluster.network.partition({me}, set(cluster.members) - {me})
+        with pytest.raises(NotLeaderError):  # a deposed leader cannot confirm itself
+            await leader.read_index()
+    finally:
+        await cluster.stop()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+
+    def apply(self, entries: list[Entry]) -> None:
+        self.applied += [e.index for e in entries]
+
+    def snapshot_installed(self, index: int, term: int) -> None:
+        self.applied.append(-index)
+
+
+@simulate
+async def test_committed_entries_are_applied_in_order_and_checkpointed(tmp_path: Path) -> None:
+    cluster = SimCluster(seed=20, tmp=tmp_path / "cluster")
+    try:
+        leader = await stable(cluster)
+        recorders = {}
+        roles: list[tuple[int, Role]] = []
+        for node in cluster.running:
+            recorders[node.config.self_id] = node.state_machine = Recorder()
+        leader.state.add_role_listener(lambda term, role: roles.append((term, role)))
+        for i in range(5):
+            await leader.append([f"a{i}".encode()])
+        assert await run_until(cluster, lambda: all(n.applied_index == leader.store.end_index
+                                                    for n in cluster.running), 5.0)
+        for node in cluster.running:
+            applied = recorders[node.config.self_id].applied
+            assert applied == list(range(applied[0], node.applied_index + 1))
+            cp = cluster.members[node.config.self_id].checkpoint
+            assert cp.applied_index == node.applied_index
+        me = leader.config.self_id
+        cluster.network.partition({me}, set(cluster.members) - {me})
+        assert await run_until(cluster, lambda: leader.role is not Role.LEADER, 2.0)
+        assert roles and roles[-1][1] is Role.CANDIDATE  # the role callback saw it step down
+    finally:
+        await cluster.stop()
