@@ -17,7 +17,7 @@ from raft.errors import (
     PendingFullError,
     TermChangedError,
 )
-from raft.messages import Code, Role
+from raft.messages import Code, Role, VoteRequest, VoteResult
 from raft.node import RaftNode
 from storage.codec import Entry, Magic
 from tests.sim.cluster import SimCluster, run_until
@@ -225,3 +225,64 @@ async def test_committed_entries_are_applied_in_order_and_checkpointed(tmp_path:
         assert roles and roles[-1][1] is Role.CANDIDATE  # the role callback saw it step down
     finally:
         await cluster.stop()
+
+
+@simulate
+async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install(tmp_path: Path) -> None:
+    cluster = SimCluster(seed=21, tmp=tmp_path / "cluster")
+    try:
+        leader = await stable(cluster)
+        behind = next(m for m in cluster.members if m != leader.config.self_id)
+        await cluster.crash(behind)
+        for i in range(150):  # several 4 KiB data files
+            await leader.append([f"entry-{i}".encode() * 8])
+        files = leader.store.head_files()
+        assert len(files) >= 2
+        await leader.store.delete_head_files(len(files))  # cleaned: the follower's next entry is gone
+        assert leader.store.begin_index > cluster.members[behind].store.end_index + 1
+        cluster.start(behind)
+        assert await run_until(cluster, cluster.converged, 10.0)
+        follower = cluster.members[behind].store
+        assert follower.begin_index == leader.store.begin_index
+        end = leader.store.end_index
+        assert follower.get(end).chain_crc == leader.store.get(end).chain_crc
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_a_vote_is_on_disk_before_it_is_granted() -> None:
+    cluster = SimCluster(seed=22)
+    try:
+        leader = await stable(cluster)
+        follower_id = next(m for m in cluster.members if m != leader.config.self_id)
+        follower = cluster.members[follower_id]
+        candidate = next(m for m in cluster.members if m not in (leader.config.self_id, follower_id))
+        term = follower.node.term
+        await cluster.crash(leader.config.self_id)
+        # the follower moves to term + 1 first (TERM_NOT_READY), then grants the vote
+        request = VoteRequest("default", candidate, term + 1, leader.store.end_term,
+                              leader.store.end_index + 5)
+        first = await follower.node.handle_vote(request)
+        assert first.result is VoteResult.REJECT_TERM_NOT_READY
+        assert await run_until(cluster, lambda: follower.node.term == term + 1, 1.0)
+        granted = await follower.node.handle_vote(request)
+        if granted.result is VoteResult.ACCEPT:
+            assert (follower.checkpoint.current_term, follower.checkpoint.voted_for) == (term + 1, candidate)
+        else:  # it voted for itself or another candidate in that term first: that vote is on disk
+            assert follower.checkpoint.current_term == term + 1
+            assert follower.checkpoint.voted_for is not None
+    finally:
+        await cluster.stop()
+
+
+def test_the_push_quota_holds_a_far_behind_follower_to_its_rate() -> None:
+    from raft.dispatcher import Quota
+    quota = Quota(per_second=1000)
+    assert quota.wait(10.0) == 0.0
+    quota.sample(600)
+    assert quota.wait(10.2) == 0.0
+    quota.sample(600)  # 1200 bytes in this second: over the quota
+    assert quota.wait(10.5) == pytest.approx(0.5)
+    assert quota.wait(11.0) == 0.0  # a new window
