@@ -60,6 +60,10 @@ def encode_leader_batch(
     file_size: int,
 ) -> Batch:
     """Encode `bodies` as entries first_index..., placed from `write_pos`."""
+    if not bodies:
+        raise ValueError("an append needs at least one body")
+    if magic not in ENTRY_MAGICS:
+        raise ValueError(f"magic {magic} is not an entry type")
     crc32 = zlib.crc32
     pack_header = HEADER.pack
     pack_chain = CHAIN.pack

@@ -85,8 +85,6 @@ class MemoryStore:
 
     async def append_as_leader(self, bodies: Sequence[bytes], term: int,
                                magic: int = Magic.NORMAL, channel: int = 0) -> AppendResult:
-        if not bodies:
-            raise ValueError("append_as_leader needs at least one body")
         assert term >= self.end_term, "a leader's term never falls below its log's"
         if self._write_pos is None or self._end_chain is None:
             raise StorageError("the log was reset without a position")

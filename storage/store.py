@@ -234,10 +234,6 @@ class Store:
     async def append_as_leader(self, bodies: Sequence[bytes], term: int,
                                magic: int = Magic.NORMAL, channel: int = 0) -> AppendResult:
         """Append `bodies` as new entries of `term`: one copy into the mapping, one index write."""
-        if not bodies:
-            raise ValueError("append_as_leader needs at least one body")
-        if magic not in ENTRY_MAGICS:
-            raise ValueError(f"magic {magic} is not an entry type")
         async with self._lock:
             self._check_writable()
             assert term >= self.end_term, "a leader's term never falls below its log's"
