@@ -96,9 +96,9 @@ class RaftConfig:
                 raise ValueError(f"{name} must be positive")
         if self.max_vote_interval_ms < self.min_vote_interval_ms:
             raise ValueError("max_vote_interval_ms must be at least min_vote_interval_ms")
-        unknown = set(self.preferred_leader_ids) - ids
+        unknown = set(self.preferred_leader_ids) - set(self.voters)
         if unknown:
-            raise ValueError(f"preferred leaders {sorted(unknown)} are not peers")
+            raise ValueError(f"preferred leaders {sorted(unknown)} are not voting peers")
 
     @property
     def voters(self) -> tuple[str, ...]:

@@ -97,6 +97,7 @@ class EntryDispatcher:
     def _change_state(self, target: DispatcherState) -> None:
         if target is DispatcherState.COMPARE:
             self.write_index = self.node.store.end_index + 1
+        if target is not DispatcherState.APPEND:
             self._write_off_pending()
         self.state = target
 
@@ -135,17 +136,20 @@ class EntryDispatcher:
         store = self.node.store
         compare_index = min(self.write_index, store.end_index + 1) - 1
         if compare_index < store.before_begin_index:
-            self.state = DispatcherState.INSTALL_SNAPSHOT
+            self._change_state(DispatcherState.INSTALL_SNAPSHOT)
             return
         compare_term = store.term_at(compare_index)
+        chain = (store.before_begin_chain_crc if compare_index == store.before_begin_index
+                 else store.get(compare_index).chain_crc)
         response = await self._call(self._request(term, PushType.COMPARE, pre_log_index=compare_index,
-                                                  pre_log_term=compare_term))
+                                                  pre_log_term=compare_term, chain_crc=chain))
         log.debug("compare %s at %d (term %d): %s x_term %d x_index %d end %d", self.peer_id,
                   compare_index, compare_term, response.code.name, response.x_term, response.x_index,
                   response.end_index)
         if response.code is Code.SUCCESS:
             self.match_index = compare_index
-            self.node.update_watermark(term, self.peer_id, compare_index)
+            # what it holds counts for the quorum only once durable there
+            self.node.update_watermark(term, self.peer_id, min(compare_index, response.ack_index))
             self.state = DispatcherState.TRUNCATE
         elif response.code is Code.INCONSISTENT_STATE:
             self.write_index = self._next_compare(compare_index, response) + 1
@@ -202,7 +206,7 @@ class EntryDispatcher:
         store = self.node.store
         self._check_push_timeout(term)
         if self.write_index <= store.before_begin_index:
-            self.state = DispatcherState.INSTALL_SNAPSHOT
+            self._change_state(DispatcherState.INSTALL_SNAPSHOT)
             return
         if self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max:
             if not self.pending and self.peer_commit_index < self.node.state.committed_index:

@@ -54,7 +54,9 @@ class LeaderElector:
         self.last_success_heartbeat = node.now()
         self.next_time_to_request_vote = -1.0
         self.need_increase_term_immediately = False
-        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        # The first round after a start raises the term: a member that lost its unflushed
+        # tail must not lead again in a term whose indices others may hold differently.
+        self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         self.last_vote_cost = 0.0
         self.taking_leadership = False
         self.peer_alive: dict[str, bool] = {}

@@ -45,8 +45,9 @@ class EntryHandler:
 
     def _answer(self, request: PushRequest, code: Code, **fields: int) -> PushResponse:
         index = request.first_index if request.type is PushType.APPEND else request.pre_log_index
-        return PushResponse(code, self.node.state.current_term, index, self.store.end_index,
-                            self.store.end_term, **fields)
+        values = {"end_index": self.store.end_index, "end_term": self.store.end_term,
+                  "ack_index": self.store.ack_end_index, **fields}
+        return PushResponse(code, self.node.state.current_term, index, **values)
 
     # -- intake --------------------------------------------------------------------
 
@@ -58,7 +59,11 @@ class EntryHandler:
                 return self._answer(request, Code.UNEXPECTED_ARGUMENT)
             request = self._trim_overlap(request)
             if request.count == 0 or request.last_index <= self.store.end_index:
-                return self._lost_ack(request)
+                response = self._lost_ack(request)
+                if response.code is Code.SUCCESS and request.last_index > self.store.ack_end_index:
+                    await self.store.wait_durable()  # never acknowledge what is not durable
+                    response = self._answer(request, Code.SUCCESS)
+                return response
             if request.first_index in self.waiting:
                 return self._answer(request, Code.REPEATED_PUSH)
             if len(self.waiting) >= WAITING_PUSHES_MAX:
@@ -81,7 +86,7 @@ class EntryHandler:
         data = memoryview(request.data)
         last_shared = _entry_offset(data, end - request.first_index)
         header = HEADER.unpack_from(data, last_shared)
-        if header[6] != self.store.get(end).chain_crc:
+        if end < self.store.begin_index or header[6] != self.store.get(end).chain_crc:
             return request  # disagrees: the lost-ack check answers INCONSISTENT_STATE
         offset = last_shared + header[1]
         return PushRequest(request.group, request.leader_id, request.term, request.type,
@@ -125,9 +130,12 @@ class EntryHandler:
         timeout = self.node.config.max_push_timeout_ms / 1000
         try:
             while True:
-                self.wake.clear()
                 await wait_event(self.wake, timeout)
-                await self._drain()
+                self.wake.clear()  # before draining: what arrives meanwhile wakes the next pass
+                try:
+                    await self._drain()
+                except Exception:
+                    log.exception("push handling failed; answering the rest")
         finally:
             for ack in self._acks:
                 ack.cancel()
@@ -143,9 +151,19 @@ class EntryHandler:
             await self._append(request, future)
         for first in [f for f in self.waiting if f <= self.store.end_index]:  # overtaken meanwhile
             request, future, _ = self.waiting.pop(first)
-            if not future.done():
-                future.set_result(self._lost_ack(self._trim_overlap(request)))
+            self._ack(request, future, self._lost_ack(self._trim_overlap(request)))
         self._check_abnormal()
+
+    def _ack(self, request: PushRequest, future: asyncio.Future[PushResponse],
+             response: PushResponse) -> None:
+        """Answer now, or once durable if the answer is a SUCCESS for entries not yet durable."""
+        if response.code is not Code.SUCCESS or request.last_index <= self.store.ack_end_index:
+            if not future.done():
+                future.set_result(response)
+            return
+        ack = asyncio.create_task(self._ack_when_durable(request, future))
+        self._acks.add(ack)
+        ack.add_done_callback(self._acks.discard)
 
     def _current(self, request: PushRequest) -> bool:
         state = self.node.state
@@ -155,21 +173,20 @@ class EntryHandler:
     async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
         async with self.node.state.lock:  # a vote never sees a log an append is changing
             if not self._current(request):
-                future.set_result(self._answer(request, Code.INCONSISTENT_LEADER))
+                self._ack(request, future, self._answer(request, Code.INCONSISTENT_LEADER))
                 return
             try:
                 await self.store.append_as_follower(request.data)
             except AppendRejectedError as exc:
                 log.warning("push %d-%d rejected: %s", request.first_index, request.last_index, exc)
-                future.set_result(self._answer(request, Code.INCONSISTENT_STATE))
+                self._ack(request, future, self._answer(request, Code.INCONSISTENT_STATE))
                 return
             except DiskFullError:
-                future.set_result(self._answer(request, Code.DISK_FULL))
+                self._ack(request, future, self._answer(request, Code.DISK_FULL))
                 return
         self.matched_end = request.last_index
-        ack = asyncio.create_task(self._ack_when_durable(request, future))
-        self._acks.add(ack)
-        ack.add_done_callback(self._acks.discard)
+        self._follow_commit(request.commit_index)
+        self._ack(request, future, self._answer(request, Code.SUCCESS))
 
     async def _ack_when_durable(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
         await self.store.wait_durable()
@@ -197,16 +214,26 @@ class EntryHandler:
         if index < store.before_begin_index:  # cleaned here: start from what is kept
             return self._answer(request, Code.INCONSISTENT_STATE, end_index=store.before_begin_index)
         local_term = store.term_at(index)
-        if local_term == request.pre_log_term:
-            self.matched_end = index
+        if local_term == request.pre_log_term and self._same_chain(index, request.chain_crc):
+            self.matched_end = max(self.matched_end, index)  # a late compare never unlearns a match
             self._follow_commit(request.commit_index)
             return self._answer(request, Code.SUCCESS)
         first = store.first_index_of_term(local_term, index)
         return self._answer(request, Code.INCONSISTENT_STATE, x_term=local_term,
                             x_index=first if first is not None else store.begin_index)
 
+    def _same_chain(self, index: int, leader_chain: int | None) -> bool:
+        """Equal chain CRCs at an index mean equal logs up to it; unknown ones cannot differ."""
+        if leader_chain is None:
+            return True
+        local = (self.store.before_begin_chain_crc if index == self.store.before_begin_index
+                 else self.store.get(index).chain_crc)
+        return local is None or local == leader_chain
+
     async def _truncate(self, request: PushRequest) -> PushResponse:
         index = request.pre_log_index
+        if index <= self.matched_end:  # a late truncate: entries since matched would go
+            return self._answer(request, Code.INCONSISTENT_STATE)
         if index <= self.node.state.committed_index:
             log.error("BUG: leader %s asked to truncate committed entries from %d (committed %d)",
                       request.leader_id, index, self.node.state.committed_index)
@@ -218,6 +245,8 @@ class EntryHandler:
         return self._answer(request, Code.SUCCESS)
 
     async def _install_snapshot(self, request: PushRequest) -> PushResponse:
+        if request.pre_log_index < max(self.matched_end, self.node.state.committed_index):
+            return self._answer(request, Code.INCONSISTENT_STATE)  # late: this log is further
         await self.store.reset_begin(request.pre_log_index, request.pre_log_term,
                                      chain_crc=request.chain_crc, next_pos=request.next_pos)
         self.matched_end = request.pre_log_index

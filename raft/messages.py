@@ -134,7 +134,7 @@ class PushRequest:
     data: bytes | memoryview = b""
     pre_log_index: int = -1
     pre_log_term: int = -1
-    chain_crc: int | None = None
+    chain_crc: int | None = None  # COMPARE: the leader's chain CRC at pre_log_index
     next_pos: int | None = None
 
     @property
@@ -151,6 +151,7 @@ class PushResponse:
     end_term: int = -1
     x_term: int = -1  # COMPARE mismatch: the follower's term at pre_log_index
     x_index: int = -1  # and the first index of that term in its log
+    ack_index: int = -1  # the follower's end that its flush mode lets it acknowledge
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,14 @@ class StateMachine(Protocol):
     """What committed entries are handed to, in index order."""
 
     def apply(self, entries: list[Entry]) -> None: ...
+    def _note_progress(self) -> None:
+        """Checkpoint at most what this member holds durably, never moving back."""
+        committed = max(self._noted[0], min(self.state.committed_index, self.store.durable_end_index))
+        applied = max(self._noted[1], min(self.applied_index, committed))
+        if (committed, applied) != self._noted:
+            self._noted = (committed, applied)
+            self.progress.note_progress(committed, applied)
+
     def snapshot_installed(self, index: int, term: int) -> None: ...
 
 
@@ -63,6 +71,14 @@ class NullStateMachine:
 
     def apply(self, entries: list[Entry]) -> None:
         pass
+
+    def _note_progress(self) -> None:
+        """Checkpoint at most what this member holds durably, never moving back."""
+        committed = max(self._noted[0], min(self.state.committed_index, self.store.durable_end_index))
+        applied = max(self._noted[1], min(self.applied_index, committed))
+        if (committed, applied) != self._noted:
+            self._noted = (committed, applied)
+            self.progress.note_progress(committed, applied)
 
     def snapshot_installed(self, index: int, term: int) -> None:
         pass
@@ -96,6 +112,7 @@ class RaftNode:
         committed = min(committed_index, store.end_index)
         self.state = MemberState(config, progress, term, voted_for, committed)
         self.applied_index = max(min(applied_index, committed), store.before_begin_index)
+        self._noted = (committed, min(applied_index, committed))
         self.elector = LeaderElector(self)
         self.handler = EntryHandler(self)
         self.dispatchers = {peer: EntryDispatcher(self, peer) for peer in config.others}
@@ -109,6 +126,7 @@ class RaftNode:
         self._appended = asyncio.Event()  # the leader's own log grew: flush it
         self._leading = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()  # one-off work such as the NOOP
         self._transfer: asyncio.Task[Code] | None = None
         self.state.add_role_listener(self._on_role_change)
 
@@ -121,12 +139,14 @@ class RaftNode:
         loop_tasks = [self.elector.run(), self.handler.run(), self._apply_loop(), self._leader_flush_loop()]
         loop_tasks += [d.run() for d in self.dispatchers.values()]
         self._tasks = [asyncio.create_task(t, name=f"raft-{self.config.self_id}") for t in loop_tasks]
+        self._apply_wake.set()  # entries committed before a restart may still wait to be applied
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._side_tasks, *([self._transfer] if self._transfer else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks, self._side_tasks = [], set()
         self._fail_pending(TermChangedError("the node is stopping"))
 
     # -- roles -----------------------------------------------------------------------
@@ -140,7 +160,8 @@ class RaftNode:
             self._watermarks, self._watermark_term = {}, term
             self._term_first_index = -1
             task = asyncio.create_task(self._append_noop(term))
-            self._tasks.append(task)
+            self._side_tasks.add(task)
+            task.add_done_callback(self._side_tasks.discard)
         else:
             self._leading.clear()
         self.elector.wake.set()
@@ -232,7 +253,7 @@ class RaftNode:
         if not self.state.is_leader:
             return
         term = self.state.current_term
-        self._watermarks[self.config.self_id] = self.store.durable_end_index
+        self._watermarks[self.config.self_id] = self.store.ack_end_index
         index = quorum_index(self._watermarks, self.config.voters)
         if index <= self.state.committed_index or self.store.term_at(index) != term:
             return
@@ -275,10 +296,14 @@ class RaftNode:
             if self.state.current_term != term or not self.state.is_leader:
                 raise NotLeaderError("leadership changed", self.state.leader_id)
         committed = self.state.committed_index
-        verdict = await self.elector.heartbeat_round(term)
-        if verdict is not LeaderVerdict.HEALTHY or self.state.current_term != term:
-            raise NotLeaderError("leadership could not be confirmed", self.state.leader_id)
-        return committed
+        while True:  # a round that is not conclusive is tried again until the deadline
+            verdict = await self.elector.heartbeat_round(term)
+            if self.state.current_term != term or not self.state.is_leader:
+                raise NotLeaderError("leadership lost while confirming", self.state.leader_id)
+            if verdict is LeaderVerdict.HEALTHY:
+                return committed
+            if self.now() >= deadline:
+                raise NotLeaderError("leadership could not be confirmed by a quorum", None)
 
     # -- apply -------------------------------------------------------------------------
 
@@ -291,8 +316,15 @@ class RaftNode:
                 entries = [self.store.get(i) for i in range(self.applied_index + 1, last + 1)]
                 self.state_machine.apply(entries)
                 self.applied_index = last
-            durable = min(self.state.committed_index, self.store.durable_end_index)
-            self.progress.note_progress(max(durable, self.applied_index), self.applied_index)
+            self._note_progress()
+
+    def _note_progress(self) -> None:
+        """Checkpoint at most what this member holds durably, never moving back."""
+        committed = max(self._noted[0], min(self.state.committed_index, self.store.durable_end_index))
+        applied = max(self._noted[1], min(self.applied_index, committed))
+        if (committed, applied) != self._noted:
+            self._noted = (committed, applied)
+            self.progress.note_progress(committed, applied)
 
     def snapshot_installed(self, index: int, term: int) -> None:
         self.state_machine.snapshot_installed(index, term)

@@ -62,6 +62,10 @@ class MemoryStore:
         return self.end_index
 
     @property
+    def ack_end_index(self) -> int:
+        return self.end_index
+
+    @property
     def write_pos(self) -> int | None:
         return self._write_pos
 

@@ -507,6 +507,12 @@ class Store:
             await self.flush()
 
     @property
+    def ack_end_index(self) -> int:
+        """The end an acknowledgement may cover under the flush mode: durable in "sync",
+        written in "async" (whose risk is documented in StoreConfig)."""
+        return self.durable_end_index if self.config.flush_mode == "sync" else self.end_index
+
+    @property
     def flush_rounds(self) -> int:
         return self._flusher.rounds
 

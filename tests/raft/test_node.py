@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from raft.config import RaftConfig, parse_peers
 from raft.errors import (
     AckTimeoutError,
     LeaderTransferringError,
@@ -17,11 +18,14 @@ from raft.errors import (
     PendingFullError,
     TermChangedError,
 )
-from raft.messages import Code, Role, VoteRequest, VoteResult
+from raft.inmem_transport import Network
+from raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteResult
 from raft.node import RaftNode
+from storage import Store, StoreConfig
 from storage.codec import Entry, Magic
+from storage.memory import MemoryCheckpoint
 from tests.sim.cluster import SimCluster, run_until
-from tests.sim.vloop import run_virtual
+from tests.sim.vloop import InlineExecutor, run_virtual
 
 
 def simulate(test):
@@ -286,3 +290,51 @@ def test_the_push_quota_holds_a_far_behind_follower_to_its_rate() -> None:
     quota.sample(600)  # 1200 bytes in this second: over the quota
     assert quota.wait(10.5) == pytest.approx(0.5)
     assert quota.wait(11.0) == 0.0  # a new window
+
+
+@simulate
+async def test_a_late_truncate_never_removes_entries_the_follower_acknowledged() -> None:
+    cluster = SimCluster(seed=23, voters=5)
+    try:
+        leader = await stable(cluster)
+        follower = next(n for n in cluster.running if n is not leader)
+        pair = {leader.config.self_id, follower.config.self_id}
+        cluster.network.partition(pair, set(cluster.members) - pair)  # entries reach it, no quorum
+        appends = [asyncio.create_task(leader.append([f"held-{i}".encode()])) for i in range(3)]
+        start = leader.store.end_index
+        assert await run_until(cluster, lambda: follower.store.end_index == start + 3, 0.2)
+        end = follower.store.end_index
+        assert follower.committed_index < end - 1  # acknowledged, not committed
+        late = PushRequest("default", leader.config.self_id, leader.term, PushType.TRUNCATE,
+                           leader.committed_index, pre_log_index=end - 1)
+        answer = await follower.handle_push(late)  # delayed in the network past its retry
+        assert answer.code is Code.INCONSISTENT_STATE
+        assert follower.store.end_index == end
+        await asyncio.gather(*appends, return_exceptions=True)
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_async_flush_mode_commits_without_waiting_for_the_disk(tmp_path: Path) -> None:
+    config = RaftConfig(self_id="n0", peers=parse_peers("n0-h:1"))
+    store = Store.open(tmp_path / "n0", StoreConfig(data_file_size=4096, index_file_size=640,
+                                                   flush_mode="async"), executor=InlineExecutor())
+    node = RaftNode(config, store, MemoryCheckpoint(), Network().transport("n0"))
+    node.start()  # the store's background flush is not running: nothing is durable yet
+    try:
+        assert await run_until_leader(node)
+        appended = await node.append([b"fast"])
+        assert node.committed_index >= appended.last_index
+        assert store.durable_end_index < appended.last_index
+    finally:
+        await node.stop()
+        await store.close()
+
+
+async def run_until_leader(node: RaftNode) -> bool:
+    for _ in range(500):
+        if node.role is Role.LEADER and node.committed_index >= 0:
+            return True
+        await asyncio.sleep(0.01)
+    return False

@@ -45,6 +45,44 @@ class Faults:
                     lose_response=r() < self.loss / 2, duplicate=r() < self.duplicate)
 
 
+class PowerLossStore(MemoryStore):
+    """The in-memory store with a disk behind it: a flush takes `fsync_s`, and a power
+    loss keeps only what the last completed flush covered."""
+
+    def __init__(self, fsync_s: float) -> None:
+        super().__init__(SIM_STORE)
+        self.fsync_s = fsync_s
+        self._durable = -1
+
+    @property
+    def durable_end_index(self) -> int:
+        return min(self._durable, self.end_index)
+
+    @property
+    def ack_end_index(self) -> int:
+        return self.durable_end_index
+
+    async def flush(self) -> None:
+        target = self.end_index
+        await asyncio.sleep(self.fsync_s)
+        self._durable = max(self._durable, min(target, self.end_index))
+
+    async def wait_durable(self) -> None:
+        await self.flush()
+
+    async def truncate(self, index: int) -> int:
+        end = await super().truncate(index)
+        self._durable = min(self._durable, end)
+        return end
+
+    async def reset_begin(self, index: int, term: int, **base: int | None) -> None:
+        await super().reset_begin(index, term, **base)  # type: ignore[arg-type]
+        self._durable = index
+
+    async def power_loss(self) -> None:
+        await super().truncate(max(self._durable + 1, self.begin_index))
+
+
 @dataclass
 class Member:
     id: str
@@ -65,7 +103,8 @@ class History:
 
 class SimCluster:
     def __init__(self, seed: int, voters: int = 3, learners: int = 0, tmp: Path | None = None,
-                 config: dict[str, object] | None = None) -> None:
+                 config: dict[str, object] | None = None, power_loss: bool = False) -> None:
+        self.power_loss = power_loss
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = Faults(random.Random(seed * 7919 + 1))
@@ -82,6 +121,8 @@ class SimCluster:
     # -- members -----------------------------------------------------------------------
 
     def _new_store(self, node_id: str) -> Store | MemoryStore:
+        if self.power_loss:
+            return PowerLossStore(fsync_s=0.002)
         if self.tmp is None:
             return MemoryStore(SIM_STORE)
         return Store.open(self.tmp / node_id, SIM_STORE, executor=InlineExecutor())
@@ -109,6 +150,8 @@ class SimCluster:
         self.network.unregister(node_id)
         await member.node.stop()
         member.node = None
+        if isinstance(member.store, PowerLossStore):
+            await member.store.power_loss()  # the whole machine went down: unflushed data is gone
         if isinstance(member.store, Store):
             member.store._release()  # no flush: the page cache survives a process kill
             member.store = Store.open(self.tmp / node_id, SIM_STORE,  # type: ignore[operator]

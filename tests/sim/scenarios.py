@@ -38,8 +38,15 @@ class Outcome:
 
 
 def store_kind(seed: int) -> str:
-    """Half the seeds run the real file store, half the in-memory one."""
-    return "file" if seed % 2 else "memory"
+    """A third of the seeds each: the real file store (a crash kills the process), the
+    in-memory store, and the in-memory store behind a slow disk (a crash is a power loss)."""
+    return ("memory", "file", "power-loss")[seed % 3]
+
+
+def new_cluster(seed: int, voters: int, prefix: str) -> SimCluster:
+    kind = store_kind(seed)
+    tmp = Path(tempfile.mkdtemp(prefix=f"raftlog-{prefix}-{seed}-")) if kind == "file" else None
+    return SimCluster(seed, voters=voters, tmp=tmp, power_loss=kind == "power-loss")
 
 
 async def _clients(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
@@ -92,8 +99,7 @@ def _calm(cluster: SimCluster) -> None:
 
 async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = False) -> Outcome:
     rng = random.Random(seed)
-    tmp = Path(tempfile.mkdtemp(prefix=f"raftlog-sim-{seed}-")) if store_kind(seed) == "file" else None
-    cluster = SimCluster(seed, voters=voters, tmp=tmp)
+    cluster = new_cluster(seed, voters, "sim")
     nemeses: list[str] = []
     stop = asyncio.Event()
     try:
@@ -135,8 +141,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
 async def failover(seed: int, voters: int = 3) -> float:
     """Seconds from killing a steady leader until a new leader accepts writes (its first entry
     committed), with the default timing settings."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"raftlog-fo-{seed}-")) if store_kind(seed) == "file" else None
-    cluster = SimCluster(seed, voters=voters, tmp=tmp)
+    cluster = new_cluster(seed, voters, "failover")
     try:
         cluster.start_all()
         await run_until(cluster, cluster.converged, 10.0)
