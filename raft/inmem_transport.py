@@ -47,7 +47,6 @@ class Network:
         self._handlers: dict[str, PeerHandler] = {}
         self._cut: set[tuple[str, str]] = set()
         self._background: set[asyncio.Task[Any]] = set()
-        self.calls = 0
 
     def register(self, node_id: str, handler: PeerHandler) -> None:
         self._handlers[node_id] = handler
@@ -75,7 +74,6 @@ class Network:
         return (source, target) not in self._cut
 
     async def deliver(self, source: str, target: str, kind: str, request: Any) -> Any:
-        self.calls += 1
         fate = self.faults(source, target, kind)
         handler = self._handlers.get(target)
         if handler is None:

@@ -197,12 +197,10 @@ class MemoryCheckpoint:
         self.voted_for: str | None = None
         self.committed_index = -1
         self.applied_index = -1
-        self.votes_saved = 0
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
         check_vote(self.current_term, self.voted_for, term, voted_for)
         self.current_term, self.voted_for = term, voted_for
-        self.votes_saved += 1
 
     def note_progress(self, committed_index: int, applied_index: int) -> None:
         self.committed_index, self.applied_index = committed_index, applied_index

@@ -69,10 +69,6 @@ class SegmentList:
     # -- lookup (memory only) ------------------------------------------------
 
     @property
-    def first_start(self) -> int:
-        return self.segments[0].start
-
-    @property
     def end(self) -> int:
         """Offset just past the last file."""
         return self.segments[-1].start + self.file_size if self.segments else 0
