@@ -55,13 +55,6 @@ class StateMachine(Protocol):
     """What committed entries are handed to, in index order."""
 
     def apply(self, entries: list[Entry]) -> None: ...
-    def _note_progress(self) -> None:
-        """Checkpoint at most what this member holds durably, never moving back."""
-        committed = max(self._noted[0], min(self.state.committed_index, self.store.durable_end_index))
-        applied = max(self._noted[1], min(self.applied_index, committed))
-        if (committed, applied) != self._noted:
-            self._noted = (committed, applied)
-            self.progress.note_progress(committed, applied)
 
     def snapshot_installed(self, index: int, term: int) -> None: ...
 
@@ -71,14 +64,6 @@ class NullStateMachine:
 
     def apply(self, entries: list[Entry]) -> None:
         pass
-
-    def _note_progress(self) -> None:
-        """Checkpoint at most what this member holds durably, never moving back."""
-        committed = max(self._noted[0], min(self.state.committed_index, self.store.durable_end_index))
-        applied = max(self._noted[1], min(self.applied_index, committed))
-        if (committed, applied) != self._noted:
-            self._noted = (committed, applied)
-            self.progress.note_progress(committed, applied)
 
     def snapshot_installed(self, index: int, term: int) -> None:
         pass
