@@ -172,9 +172,7 @@ async def test_damage_at_or_below_the_commit_index_refuses_to_open(template, tmp
     source, written = template
     path = _copy(source, tmp_path)
     victim = written[9]
-    with open(_data_file(path, victim.pos), "r+b") as f:
-        f.seek(victim.pos % F + HEADER_SIZE)
-        f.write(b"\xff")
+    _write_at(path, victim.pos + HEADER_SIZE, b"\xff")
     with pytest.raises(CorruptLogError) as refused:
         Store.open(path, SMALL, committed_index=9)
     assert refused.value.index == 9
@@ -208,12 +206,8 @@ async def test_index_records_are_rebuilt_from_the_data(template, tmp_path: Path)
 
 async def test_a_magic_that_disagrees_with_its_index_record_is_damage(template, tmp_path: Path) -> None:
     source, written = template
-    path = _copy(source, tmp_path)
     victim = written[12]
-    with open(_data_file(path, victim.pos), "r+b") as f:
-        f.seek(victim.pos % F + 3)
-        f.write(b"\x03")  # NORMAL -> CONFIG_CHANGE: valid, and covered by no CRC
-    store = Store.open(path, SMALL)
+    store = Store.open(_copy_with_flip(source, tmp_path, victim), SMALL)
     try:
         _check_prefix(store, written, 11)
     finally:
@@ -223,11 +217,17 @@ async def test_a_magic_that_disagrees_with_its_index_record_is_damage(template, 
 
 
 def _copy_with_flip(source: Path, tmp: Path, victim: Written) -> Path:
+    """A copy whose entry `victim` says CONFIG_CHANGE, not NORMAL: valid, and covered by no CRC."""
     path = _copy(source, tmp)
-    with open(_data_file(path, victim.pos), "r+b") as f:
-        f.seek(victim.pos % F + 3)
-        f.write(b"\x03")
+    _write_at(path, victim.pos + 3, b"\x03")
     return path
+
+
+def _write_at(path: Path, pos: int, data: bytes) -> None:
+    """Overwrite bytes of the log in `path` at global position `pos`."""
+    with open(_data_file(path, pos), "r+b") as f:
+        f.seek(pos % F)
+        f.write(data)
 
 
 async def test_recovery_scans_from_the_third_to_last_file(tmp_path: Path) -> None:
@@ -282,9 +282,7 @@ async def test_a_log_that_ends_before_the_commit_index_refuses_to_open(template,
     source, written = template
     path = _copy(source, tmp_path)
     victim = written[8]
-    with open(_data_file(path, victim.pos), "r+b") as f:  # a zeroed header reads as a clean end
-        f.seek(victim.pos % F)
-        f.write(bytes(8))
+    _write_at(path, victim.pos, bytes(8))  # a zeroed header reads as a clean end
     with pytest.raises(CorruptLogError, match="ends at 7 but 11 is committed"):
         Store.open(path, SMALL, committed_index=11)
 
