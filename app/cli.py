@@ -1,17 +1,217 @@
-"""The `raftlog` command line."""
+"""The `raftlog` command line: run a node, run a local cluster, and small clients.
+
+    raftlog serve [--config FILE] [--<setting> VALUE ...]   one node
+    raftlog cluster [--nodes 3] [--data-dir data]           a local cluster of node processes
+    raftlog append [BODY ...] [--batch]                     append (stdin when no BODY)
+    raftlog get INDEX [--raw]                               read a committed entry
+    raftlog status                                          cluster status
+
+Clients talk to --url (default $RAFTLOG_URL, else http://127.0.0.1:8001).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import sys
+import time
 from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.settings import Settings, SettingsError, load_settings
+
+DEFAULT_URL = "http://127.0.0.1:8001"
+CLUSTER_CLIENT_PORT = 8001
+CLUSTER_PEER_PORT = 9001
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="raftlog", description=__doc__)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except SettingsError as exc:
+        print(f"raftlog: error: {exc}", file=sys.stderr)
+        return 2
+    except ClientError as exc:
+        print(f"raftlog: {exc}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftlog", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"raftlog {version('raftlog')}")
-    parser.parse_args(argv)
-    print(f"raftlog {version('raftlog')}")
+    commands = parser.add_subparsers(dest="command")
+
+    serve = commands.add_parser("serve", help="run one node")
+    serve.add_argument("--config", type=Path, help="a TOML file of settings")
+    for name, info in Settings.model_fields.items():
+        if name != "toml_file":
+            serve.add_argument(f"--{name.replace('_', '-')}", dest=f"setting_{name}", metavar="VALUE",
+                               help=f"(default: {info.default})")
+    serve.set_defaults(run=_serve)
+
+    cluster = commands.add_parser("cluster", help="run a local cluster of node processes on loopback")
+    cluster.add_argument("--nodes", type=int, default=3)
+    cluster.add_argument("--data-dir", type=Path, default=Path("data"))
+    cluster.add_argument("--client-port", type=int, default=CLUSTER_CLIENT_PORT, help="first client port")
+    cluster.add_argument("--peer-port", type=int, default=CLUSTER_PEER_PORT, help="first peer port")
+    cluster.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                         help="a setting for every node, e.g. --set flush_mode=async")
+    cluster.set_defaults(run=_cluster)
+
+    for name, run, help_ in (("append", _append, "append entries"), ("get", _get, "read an entry"),
+                             ("status", _status, "show the cluster status")):
+        client = commands.add_parser(name, help=help_)
+        client.add_argument("--url", default=os.environ.get("RAFTLOG_URL", DEFAULT_URL))
+        client.set_defaults(run=run)
+        if name == "append":
+            client.add_argument("bodies", nargs="*", help="entry bodies (default: stdin)")
+            client.add_argument("--batch", action="store_true", help="stdin: one entry per line, one batch")
+        elif name == "get":
+            client.add_argument("index", type=int)
+            client.add_argument("--raw", action="store_true", help="write the body's bytes to stdout")
+            client.add_argument("--consistency", choices=["linearizable", "local"], default="linearizable")
+    return parser
+
+
+# -- serve and cluster -------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from app.server import run
+
+    values = {k.removeprefix("setting_"): v for k, v in vars(args).items()
+              if k.startswith("setting_") and v is not None}
+    run(load_settings(values, args.config))
     return 0
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    from app.launcher import LocalCluster
+
+    settings = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or name not in Settings.model_fields:
+            raise SettingsError(f"--set {item!r}: expected NAME=VALUE with a known setting name")
+        settings[name] = value
+    n = args.nodes
+    cluster = LocalCluster(args.data_dir, n, client_ports=[args.client_port + i for i in range(n)],
+                           peer_ports=[args.peer_port + i for i in range(n)], settings=settings)
+    from app.server import bind
+
+    for member in cluster.members.values():  # fail with one line, not with n node logs
+        bind("127.0.0.1", member.client_port, f"{member.id} client").close()
+        bind("127.0.0.1", member.peer_port, f"{member.id} peer").close()
+    stopping = False
+
+    def on_signal(_sig: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    cluster.start()
+    try:
+        for member in cluster.members.values():
+            cluster.wait_healthy(member.id)
+        leader = cluster.wait_leader()
+        print(f"raftlog: a local cluster of {n} nodes, data under {args.data_dir}/")
+        for member in cluster.members.values():
+            mark = "  (leader)" if member.id == leader else ""
+            print(f"  {member.id}  client {member.client_url}   peer 127.0.0.1:{member.peer_port}   "
+                  f"log {member.log_path}{mark}")
+        print(f"admin page: {cluster.members['n1'].client_url}/")
+        print(f"try:  curl -X POST --data-binary 'hello' {cluster.members['n1'].client_url}/v1/entries")
+        print("Ctrl-C stops every node.", flush=True)
+        while not stopping:
+            for member in cluster.members.values():
+                if member.process is not None and not member.running:
+                    print(f"raftlog: {member.id} exited with {member.process.returncode}; "
+                          f"see {member.log_path}", file=sys.stderr, flush=True)
+                    member.process = None
+            time.sleep(0.2)
+    finally:
+        print("raftlog: stopping the nodes", flush=True)
+        cluster.stop()
+    return 0
+
+
+# -- clients -----------------------------------------------------------------------------
+
+
+class ClientError(Exception):
+    """An error answer or no answer from the node; printed as one line."""
+
+
+def _request(method: str, url: str, **kwargs: Any) -> httpx.Response:
+    try:
+        response = httpx.request(method, url, timeout=10.0, **kwargs)
+    except httpx.HTTPError as exc:
+        raise ClientError(f"no answer from {url}: {exc}") from None
+    if response.status_code >= 400:
+        try:
+            error = response.json()["error"]
+            raise ClientError(f"{response.status_code} {error['code']}: {error['message']}")
+        except (ValueError, KeyError, TypeError):
+            raise ClientError(f"HTTP {response.status_code}: {response.text[:200]}") from None
+    return response
+
+
+def _append(args: argparse.Namespace) -> int:
+    if args.bodies:
+        bodies = [b.encode() for b in args.bodies]
+    elif args.batch:
+        bodies = [line for line in sys.stdin.buffer.read().splitlines() if line]
+    else:
+        bodies = [sys.stdin.buffer.read()]
+    if len(bodies) == 1:
+        answer = _request("POST", f"{args.url}/v1/entries", content=bodies[0],
+                          headers={"content-type": "application/octet-stream"}).json()
+    else:
+        from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+
+        answer = _request("POST", f"{args.url}/v1/entries/batch", content=encode_bodies(bodies),
+                          headers={"content-type": BATCH_CONTENT_TYPE}).json()
+    print(json.dumps(answer))
+    return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    params = {"consistency": args.consistency}
+    if args.raw:
+        response = _request("GET", f"{args.url}/v1/entries/{args.index}", params=params,
+                            headers={"accept": "application/octet-stream"})
+        sys.stdout.buffer.write(response.content)
+        return 0
+    print(json.dumps(_request("GET", f"{args.url}/v1/entries/{args.index}", params=params).json()))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = _request("GET", f"{args.url}/v1/cluster").json()
+    print(f"group {status['group']}  term {status['term']}  leader {status['leader']}  "
+          f"committed {status['committed_index']}  log {status['begin_index']}..{status['end_index']}")
+    print(f"{'id':<6}{'role':<11}{'voter':<7}{'match':>8}{'lag':>7}{'contact ms':>12}  client url")
+    for m in status["members"]:
+        print(f"{m['id']:<6}{m['role'] or 'down':<11}{'yes' if m['voter'] else 'no':<7}"
+              f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}{_dash(m['last_contact_ms']):>12}  "
+              f"{m['client_url'] or '-'}")
+    return 0
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 if __name__ == "__main__":

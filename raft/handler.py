@@ -254,7 +254,7 @@ class EntryHandler:
         return self._answer(request, Code.SUCCESS)
 
     def _follow_commit(self, leader_commit: int) -> None:
-        self.node.follower_commit(min(leader_commit, self.matched_end))
+        self.node.follower_commit(leader_commit, self.matched_end)
 
     def _check_abnormal(self) -> None:
         """A push stuck behind a gap for too long: INCONSISTENT_STATE to the smallest, so the

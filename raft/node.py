@@ -105,6 +105,7 @@ class RaftNode:
         self._watermark_term = -1
         self._pending: OrderedDict[int, asyncio.Future[None]] = OrderedDict()
         self._term_first_index = -1  # the leader's NOOP: reads wait for it to commit
+        self.leader_commit_index = -1  # a follower: the commit index its leader last told it
         self._apply_wake = asyncio.Event()
         self._commit_moved = Signal()  # the commit index advanced
         self._watermark_moved = Signal()  # a follower acknowledged more
@@ -259,9 +260,17 @@ class RaftNode:
         self._apply_wake.set()
         self._commit_moved.fire()
 
-    def follower_commit(self, index: int) -> None:
+    def follower_commit(self, leader_commit: int, matched_end: int) -> None:
         if not self.state.is_leader:
-            self._commit(min(index, self.store.end_index))
+            self.leader_commit_index = max(self.leader_commit_index, leader_commit)
+            self._commit(min(leader_commit, matched_end, self.store.end_index))
+
+    @property
+    def caught_up(self) -> bool:
+        """Has a leader and holds everything it committed (a leader: its NOOP is committed)."""
+        if self.state.is_leader:
+            return 0 <= self._term_first_index <= self.state.committed_index
+        return self.state.leader_id is not None and self.state.committed_index >= self.leader_commit_index
 
     # -- reads -------------------------------------------------------------------------
 
@@ -289,6 +298,16 @@ class RaftNode:
                 return committed
             if self.now() >= deadline:
                 raise NotLeaderError("leadership could not be confirmed by a quorum", None)
+
+    async def wait_committed(self, index: int, timeout_s: float) -> bool:
+        """Wait until this member's commit index reaches `index`; False after `timeout_s`."""
+        deadline = self.now() + timeout_s
+        while True:
+            moved = self._commit_moved.current()
+            if self.state.committed_index >= index:
+                return True
+            if not await wait_event(moved, deadline - self.now()) and self.now() >= deadline:
+                return self.state.committed_index >= index
 
     # -- apply -------------------------------------------------------------------------
 

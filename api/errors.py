@@ -1,0 +1,87 @@
+"""Errors of the public API: one JSON shape, a DLedger code name, an HTTP status per case.
+
+    ApiError(code, message, leader, status)
+        raised by routes, or translated from lower layers by `api_error`:
+        RaftError       -> its code (NOT_LEADER, LEADER_PENDING_FULL, ...)
+        StorageError    -> DISK_FULL, INDEX_OUT_OF_RANGE, INDEX_LESS_THAN_LOCAL_BEGIN, DISK_ERROR
+
+Every error answers `{"error": {"code": "<name>", "message": "...", "leader": "n1" | null}}`.
+"""
+
+from __future__ import annotations
+
+from raft.errors import RaftError
+from raft.messages import Code
+from storage.errors import (
+    DiskFullError,
+    EntryTooLargeError,
+    IndexCleanedError,
+    IndexOutOfRangeError,
+    StorageError,
+)
+
+# The HTTP status of each code a client can meet; openapi.yaml documents the same table.
+STATUS = {
+    Code.UNEXPECTED_ARGUMENT: 400,
+    Code.REQUEST_WITH_EMPTY_BODYS: 400,
+    Code.UNKNOWN_MEMBER: 400,
+    Code.INDEX_OUT_OF_RANGE: 404,
+    Code.FALL_BEHIND_TOO_MUCH: 409,
+    Code.INDEX_LESS_THAN_LOCAL_BEGIN: 410,
+    Code.INTERNAL_ERROR: 500,
+    Code.DISK_ERROR: 500,
+    Code.NETWORK_ERROR: 502,
+    Code.NOT_LEADER: 503,
+    Code.LEADER_PENDING_FULL: 503,
+    Code.LEADER_TRANSFERRING: 503,
+    Code.TERM_CHANGED: 503,
+    Code.LEADER_NOT_READY: 503,
+    Code.TIMEOUT: 504,
+    Code.WAIT_QUORUM_ACK_TIMEOUT: 504,
+    Code.DISK_FULL: 507,
+}
+RETRY_LATER = frozenset(code for code, status in STATUS.items() if status == 503)
+RETRY_AFTER_S = 1
+
+
+class ApiError(Exception):
+    def __init__(self, code: Code, message: str, leader: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.leader = leader
+        self.status = status or STATUS.get(code, 500)
+
+    def body(self) -> dict[str, object]:
+        return {"error": {"code": self.code.name, "message": self.message, "leader": self.leader}}
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(RETRY_AFTER_S)} if self.code in RETRY_LATER else {}
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(Code.UNEXPECTED_ARGUMENT, message)
+
+
+def too_large(message: str) -> ApiError:
+    """413: an entry over max_entry_bytes or a request over max_request_bytes."""
+    return ApiError(Code.UNEXPECTED_ARGUMENT, message, status=413)
+
+
+def api_error(exc: Exception, leader: str | None = None) -> ApiError:
+    """Translate an error from the layers below into its public form."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RaftError):
+        return ApiError(exc.code, str(exc), exc.leader_id or leader)
+    if isinstance(exc, DiskFullError):
+        return ApiError(Code.DISK_FULL, str(exc), leader)
+    if isinstance(exc, EntryTooLargeError):
+        return too_large(str(exc))
+    if isinstance(exc, IndexCleanedError):
+        return ApiError(Code.INDEX_LESS_THAN_LOCAL_BEGIN, str(exc), leader)
+    if isinstance(exc, IndexOutOfRangeError):
+        return ApiError(Code.INDEX_OUT_OF_RANGE, str(exc), leader)
+    if isinstance(exc, StorageError):
+        return ApiError(Code.DISK_ERROR, str(exc), leader)
+    return ApiError(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", leader)

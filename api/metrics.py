@@ -1,0 +1,65 @@
+"""Prometheus metrics of one node, in a registry of its own (a test may run several nodes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from raft.messages import Role
+from raft.node import RaftNode
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+
+
+class NodeMetrics:
+    def __init__(self, node: RaftNode) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.append_requests = Counter("raftlog_append_requests", "Append requests answered, by outcome code",
+                                       ["code"], registry=r)
+        self.appended_entries = Counter("raftlog_appended_entries", "Entries appended through this node",
+                                        registry=r)
+        self.appended_bytes = Counter("raftlog_appended_bytes", "Body bytes appended through this node",
+                                      registry=r)
+        self.commit_latency = Histogram("raftlog_commit_latency_seconds",
+                                        "From an append request to its commit", buckets=LATENCY_BUCKETS,
+                                        registry=r)
+        self.push_latency = Histogram("raftlog_push_latency_seconds", "Push round trips to followers",
+                                      ["peer"], buckets=LATENCY_BUCKETS, registry=r)
+        self.pushed_bytes = Counter("raftlog_pushed_bytes", "Raw log bytes pushed to followers", ["peer"],
+                                    registry=r)
+        r.register(_StateCollector(node))
+
+    def observe_push(self, peer: str, seconds: float, size: int) -> None:
+        self.push_latency.labels(peer).observe(seconds)
+        self.pushed_bytes.labels(peer).inc(size)
+
+
+class _StateCollector(Collector):
+    """Role, term, indices and follower lag, read from the node at scrape time."""
+
+    def __init__(self, node: RaftNode) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        node, store = self.node, self.node.store
+        role = GaugeMetricFamily("raftlog_role", "1 for this member's current role", labels=["role"])
+        for r in Role:
+            role.add_metric([r.value], 1.0 if node.role is r else 0.0)
+        yield role
+        for name, value, doc in (
+                ("raftlog_term", node.term, "Current term"),
+                ("raftlog_begin_index", store.begin_index, "First index kept in the log"),
+                ("raftlog_end_index", store.end_index, "Last index in the log"),
+                ("raftlog_committed_index", node.committed_index, "Commit index"),
+                ("raftlog_applied_index", node.applied_index, "Applied index")):
+            yield GaugeMetricFamily(name, doc, value=value)
+        lag = GaugeMetricFamily("raftlog_follower_lag", "Entries a follower is behind (on the leader)",
+                                labels=["peer"])
+        if node.role is Role.LEADER:
+            for peer, dispatcher in node.dispatchers.items():
+                lag.add_metric([peer], max(store.end_index - dispatcher.match_index, 0))
+        yield lag

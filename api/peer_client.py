@@ -1,0 +1,158 @@
+"""The peer client: raft's Transport over HTTP/2 cleartext (prior knowledge), and the
+calls a node's public API makes to its peers (forwarded appends, read index, status).
+
+Per peer there are two connections, so a large push never waits behind, or
+delays, a heartbeat: `control` for votes, heartbeats, transfers and API calls,
+`push` for pushes. A peer that is down, slow or answers garbage raises
+PeerUnavailable: a failed call the caller retries on its own timer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import httpx
+
+from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from api.errors import ApiError
+from api.peer_codec import PeerMessageError, decode_message, encode_message, encode_push
+from raft.config import Peer
+from raft.messages import (
+    Code,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PushRequest,
+    PushResponse,
+    TransferRequest,
+    TransferResponse,
+    VoteRequest,
+    VoteResponse,
+)
+from raft.transport import PeerUnavailable
+
+log = logging.getLogger("raftlog.api.peers")
+
+M = TypeVar("M")
+CHUNK_BYTES = 64 << 10  # httpx sends one large bytes body in quadratic time: stream it in chunks
+PEER_ERROR_STATUS = 409  # a peer route's answer that is an error of the call, not of the transport
+
+
+class PeerClient:
+    def __init__(self, self_id: str, peers: Sequence[Peer], *, rpc_timeout_ms: int,
+                 push_timeout_ms: int, wait_timeout_ms: int,
+                 on_push: Callable[[str, float, int], None] | None = None) -> None:
+        self.self_id = self_id
+        self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
+        self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
+        self.addresses = {p.id: p.address for p in peers if p.id != self_id}
+        self._control = {peer: _client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
+        self._push = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
+        self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
+
+    async def close(self) -> None:
+        for client in (*self._control.values(), *self._push.values()):
+            await client.aclose()
+
+    # -- raft.transport.Transport ------------------------------------------------------
+
+    async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
+        return self._decode(VoteResponse, await self._post(peer_id, "/raft/vote", encode_message(request)))
+
+    async def heartbeat(self, peer_id: str, request: HeartbeatRequest) -> HeartbeatResponse:
+        data = await self._post(peer_id, "/raft/heartbeat", encode_message(request))
+        return self._decode(HeartbeatResponse, data)
+
+    async def push(self, peer_id: str, request: PushRequest) -> PushResponse:
+        parts = encode_push(request)  # copied now, before the mapped file can change
+        started = time.monotonic()
+        data = await self._post(peer_id, "/raft/push", _chunks(parts), client=self._push[peer_id])
+        if self.on_push is not None:
+            self.on_push(peer_id, time.monotonic() - started, len(parts[1]))
+        return self._decode(PushResponse, data)
+
+    async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse:
+        data = await self._post(peer_id, "/raft/transfer", encode_message(request))
+        return self._decode(TransferResponse, data)
+
+    # -- the public API's calls to other members ----------------------------------------
+
+    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> dict[str, Any]:
+        """Append through the leader; its answer, or its error as an ApiError."""
+        return await self._call_json(leader_id, "POST", "/raft/append", encode_bodies(bodies),
+                                     {"content-type": BATCH_CONTENT_TYPE}, timeout=self.wait_timeout_s)
+
+    async def read_index(self, leader_id: str) -> int:
+        answer = await self._call_json(leader_id, "GET", "/raft/read_index")
+        return int(answer["committed_index"])
+
+    async def transfer_leadership(self, leader_id: str, target: str) -> dict[str, Any]:
+        return await self._call_json(leader_id, "POST", "/raft/leader", json.dumps({"target": target}).encode(),
+                                     timeout=self.wait_timeout_s)
+
+    async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
+        return await self._call_json(peer_id, "GET", "/raft/status", timeout=timeout_s)
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _decode(self, cls: type[M], data: bytes) -> M:
+        try:
+            return decode_message(cls, data)
+        except PeerMessageError as exc:
+            raise PeerUnavailable(str(exc)) from None
+
+    async def _post(self, peer_id: str, path: str, content: bytes | AsyncIterator[bytes], *,
+                    client: httpx.AsyncClient | None = None) -> bytes:
+        response = await self._send(peer_id, "POST", path, content, None, client=client)
+        if response.status_code != 200:
+            raise PeerUnavailable(f"{peer_id} {path}: HTTP {response.status_code}")
+        return response.content
+
+    async def _call_json(self, peer_id: str, method: str, path: str, content: bytes | None = None,
+                         headers: dict[str, str] | None = None, *,
+                         timeout: float | type[httpx.USE_CLIENT_DEFAULT] | None = httpx.USE_CLIENT_DEFAULT,
+                         ) -> dict[str, Any]:
+        """An API call; transport failures become NETWORK_ERROR, the peer's errors pass through."""
+        try:
+            response = await self._send(peer_id, method, path, content, headers, timeout=timeout)
+            answer = response.json()
+        except (PeerUnavailable, ValueError) as exc:
+            raise ApiError(Code.NETWORK_ERROR, f"no answer from {peer_id}: {exc}") from None
+        if response.status_code == PEER_ERROR_STATUS:
+            error = answer["error"]
+            raise ApiError(Code[error["code"]], error["message"], error.get("leader"))
+        if response.status_code != 200:
+            raise ApiError(Code.NETWORK_ERROR, f"{peer_id} {path}: HTTP {response.status_code}")
+        return answer
+
+    async def _send(self, peer_id: str, method: str, path: str, content: Any, headers: Any, *,
+                    client: httpx.AsyncClient | None = None, timeout: Any = httpx.USE_CLIENT_DEFAULT,
+                    ) -> httpx.Response:
+        if peer_id not in self.addresses:
+            raise PeerUnavailable(f"unknown peer {peer_id!r}")
+        client = client or self._control[peer_id]
+        try:
+            response = await client.request(method, path, content=content, headers=headers, timeout=timeout)
+        except (httpx.HTTPError, OSError) as exc:  # refused, reset, timed out, an HTTP/2 protocol error
+            raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # h2 state errors surface as other types: still only a failed call
+            log.debug("peer call %s %s failed", peer_id, path, exc_info=True)
+            raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
+        self.last_contact[peer_id] = time.monotonic()
+        return response
+
+
+def _client(address: str, timeout_ms: int) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=f"http://{address}", http1=False, http2=True, timeout=timeout_ms / 1000,
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1), trust_env=False)
+
+
+async def _chunks(parts: list[bytes]) -> AsyncIterator[bytes]:
+    for part in parts:
+        view = memoryview(part)
+        for offset in range(0, len(view), CHUNK_BYTES):
+            yield bytes(view[offset:offset + CHUNK_BYTES])

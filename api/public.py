@@ -1,0 +1,301 @@
+"""The public API on the client port: /v1 routes, health, metrics.
+
+Bodies are bytes: raw (`application/octet-stream`, or any type but JSON) or
+JSON with an `encoding`. Every error has one shape (api.errors) and its status
+from one table; nothing is appended unless the whole request is valid.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib.metadata import version
+from typing import Any
+
+from fastapi import FastAPI, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
+from api.errors import ApiError, api_error, bad_request, too_large
+from api.metrics import NodeMetrics
+from api.schemas import (
+    Appended,
+    BatchAppended,
+    ClusterStatus,
+    Consistency,
+    EntryOut,
+    EntryPage,
+    ErrorBody,
+    Health,
+    NewBatch,
+    NewEntry,
+    Transferred,
+    TransferTarget,
+)
+from api.service import LogService, entry_json
+from raft.messages import Code
+
+NDJSON = "application/x-ndjson"
+OCTETS = "application/octet-stream"
+DEFAULT_PAGE = 100
+
+DESCRIPTION = """\
+raftlog is a Raft-replicated, append-only log (DLedger's protocol). Append entries to any
+member; read committed entries back by index from any member.
+
+Every error answers `{"error": {"code", "message", "leader"}}` where `code` is DLedger's
+response code name. Statuses: 400 bad input (UNEXPECTED_ARGUMENT, REQUEST_WITH_EMPTY_BODYS,
+UNKNOWN_MEMBER), 404 INDEX_OUT_OF_RANGE, 409 FALL_BEHIND_TOO_MUCH, 410
+INDEX_LESS_THAN_LOCAL_BEGIN (cleaned), 413 too large (UNEXPECTED_ARGUMENT), 415 unsupported
+content type, 500 INTERNAL_ERROR / DISK_ERROR, 502 NETWORK_ERROR (the leader did not answer a
+forwarded call: the outcome is unknown), 503 NOT_LEADER / LEADER_PENDING_FULL /
+LEADER_TRANSFERRING / TERM_CHANGED with `Retry-After`, 504 WAIT_QUORUM_ACK_TIMEOUT / TIMEOUT
+(the entry may still commit), 507 DISK_FULL.
+"""
+
+ERROR_TEXT = {
+    400: "Bad input: malformed JSON, a wrong encoding, an empty batch or body, a bad parameter",
+    404: "INDEX_OUT_OF_RANGE: the index is not committed",
+    409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed",
+    410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
+    413: "An entry over max_entry_bytes, or a request over max_request_bytes",
+    415: "A content type this route does not take",
+    502: "NETWORK_ERROR: the leader did not answer a forwarded call",
+    503: "No leader (NOT_LEADER), too many pending appends, or a transfer in progress; see Retry-After",
+    504: "No quorum acknowledged in time (WAIT_QUORUM_ACK_TIMEOUT); the entry may still commit",
+    507: "DISK_FULL",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorBody, "description": ERROR_TEXT[s]} for s in statuses}
+
+
+def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str) -> dict[str, Any]:
+    """An OpenAPI request body taking JSON or raw bytes (parsed by hand, so FastAPI cannot infer it)."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{json_model.__name__}"}},
+        raw_type: {"schema": {"type": "string", "format": "binary", "description": raw_text}}}}}
+
+
+def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
+    app = FastAPI(title="raftlog", version=version("raftlog"), description=DESCRIPTION,
+                  docs_url="/docs", redoc_url=None)
+    _install_error_handlers(app)
+    limits = service.limits
+
+    async def read_body(request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limits.max_request_bytes):
+            raise too_large(f"the request body is over max_request_bytes ({limits.max_request_bytes})")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limits.max_request_bytes:
+                raise too_large(f"the request body is over max_request_bytes ({limits.max_request_bytes})")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def appending(bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            bodies = await bodies_of()
+            answer = await service.append(bodies)
+        except ApiError as exc:
+            metrics.append_requests.labels(exc.code.name).inc()
+            raise
+        metrics.append_requests.labels(Code.SUCCESS.name).inc()
+        metrics.appended_entries.inc(len(bodies))
+        metrics.appended_bytes.inc(sum(map(len, bodies)))
+        metrics.commit_latency.observe(time.perf_counter() - started)
+        return answer
+
+    @app.post("/v1/entries", status_code=201, tags=["entries"], summary="Append one entry",
+              responses={201: {"model": Appended, "description": "Committed"},
+                         **errors(400, 413, 502, 503, 504, 507)},
+              openapi_extra=body_content(NewEntry, OCTETS, "The entry's body, byte for byte"))
+    async def append_entry(request: Request) -> JSONResponse:
+        async def bodies() -> list[bytes]:
+            data = await read_body(request)
+            if _is_json(request):
+                return [_decode_body(_parse(NewEntry, data))]
+            return [data]
+
+        answer = await appending(bodies)
+        return JSONResponse({"index": answer["first_index"], "term": answer["term"],
+                             "pos": answer["positions"][0], "leader": answer["leader"]}, status_code=201)
+
+    @app.post("/v1/entries/batch", status_code=201, tags=["entries"], summary="Append a batch, all or nothing",
+              responses={201: {"model": BatchAppended, "description": "All committed"},
+                         **errors(400, 413, 415, 502, 503, 504, 507)},
+              openapi_extra=body_content(NewBatch, BATCH_CONTENT_TYPE,
+                                         "Entries as a sequence of u32 big-endian length + body bytes"))
+    async def append_batch(request: Request) -> JSONResponse:
+        async def bodies() -> list[bytes]:
+            data = await read_body(request)
+            if _is_json(request):
+                return [_decode_body(e) for e in _parse(NewBatch, data).entries]
+            if _content_type(request) != BATCH_CONTENT_TYPE:
+                raise ApiError(Code.UNEXPECTED_ARGUMENT, f"a batch is application/json or {BATCH_CONTENT_TYPE}",
+                               status=415)
+            try:
+                return decode_bodies(data)
+            except BatchFormatError as exc:
+                raise bad_request(str(exc)) from None
+
+        return JSONResponse(await appending(bodies), status_code=201)
+
+    @app.get("/v1/entries/{index}", tags=["entries"], summary="Read one committed entry",
+             responses={200: {"model": EntryOut, "description": "The entry; with `Accept: application/"
+                              "octet-stream` its raw body, metadata in X-Raftlog-* headers",
+                              "content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}},
+                        **errors(400, 404, 410, 502, 503)})
+    async def get_entry(request: Request, index: int = Path(ge=0),
+                        consistency: Consistency = "linearizable") -> Response:
+        entry = await service.get(index, consistency == "linearizable")
+        if OCTETS in request.headers.get("accept", ""):
+            meta = entry_json(entry)
+            headers = {f"X-Raftlog-{k.replace('_', '-').title()}": str(meta[k])
+                       for k in ("index", "term", "pos", "type", "body_crc")}
+            return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
+        return JSONResponse(entry_json(entry))
+
+    @app.get("/v1/entries", tags=["entries"], summary="Read consecutive committed entries",
+             responses={200: {"model": EntryPage, "description": "A page of entries; with `Accept: "
+                              "application/x-ndjson` a stream of entries, one JSON object per line",
+                              "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}}}},
+                        **errors(400, 410, 502, 503)})
+    async def read_entries(request: Request, start: int = Query(0, ge=0),
+                           limit: int | None = Query(None, ge=1, description=(
+                               f"At most this many entries (JSON: default {DEFAULT_PAGE}, at most "
+                               f"{limits.range_limit_max}; NDJSON: default all committed)")),
+                           consistency: Consistency = "linearizable") -> Response:
+        linearizable = consistency == "linearizable"
+        if NDJSON in request.headers.get("accept", ""):
+            end = await service.readable_end(start, linearizable)
+            last = end if limit is None else min(end, start + limit - 1)
+            return StreamingResponse(_stream(service, start, last), media_type=NDJSON)
+        page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
+        entries, committed = await service.read(start, page, linearizable)
+        return JSONResponse({"entries": [entry_json(e) for e in entries],
+                             "next": start + len(entries), "committed_index": committed})
+
+    @app.get("/v1/cluster", tags=["cluster"], summary="Cluster and member status",
+             responses={200: {"model": ClusterStatus, "description": "As this member sees it"}})
+    async def cluster() -> JSONResponse:
+        return JSONResponse(await service.cluster_status())
+
+    @app.post("/v1/cluster/leader", tags=["cluster"], summary="Transfer leadership",
+              responses={200: {"model": Transferred, "description": "The target leads"},
+                         **errors(400, 409, 502, 503, 504)})
+    async def transfer(target: TransferTarget) -> JSONResponse:
+        return JSONResponse(await service.transfer_leadership(target.target))
+
+    @app.get("/healthz", tags=["health"], summary="The process is up", response_model=Health)
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"], summary="Has a leader and has caught up with it",
+             responses={200: {"model": Health}, 503: {"model": Health, "description": "Not ready"}})
+    async def readyz() -> JSONResponse:
+        node = service.node
+        ready = node.caught_up
+        return JSONResponse({"status": "ready" if ready else "not ready", "role": node.role.value,
+                             "leader": node.leader_id}, status_code=200 if ready else 503)
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics",
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text format"}})
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated schema, plus the request models the routes parse by hand."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                             routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in (NewEntry, NewBatch):
+            defs = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(defs.pop("$defs", {}))
+            components[model.__name__] = defs
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        for path in schema["paths"].values():
+            for operation in path.values():
+                operation["responses"].pop("422", None)
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+async def _stream(service: LogService, start: int, last: int) -> AsyncIterator[bytes]:
+    index = start
+    while index <= last:
+        count = min(last - index + 1, service.limits.range_limit_max)
+        entries, _ = await service.read(index, count, linearizable=False)
+        if not entries:
+            return
+        yield b"".join(json.dumps(entry_json(e)).encode() + b"\n" for e in entries)
+        index += len(entries)
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _is_json(request: Request) -> bool:
+    kind = _content_type(request)
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def _parse(model: type[Any], data: bytes) -> Any:
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        raise bad_request(f"{model.__name__}: {_explain(exc.errors())}") from None
+
+
+def _decode_body(entry: NewEntry) -> bytes:
+    if entry.encoding == "utf-8":
+        return entry.body.encode()
+    try:
+        return base64.b64decode(entry.body, validate=True)
+    except binascii.Error:
+        raise bad_request("body is not valid base64") from None
+
+
+def _explain(errors: Any) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    def answer(error: ApiError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+
+    async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
+        return answer(api_error(exc))
+
+    async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return answer(bad_request(_explain(exc.errors())))
+
+    async def on_http(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return answer(ApiError(Code.UNSUPPORTED, str(exc.detail), status=exc.status_code))
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_api_error)

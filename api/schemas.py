@@ -1,0 +1,129 @@
+"""Pydantic models of the public API: what openapi.yaml documents and SDKs generate from."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Encoding = Literal["utf-8", "base64"]
+Consistency = Literal["linearizable", "local"]
+
+
+class NewEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"body": "hello", "encoding": "utf-8"}]})
+
+    body: str = Field(description="The entry's body, as text or base64 as `encoding` says")
+    encoding: Encoding = "utf-8"
+
+
+class NewBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "examples": [{"entries": [{"body": "a"}, {"body": "Yg==", "encoding": "base64"}]}]})
+
+    entries: list[NewEntry]
+
+
+class Appended(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"index": 42, "term": 3, "pos": 6216, "leader": "n1"}]})
+
+    index: int
+    term: int
+    pos: int = Field(description="The entry's global byte offset in the log, the same on every member")
+    leader: str
+
+
+class BatchAppended(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"first_index": 43, "last_index": 44, "term": 3, "positions": [6364, 6413], "leader": "n1"}]})
+
+    first_index: int
+    last_index: int
+    term: int
+    positions: list[int]
+    leader: str
+
+
+class EntryOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"index": 42, "term": 3, "pos": 6216, "type": "normal", "body": "hello", "encoding": "utf-8",
+         "body_crc": 907060870}]})
+
+    index: int
+    term: int
+    pos: int
+    type: Literal["normal", "noop", "config_change"]
+    body: str
+    encoding: Encoding = Field(description="utf-8 when the body is valid UTF-8, else base64")
+    body_crc: int = Field(description="CRC-32 of the body")
+
+
+class EntryPage(BaseModel):
+    entries: list[EntryOut]
+    next: int = Field(description="The index to ask for next")
+    committed_index: int = Field(description="The commit index this answer was read under")
+
+
+class Member(BaseModel):
+    id: str
+    peer_url: str
+    client_url: str | None = Field(description="null while the member does not answer")
+    voter: bool
+    role: Literal["leader", "follower", "candidate"] | None
+    match_index: int | None = Field(description="Last index the leader knows this member holds")
+    lag: int | None = Field(description="Entries this member is behind the leader's log end")
+    last_contact_ms: int | None = Field(description="Milliseconds since the leader last heard from it")
+    reachable: bool = Field(description="Whether it answered this status request")
+
+
+class Disk(BaseModel):
+    data_dir: str
+    usage_ratio: float
+    full: bool
+
+
+class ClusterStatus(BaseModel):
+    group: str
+    self: str
+    role: Literal["leader", "follower", "candidate"]
+    term: int
+    leader: str | None
+    members: list[Member]
+    begin_index: int
+    end_index: int
+    committed_index: int
+    applied_index: int
+    uptime_s: float
+    flush_mode: Literal["sync", "async"]
+    disk: Disk
+
+
+class TransferTarget(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"target": "n2"}]})
+
+    target: str
+
+
+class Transferred(BaseModel):
+    leader: str
+    previous: str
+    term: int
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="DLedger's response code name, e.g. NOT_LEADER")
+    message: str
+    leader: str | None = Field(description="The leader's id, when known")
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"error": {"code": "NOT_LEADER", "message": "no leader is known; retry later", "leader": None}}]})
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: str
+    role: str | None = None
+    leader: str | None = None

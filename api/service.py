@@ -1,0 +1,230 @@
+"""What the routes do, apart from HTTP: appends through the leader, consistent reads,
+cluster status, leadership transfer. Public and peer routes share it.
+
+Reads serve committed entries only. A committed entry never changes, so a
+member whose own commit index has reached I answers at once; otherwise a
+linearizable read asks the leader for its confirmed commit index (read index)
+and waits for its own log to reach I, or answers INDEX_OUT_OF_RANGE when the
+leader has not committed I either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.errors import ApiError, api_error, bad_request, too_large
+from api.peer_client import PeerClient
+from raft.messages import Code, Role
+from raft.node import RaftNode
+from storage.codec import Entry, Magic, iter_entries
+
+STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer
+
+
+@dataclass(frozen=True, slots=True)
+class ApiLimits:
+    max_entry_bytes: int = 4 << 20
+    max_request_bytes: int = 64 << 20
+    max_batch_entries: int = 10_000
+    range_limit_max: int = 1000  # entries in one JSON page of a range read
+    read_wait_ms: int = 2500  # how long a linearizable read waits for the local log to catch up
+
+
+class LogService:
+    def __init__(self, node: RaftNode, peers: PeerClient, limits: ApiLimits, *, client_url: str,
+                 describe: Callable[[], dict[str, Any]] = dict) -> None:
+        self.node = node
+        self.peers = peers
+        self.limits = limits
+        self.client_url = client_url
+        self.describe = describe  # node facts beyond raft: flush mode, disk
+        self.started = time.monotonic()
+
+    @property
+    def store(self):
+        return self.node.store
+
+    # -- appends -----------------------------------------------------------------------
+
+    def check_bodies(self, bodies: Sequence[bytes]) -> None:
+        if not bodies:
+            raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a batch needs at least one entry")
+        if len(bodies) > self.limits.max_batch_entries:
+            raise too_large(f"{len(bodies)} entries in one batch; the limit is {self.limits.max_batch_entries}")
+        for i, body in enumerate(bodies):
+            if not body:
+                raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, f"entry {i} has an empty body")
+            if len(body) > self.limits.max_entry_bytes:
+                raise too_large(f"entry {i} has {len(body)} bytes; max_entry_bytes is "
+                                f"{self.limits.max_entry_bytes}")
+
+    async def append(self, bodies: Sequence[bytes]) -> dict[str, Any]:
+        """Append on the leader, here or through the peer connection, once committed."""
+        self.check_bodies(bodies)
+        tried: set[str] = set()
+        while True:
+            leader = self.node.leader_id
+            if self.node.role is Role.LEADER:
+                return await self.append_here(bodies)
+            if leader is None or leader in tried:
+                raise ApiError(Code.NOT_LEADER, "no leader is known; retry later", leader)
+            tried.add(leader)
+            try:
+                return await self.peers.forward_append(leader, bodies)
+            except ApiError as exc:
+                # the leader moved on before our heartbeat said so: follow it once more
+                if exc.code is not Code.NOT_LEADER or exc.leader in (None, leader):
+                    raise
+                await self.node.wait_committed(self.node.committed_index + 1, 0.05)
+
+    async def append_here(self, bodies: Sequence[bytes]) -> dict[str, Any]:
+        try:
+            appended = await self.node.append(bodies)
+        except Exception as exc:
+            raise api_error(exc, self.node.leader_id) from None
+        return {"first_index": appended.first_index, "last_index": appended.last_index,
+                "term": appended.term, "positions": appended.positions, "leader": self.node.config.self_id}
+
+    # -- reads -------------------------------------------------------------------------
+
+    async def read_index(self) -> int:
+        """The leader's commit index, confirmed by a quorum (asked over the peer port if needed)."""
+        if self.node.role is Role.LEADER:
+            try:
+                return await self.node.read_index()
+            except Exception as exc:
+                raise api_error(exc, self.node.leader_id) from None
+        leader = self.node.leader_id
+        if leader is None:
+            raise ApiError(Code.NOT_LEADER, "no leader is known to confirm the commit index; retry later")
+        return await self.peers.read_index(leader)
+
+    async def readable_end(self, index: int, linearizable: bool) -> int:
+        """The last index this member may serve to a reader who wants `index`."""
+        committed = self.node.committed_index
+        if committed >= index or not linearizable:
+            return committed
+        confirmed = await self.read_index()
+        if confirmed < index:
+            return confirmed
+        wait_s = self.limits.read_wait_ms / 1000
+        if not await self.node.wait_committed(index, wait_s):
+            raise ApiError(Code.TIMEOUT, f"this member did not reach index {index} within {wait_s:g} s",
+                           self.node.leader_id)
+        return self.node.committed_index
+
+    async def get(self, index: int, linearizable: bool) -> Entry:
+        if index < 0:
+            raise bad_request(f"index must be at least 0, not {index}")
+        end = await self.readable_end(index, linearizable)
+        if index > end:
+            raise ApiError(Code.INDEX_OUT_OF_RANGE, f"index {index} is not committed (committed index {end})",
+                           self.node.leader_id)
+        try:
+            return self.store.get(index)
+        except Exception as exc:
+            raise api_error(exc, self.node.leader_id) from None
+
+    async def read(self, start: int, limit: int, linearizable: bool) -> tuple[list[Entry], int]:
+        """Up to `limit` committed entries from `start` (none when start is past the commit index)."""
+        if start < 0 or limit < 1:
+            raise bad_request("start must be at least 0 and limit at least 1")
+        end = min(await self.readable_end(start, linearizable), start + limit - 1)
+        entries: list[Entry] = []
+        index = start
+        try:
+            while index <= end:
+                raw = self.store.read_range(index, end - index + 1, self.limits.max_request_bytes)
+                entries += iter_entries(raw.data)
+                index += raw.count
+        except Exception as exc:
+            raise api_error(exc, self.node.leader_id) from None
+        return entries, end
+
+    # -- cluster -------------------------------------------------------------------------
+
+    async def transfer_leadership(self, target: str) -> dict[str, Any]:
+        if target not in {p.id for p in self.node.config.peers}:
+            raise ApiError(Code.UNKNOWN_MEMBER, f"{target!r} is not a member of this group")
+        if self.node.role is not Role.LEADER:
+            leader = self.node.leader_id
+            if leader is None:
+                raise ApiError(Code.NOT_LEADER, "no leader is known; retry later")
+            return await self.peers.transfer_leadership(leader, target)
+        try:
+            code = await self.node.transfer_leadership(target)
+        except Exception as exc:
+            raise api_error(exc, self.node.leader_id) from None
+        if code is not Code.SUCCESS:
+            raise ApiError(code, f"transfer to {target} failed: {code.name}", self.node.leader_id,
+                           status=None if code in (Code.UNKNOWN_MEMBER, Code.FALL_BEHIND_TOO_MUCH) else 409)
+        return {"leader": target, "previous": self.node.config.self_id, "term": self.node.term}
+
+    def own_status(self) -> dict[str, Any]:
+        """What this member says about itself (GET /raft/status), with its followers if it leads."""
+        node, store = self.node, self.store
+        status: dict[str, Any] = {
+            "id": node.config.self_id, "client_url": self.client_url, "role": node.role.value,
+            "term": node.term, "leader": node.leader_id, "end_index": store.end_index,
+            "committed_index": node.committed_index}
+        if node.role is Role.LEADER:
+            now = time.monotonic()
+            status["progress"] = {
+                peer: {"match_index": d.match_index,
+                       "last_contact_ms": _age_ms(now, self.peers.last_contact.get(peer))}
+                for peer, d in node.dispatchers.items()}
+        return status
+
+    async def cluster_status(self) -> dict[str, Any]:
+        node, store = self.node, self.store
+        me = self.own_status()
+        others = [p for p in node.config.peers if p.id != node.config.self_id]
+        answers = await asyncio.gather(*(self._peer_status(p.id) for p in others))
+        said = {p.id: a for p, a in zip(others, answers, strict=True)}
+        said[me["id"]] = me
+        leader = node.leader_id
+        progress = (said.get(leader) or {}).get("progress", {}) if leader else {}
+        leader_end = (said.get(leader) or {}).get("end_index", store.end_index) if leader else store.end_index
+        members = []
+        for peer in node.config.peers:
+            answer = said.get(peer.id)
+            match = leader_end if peer.id == leader else progress.get(peer.id, {}).get("match_index")
+            members.append({
+                "id": peer.id, "peer_url": f"http://{peer.address}",
+                "client_url": answer["client_url"] if answer else None,
+                "voter": not peer.learner, "role": answer["role"] if answer else None,
+                "match_index": match, "lag": None if match is None else max(leader_end - match, 0),
+                "last_contact_ms": 0 if peer.id == leader else progress.get(peer.id, {}).get("last_contact_ms"),
+                "reachable": answer is not None})
+        return {
+            "group": node.config.group, "self": node.config.self_id, "role": node.role.value,
+            "term": node.term, "leader": leader, "members": members,
+            "begin_index": store.begin_index, "end_index": store.end_index,
+            "committed_index": node.committed_index, "applied_index": node.applied_index,
+            "uptime_s": round(time.monotonic() - self.started, 3), **self.describe()}
+
+    async def _peer_status(self, peer_id: str) -> dict[str, Any] | None:
+        try:
+            return await self.peers.status(peer_id, STATUS_TIMEOUT_S)
+        except ApiError:
+            return None
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    """An entry for JSON readers: UTF-8 text when the body is valid UTF-8, else base64."""
+    body = bytes(entry.body)
+    try:
+        text, encoding = body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(body).decode("ascii"), "base64"
+    return {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": Magic(entry.magic).name.lower(),
+            "body": text, "encoding": encoding, "body_crc": entry.body_crc}
+
+
+def _age_ms(now: float, then: float | None) -> int | None:
+    return None if then is None else int((now - then) * 1000)

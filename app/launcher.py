@@ -1,0 +1,185 @@
+"""A local cluster of separate node processes on loopback: `raftlog cluster`, and the
+end-to-end tests' way to run real nodes.
+
+Every child runs with PR_SET_PDEATHSIG, so even a launcher killed with
+SIGKILL leaves no orphan node behind; `stop()` sends SIGTERM and waits, then
+SIGKILLs whatever did not stop in time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
+
+
+@dataclass
+class Member:
+    id: str
+    client_port: int
+    peer_port: int
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def client_url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel has just handed out, so unlikely to be taken by the time a node binds them."""
+    socks = []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class LocalCluster:
+    def __init__(self, data_root: Path, nodes: int = 3, *, client_ports: list[int] | None = None,
+                 peer_ports: list[int] | None = None, settings: dict[str, Any] | None = None,
+                 learners: int = 0) -> None:
+        if nodes < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.data_root = Path(data_root)
+        client_ports = client_ports or free_ports(nodes)
+        peer_ports = peer_ports or free_ports(nodes)
+        self.settings = settings or {}
+        self.members = {
+            f"n{i + 1}": Member(f"n{i + 1}", client_ports[i], peer_ports[i], self.data_root / f"n{i + 1}",
+                                self.data_root / f"n{i + 1}.log")
+            for i in range(nodes)}
+        learner_ids = set(list(self.members)[nodes - learners:]) if learners else set()
+        self.peers = ";".join(f"{m.id}-127.0.0.1:{m.peer_port}{'@learner' if m.id in learner_ids else ''}"
+                              for m in self.members.values())
+
+    # -- processes -------------------------------------------------------------------------
+
+    def command(self, member: Member) -> list[str]:
+        args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", self.peers,
+                "--data-dir", str(member.data_dir), "--client-port", str(member.client_port)]
+        for name, value in self.settings.items():
+            args += [f"--{name.replace('_', '-')}", str(value)]
+        return args
+
+    def start_member(self, member_id: str) -> Member:
+        member = self.members[member_id]
+        assert not member.running, f"{member_id} is already running"
+        self.data_root.mkdir(parents=True, exist_ok=True)
+        member.log_file = open(member.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        member.process = subprocess.Popen(self.command(member), stdout=member.log_file,
+                                          stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        return member
+
+    def start(self) -> None:
+        for member_id in self.members:
+            self.start_member(member_id)
+
+    def stop_member(self, member_id: str, sig: int = signal.SIGTERM) -> int | None:
+        """Stop one node (SIGKILL for a crash); returns its exit code."""
+        member = self.members[member_id]
+        if member.process is None:
+            return None
+        if member.process.poll() is None:
+            member.process.send_signal(sig)
+        try:
+            code = member.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            member.process.kill()
+            code = member.process.wait()
+        member.process = None
+        if member.log_file is not None:
+            member.log_file.close()
+            member.log_file = None
+        return code
+
+    def kill_member(self, member_id: str) -> None:
+        self.stop_member(member_id, signal.SIGKILL)
+
+    def stop(self) -> None:
+        for member in self.members.values():
+            if member.running:
+                assert member.process is not None
+                member.process.send_signal(signal.SIGTERM)
+        for member_id in self.members:
+            self.stop_member(member_id)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def wait_healthy(self, member_id: str, timeout_s: float = 30.0) -> None:
+        member = self.members[member_id]
+        self._wait(lambda: self._get(member, "/healthz") is not None, timeout_s, f"{member_id} to answer",
+                   member)
+
+    def wait_leader(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
+        """Wait until every running member (or those in `among`) is ready under one leader."""
+        ids = among or [m for m, member in self.members.items() if member.running]
+        leaders: list[str | None] = []
+
+        def agreed() -> bool:
+            answers = [self._get(self.members[m], "/readyz") for m in ids]
+            leaders[:] = [a.get("leader") if a and a.get("status") == "ready" else None for a in answers]
+            return leaders[0] is not None and len(set(leaders)) == 1
+
+        self._wait(agreed, timeout_s, f"one leader among {ids} (last seen {leaders})")
+        assert leaders[0] is not None
+        return leaders[0]
+
+    def _wait(self, condition: Callable[[], bool], timeout_s: float, what: str,
+              member: Member | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if member is not None and not member.running:
+                raise RuntimeError(f"{member.id} exited; see {member.log_path}:\n{self.tail(member.id)}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what}")
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def _get(member: Member, path: str) -> dict[str, Any] | None:
+        try:
+            return httpx.get(member.client_url + path, timeout=1.0).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    def tail(self, member_id: str, lines: int = 30) -> str:
+        path = self.members[member_id].log_path
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the launcher dies, however it dies."""
+    os.setpgid(0, 0)  # a Ctrl-C in the terminal reaches the launcher, which stops the nodes in order
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

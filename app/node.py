@@ -1,0 +1,88 @@
+"""Node assembly: the store, the checkpoint, the Raft member, cleaning, the peer client,
+and the two ASGI apps, started and stopped in the right order.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.metrics import NodeMetrics
+from api.peer_client import PeerClient
+from api.peer_routes import create_peer_app
+from api.public import create_public_app
+from api.service import LogService
+from app.settings import NodeSettings
+from raft.node import RaftNode
+from storage import Checkpoint, CleanService, Store
+
+log = logging.getLogger("raftlog.node")
+
+CHECKPOINT_FILE = "checkpoint.db"
+
+
+class Node:
+    def __init__(self, settings: NodeSettings, checkpoint: Checkpoint, store: Store) -> None:
+        self.settings = settings
+        self.checkpoint = checkpoint
+        self.store = store
+        state = checkpoint.load(store.end_index)
+        config = settings.raft_config()
+        self.peers = PeerClient(config.self_id, config.peers, rpc_timeout_ms=config.rpc_timeout_ms,
+                                push_timeout_ms=config.max_push_timeout_ms,
+                                wait_timeout_ms=config.max_wait_ack_ms + config.rpc_timeout_ms)
+        self.raft = RaftNode(config, store, checkpoint, self.peers, term=state.current_term,
+                             voted_for=state.voted_for, committed_index=state.committed_index,
+                             applied_index=state.applied_index)
+        self.metrics = NodeMetrics(self.raft)
+        self.peers.on_push = self.metrics.observe_push
+        self.cleaner = CleanService(store, safe_index=self._safe_index)
+        self.service = LogService(self.raft, self.peers, settings.api_limits(), client_url=settings.client_url,
+                                  describe=self._describe)
+        self.public_app: FastAPI = create_public_app(self.service, self.metrics)
+        self.peer_app: FastAPI = create_peer_app(self.raft, self.service)
+        log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
+                 store.begin_index, store.end_index, state.current_term, state.committed_index,
+                 "".join(f"; {note}" for note in store.recovery.notes))
+
+    @classmethod
+    async def open(cls, settings: NodeSettings) -> Node:
+        """Open the checkpoint and the log and recover them (blocking file work, done once)."""
+        data_dir = Path(settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        fresh = not (data_dir / "store.json").exists()  # the checkpoint is made before the log
+        checkpoint = Checkpoint.open(data_dir / CHECKPOINT_FILE, create=fresh,
+                                     interval_ms=settings.checkpoint_interval_ms)
+        try:
+            store = Store.open(data_dir, settings.store_config(),
+                               committed_index=checkpoint.state.committed_index)
+        except BaseException:
+            await checkpoint.close()
+            raise
+        return cls(settings, checkpoint, store)
+
+    def _safe_index(self) -> int:
+        """Cleaning keeps what followers may still need: nothing past the applied index."""
+        return self.raft.applied_index
+
+    def _describe(self) -> dict[str, Any]:
+        return {"flush_mode": self.store.config.flush_mode,
+                "disk": {"data_dir": str(self.store.data_dir), "usage_ratio": round(self.store.disk_usage_ratio(), 4),
+                         "full": self.store.disk_full}}
+
+    def start(self) -> None:
+        self.store.start()
+        self.checkpoint.start()
+        self.raft.start()
+        self.cleaner.start()
+
+    async def stop(self) -> None:
+        """Stop consensus first, then write the last progress and close the files."""
+        await self.raft.stop()
+        await self.cleaner.stop()
+        await self.peers.close()
+        await self.store.close()
+        await self.checkpoint.close()

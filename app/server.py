@@ -1,0 +1,109 @@
+"""Run one node: the public API on uvicorn (HTTP/1.1) and the peer routes on hypercorn
+(HTTP/2 cleartext, prior knowledge), both in the node's one event loop (uvloop).
+
+Both ports are bound before anything else starts, so a port in use fails at
+once with one clear line. SIGTERM and SIGINT stop the node cleanly: servers
+first, then consensus, then the files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+import uvloop
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
+
+from app.node import Node
+from app.settings import NodeSettings, SettingsError
+
+log = logging.getLogger("raftlog.server")
+
+PEER_KEEP_ALIVE_S = 75
+PEER_STREAMS_MAX = 256  # concurrent streams per peer connection: push_window_max and control calls
+CLIENT_BACKLOG = 2048
+
+
+def bind(host: str, port: int, what: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SettingsError(f"cannot listen on {host}:{port} for the {what} port: {exc.strerror}") from None
+    sock.listen(CLIENT_BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the node owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def peer_server_config(sock: socket.socket, log_level: str) -> HypercornConfig:
+    """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network)."""
+    config = HypercornConfig()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.keep_alive_max_requests = 2**62  # default 1000: a peer connection would close every second
+    config.keep_alive_timeout = PEER_KEEP_ALIVE_S
+    config.h2_max_concurrent_streams = PEER_STREAMS_MAX
+    config.h2_max_inbound_frame_size = 1 << 20
+    config.accesslog = None
+    config.loglevel = log_level.upper()
+    config.graceful_timeout = 1
+    return config
+
+
+async def serve(settings: NodeSettings, ready: asyncio.Event | None = None) -> None:
+    client_sock = bind(settings.client_host, settings.client_port, "client")
+    peer_sock = bind(*settings.peer_address, "peer")
+    node = await Node.open(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    client = _Uvicorn(uvicorn.Config(node.public_app, log_level=settings.log_level, access_log=False,
+                                     lifespan="off", timeout_keep_alive=PEER_KEEP_ALIVE_S,
+                                     server_header=False))
+    node.start()
+    tasks = [
+        asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server"),
+        asyncio.create_task(hypercorn_serve(node.peer_app, peer_server_config(peer_sock, settings.log_level),
+                                            shutdown_trigger=stop.wait, mode="asgi"), name="peer-server"),
+    ]
+    log.info("%s: client API %s, peer port %s:%d", settings.id, settings.client_url, *settings.peer_address)
+    if ready is not None:
+        ready.set()
+    try:
+        done, _ = await asyncio.wait([*tasks, asyncio.create_task(stop.wait())],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        for task in done & set(tasks):
+            task.result()  # a server that died raises here
+    finally:
+        stop.set()
+        client.should_exit = True
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await node.stop()
+        client_sock.close()
+        peer_sock.close()
+        log.info("%s stopped", settings.id)
+
+
+def run(settings: NodeSettings) -> None:
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "httpcore", "hpack"):  # one line per peer call otherwise
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    uvloop.run(serve(settings))
