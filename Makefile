@@ -1,10 +1,10 @@
-# The README's two commands: `make test` and (from the node service on) `make run`.
+# The README's two commands: `make run` (a local 3-node cluster) and `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint bench clean
+.PHONY: run test lint bench openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -14,12 +14,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+run: $(STAMP)
+	$(BIN)/raftlog cluster --nodes 3
+
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+openapi: $(STAMP)
+	$(BIN)/python -m app.openapi > openapi.yaml
 
 bench: $(STAMP)
 	$(BIN)/python bench/storage_bench.py

@@ -46,6 +46,9 @@ from raft.messages import Code
 NDJSON = "application/x-ndjson"
 OCTETS = "application/octet-stream"
 DEFAULT_PAGE = 100
+CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
+    "linearizable: what the leader has committed when the request arrives is seen (a read index round "
+    "when this member has not reached the index); local: what this member has committed"))
 
 DESCRIPTION = """\
 raftlog is a Raft-replicated, append-only log (DLedger's protocol). Append entries to any
@@ -79,16 +82,17 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorBody, "description": ERROR_TEXT[s]} for s in statuses}
 
 
-def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str) -> dict[str, Any]:
+def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str, raw_example: str) -> dict[str, Any]:
     """An OpenAPI request body taking JSON or raw bytes (parsed by hand, so FastAPI cannot infer it)."""
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": f"#/components/schemas/{json_model.__name__}"}},
-        raw_type: {"schema": {"type": "string", "format": "binary", "description": raw_text}}}}}
+        raw_type: {"schema": {"type": "string", "format": "binary", "description": raw_text},
+                   "example": raw_example}}}}
 
 
 def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
     app = FastAPI(title="raftlog", version=version("raftlog"), description=DESCRIPTION,
-                  docs_url="/docs", redoc_url=None)
+                  docs_url="/docs", redoc_url=None, generate_unique_id_function=lambda route: route.name)
     _install_error_handlers(app)
     limits = service.limits
 
@@ -121,7 +125,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
     @app.post("/v1/entries", status_code=201, tags=["entries"], summary="Append one entry",
               responses={201: {"model": Appended, "description": "Committed"},
                          **errors(400, 413, 502, 503, 504, 507)},
-              openapi_extra=body_content(NewEntry, OCTETS, "The entry's body, byte for byte"))
+              openapi_extra=body_content(NewEntry, OCTETS, "The entry's body, byte for byte", "hello"))
     async def append_entry(request: Request) -> JSONResponse:
         async def bodies() -> list[bytes]:
             data = await read_body(request)
@@ -137,7 +141,8 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
               responses={201: {"model": BatchAppended, "description": "All committed"},
                          **errors(400, 413, 415, 502, 503, 504, 507)},
               openapi_extra=body_content(NewBatch, BATCH_CONTENT_TYPE,
-                                         "Entries as a sequence of u32 big-endian length + body bytes"))
+                                         "Entries as a sequence of u32 big-endian length + body bytes",
+                                         "\\x00\\x00\\x00\\x01a\\x00\\x00\\x00\\x01b"))
     async def append_batch(request: Request) -> JSONResponse:
         async def bodies() -> list[bytes]:
             data = await read_body(request)
@@ -158,8 +163,8 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
                               "octet-stream` its raw body, metadata in X-Raftlog-* headers",
                               "content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}},
                         **errors(400, 404, 410, 502, 503)})
-    async def get_entry(request: Request, index: int = Path(ge=0),
-                        consistency: Consistency = "linearizable") -> Response:
+    async def get_entry(request: Request, index: int = Path(ge=0, examples=[42]),
+                        consistency: Consistency = CONSISTENCY) -> Response:
         entry = await service.get(index, consistency == "linearizable")
         if OCTETS in request.headers.get("accept", ""):
             meta = entry_json(entry)
@@ -173,11 +178,11 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
                               "application/x-ndjson` a stream of entries, one JSON object per line",
                               "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}}}},
                         **errors(400, 410, 502, 503)})
-    async def read_entries(request: Request, start: int = Query(0, ge=0),
+    async def read_entries(request: Request, start: int = Query(0, ge=0, examples=[0]),
                            limit: int | None = Query(None, ge=1, description=(
                                f"At most this many entries (JSON: default {DEFAULT_PAGE}, at most "
-                               f"{limits.range_limit_max}; NDJSON: default all committed)")),
-                           consistency: Consistency = "linearizable") -> Response:
+                               f"{limits.range_limit_max}; NDJSON: default all committed)"), examples=[100]),
+                           consistency: Consistency = CONSISTENCY) -> Response:
         linearizable = consistency == "linearizable"
         if NDJSON in request.headers.get("accept", ""):
             end = await service.readable_end(start, linearizable)

@@ -134,7 +134,8 @@ class LogService:
         """Up to `limit` committed entries from `start` (none when start is past the commit index)."""
         if start < 0 or limit < 1:
             raise bad_request("start must be at least 0 and limit at least 1")
-        end = min(await self.readable_end(start, linearizable), start + limit - 1)
+        committed = await self.readable_end(start, linearizable)
+        end = min(committed, start + limit - 1)
         entries: list[Entry] = []
         index = start
         try:
@@ -144,7 +145,7 @@ class LogService:
                 index += raw.count
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
-        return entries, end
+        return entries, committed
 
     # -- cluster -------------------------------------------------------------------------
 
