@@ -22,6 +22,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from app.node import Node
 from app.settings import NodeSettings, SettingsError
+from storage import StorageError
 
 log = logging.getLogger("raftlog.server")
 
@@ -68,8 +69,17 @@ def peer_server_config(sock: socket.socket, log_level: str) -> HypercornConfig:
 
 async def serve(settings: NodeSettings, ready: asyncio.Event | None = None) -> None:
     client_sock = bind(settings.client_host, settings.client_port, "client")
-    peer_sock = bind(*settings.peer_address, "peer")
-    node = await Node.open(settings)
+    try:
+        peer_sock = bind(*settings.peer_address, "peer")
+    except SettingsError:
+        client_sock.close()
+        raise
+    try:
+        node = await Node.open(settings)
+    except (OSError, StorageError) as exc:
+        client_sock.close()
+        peer_sock.close()
+        raise SettingsError(f"cannot open the data dir {settings.data_dir}: {exc}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

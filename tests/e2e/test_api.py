@@ -13,7 +13,7 @@ import pytest
 
 from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from app.launcher import LocalCluster
-from tests.e2e.conftest import SMALL_FILES
+from tests.processes import SMALL_FILES
 
 LIMITS = {"max_entry_bytes": 1000, "max_request_bytes": 20_000, "max_batch_entries": 50}
 

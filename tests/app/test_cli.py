@@ -1,0 +1,127 @@
+"""The command line as an operator meets it: bad settings fail with one line, the small
+clients work against a cluster, and `raftlog cluster` leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.launcher import free_ports
+from tests.processes import SMALL_FILES, ClusterFactory, free_port_run
+
+
+def raftlog(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], input=stdin.decode(), capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
+    client, peer = free_ports(2)
+    values = {"id": "n1", "peers": f"n1-127.0.0.1:{peer}", "data-dir": str(tmp_path / "n1"),
+              "client-port": str(client), **overrides}
+    return ["serve", *[part for name, value in values.items() for part in (f"--{name}", value)]]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"id": "n9"}, "self_id 'n9' is not among the peers"),
+    ({"peers": "n1-127.0.0.1:1;n1-127.0.0.1:2"}, "duplicate member ids"),
+    ({"peers": "n1:127.0.0.1"}, "is not of the form id-host:port"),
+    ({"flush-mode": "sometimes"}, "setting flush_mode"),
+    ({"heartbeat-interval-ms": "0"}, "heartbeat_interval_ms must be positive"),
+    ({"client-port": "many"}, "setting client_port"),
+])
+def test_bad_settings_fail_at_start_with_one_line(tmp_path: Path, overrides: dict[str, str], message: str) -> None:
+    result = raftlog(*serve_args(tmp_path, **overrides))
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_a_port_in_use_fails_at_start(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = raftlog(*serve_args(tmp_path, **{"client-port": str(port)}))
+    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port} for the client port" in result.stderr
+
+
+def test_an_unusable_data_dir_fails_at_start(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    result = raftlog(*serve_args(tmp_path, **{"data-dir": str(tmp_path / "a-file" / "n1")}))
+    assert result.returncode == 2 and "cannot open the data dir" in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_settings_come_from_a_toml_file_and_the_environment(tmp_path: Path) -> None:
+    toml = tmp_path / "node.toml"
+    toml.write_text('id = "n9"\nflush_mode = "async"\n')
+    result = raftlog(*serve_args(tmp_path)[:1], "--config", str(toml), env={"RAFTLOG_PEERS": "n1-127.0.0.1:1"})
+    assert result.returncode == 2 and "self_id 'n9' is not among the peers ['n1']" in result.stderr
+
+
+def test_append_get_and_status_clients(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    cluster.wait_leader()
+    url = cluster.members["n2"].client_url
+    one = raftlog("append", "--url", url, "hello from the terminal")
+    assert one.returncode == 0 and '"index"' in one.stdout
+    batch = raftlog("append", "--url", url, "--batch", stdin=b"line one\nline two\n")
+    assert batch.returncode == 0 and '"last_index"' in batch.stdout
+    index = int(one.stdout.split('"index": ')[1].split(",")[0])
+    got = raftlog("get", "--url", url, str(index))
+    assert got.returncode == 0 and "hello from the terminal" in got.stdout
+    raw = raftlog("get", "--url", url, "--raw", str(index))
+    assert raw.stdout == "hello from the terminal"
+    status = raftlog("status", "--url", url)
+    assert status.returncode == 0 and "leader" in status.stdout
+    assert all(member in status.stdout for member in cluster.members)
+    missing = raftlog("get", "--url", url, "999999")
+    assert missing.returncode == 1 and "404 INDEX_OUT_OF_RANGE" in missing.stderr
+
+
+def test_cluster_command_starts_nodes_and_ctrl_c_stops_them_all(tmp_path: Path) -> None:
+    client = free_port_run(3)
+    peer = free_port_run(3, client + 3)
+    settings = [arg for name, value in SMALL_FILES.items() for arg in ("--set", f"{name}={value}")]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "cluster", "--nodes", "3", "--data-dir", str(tmp_path / "data"),
+         "--client-port", str(client), "--peer-port", str(peer), *settings],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert launcher.stdout is not None
+        lines = []
+        for line in launcher.stdout:
+            lines.append(line)
+            if "Ctrl-C" in line:
+                break
+        output = "".join(lines)
+        assert "(leader)" in output and f"http://127.0.0.1:{client + 2}" in output, output
+        nodes = node_pids(tmp_path)
+        assert len(nodes) == 3
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(30) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    assert node_pids(tmp_path) == []
+
+
+def node_pids(tmp_path: Path) -> list[int]:
+    """Node processes whose command line names this test's data directory."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if str(tmp_path) in cmdline and "serve" in cmdline:
+                pids.append(int(proc.name))
+    return pids

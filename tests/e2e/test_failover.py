@@ -1,0 +1,154 @@
+"""Real processes failing: a leader killed with SIGKILL under load, a follower restarted from
+its files, leadership transfer, and a member left without a quorum."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+
+from app.launcher import LocalCluster
+from tests.processes import ClusterFactory, eventually
+
+
+class Writer(threading.Thread):
+    """Appends numbered entries through every member in turn, remembering what was acknowledged."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        super().__init__(daemon=True)
+        self.urls = [m.client_url for m in cluster.members.values()]
+        self.acked: dict[int, bytes] = {}
+        self.errors: dict[str, int] = {}
+        self.stopping = threading.Event()
+        self.progress = threading.Condition()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=5.0) as client:
+            i = 0
+            while not self.stopping.is_set():
+                body = f"w{i}".encode()
+                try:
+                    response = client.post(f"{self.urls[i % len(self.urls)]}/v1/entries", content=body)
+                    if response.status_code == 201:
+                        with self.progress:
+                            self.acked[response.json()["index"]] = body
+                            self.progress.notify_all()
+                    else:
+                        code = response.json()["error"]["code"]
+                        self.errors[code] = self.errors.get(code, 0) + 1
+                except httpx.HTTPError as exc:  # a member that was just killed
+                    self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+                i += 1
+
+    def wait_for(self, count: int, timeout_s: float = 30.0) -> None:
+        with self.progress:
+            assert self.progress.wait_for(lambda: len(self.acked) >= count, timeout_s), \
+                f"only {len(self.acked)} of {count} appends acknowledged; errors {self.errors}"
+
+
+def status(url: str) -> dict[str, Any]:
+    return httpx.get(f"{url}/v1/cluster", timeout=5.0).json()
+
+
+def read_all(url: str, start: int, end: int) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    with httpx.stream("GET", f"{url}/v1/entries", params={"start": start, "limit": end - start + 1},
+                      headers={"accept": "application/x-ndjson"}, timeout=10.0) as stream:
+        for line in stream.iter_lines():
+            if line:
+                entry = httpx.Response(200, content=line).json()
+                found[entry["index"]] = entry["body"].encode()
+    return found
+
+
+def test_killing_the_leader_under_load_loses_no_acknowledged_append(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    old_leader = cluster.wait_leader()
+    writer = Writer(cluster)
+    writer.start()
+    try:
+        writer.wait_for(100)
+        cluster.kill_member(old_leader)
+        acked_at_kill = len(writer.acked)
+        writer.wait_for(acked_at_kill + 100)  # a new leader took over
+    finally:
+        writer.stopping.set()
+        writer.join()
+    new_leader = cluster.wait_leader()
+    assert new_leader != old_leader
+
+    cluster.start_member(old_leader)
+    cluster.wait_leader()
+    last = max(writer.acked)
+    for member in cluster.members.values():
+        eventually(lambda m=member: status(m.client_url)["committed_index"] >= last,
+                   f"{member.id} to commit index {last}")
+        found = read_all(member.client_url, min(writer.acked), last)
+        lost = {i: b for i, b in writer.acked.items() if found.get(i) != b}
+        assert not lost, f"{member.id} lost acknowledged appends: {sorted(lost)[:10]}"
+
+
+def test_a_follower_restarted_from_its_files_catches_up(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m != leader)
+    leader_url = cluster.members[leader].client_url
+    httpx.post(f"{leader_url}/v1/entries/batch", json={"entries": [{"body": f"before{i}"} for i in range(50)]})
+    cluster.kill_member(follower)
+    last = -1
+    for batch in range(5):
+        answer = httpx.post(f"{leader_url}/v1/entries/batch",
+                            json={"entries": [{"body": f"while-down-{batch}-{i}"} for i in range(100)]})
+        assert answer.status_code == 201  # two of three members are a quorum
+        last = answer.json()["last_index"]
+
+    cluster.start_member(follower)
+    url = cluster.members[follower].client_url
+    cluster.wait_healthy(follower)
+    eventually(lambda: status(url)["committed_index"] >= last, f"{follower} to catch up to {last}")
+    theirs = read_all(url, 0, last)
+    ours = read_all(leader_url, 0, last)
+    assert theirs == ours and len(theirs) == last + 1
+
+
+def test_leadership_transfer_through_any_member(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    target, other = (m for m in cluster.members if m != leader)
+    asked = cluster.members[other].client_url  # a follower forwards the request to the leader
+    httpx.post(f"{asked}/v1/entries", content=b"before the transfer")
+    response = httpx.post(f"{asked}/v1/cluster/leader", json={"target": target}, timeout=10.0)
+    assert response.status_code == 200, response.text
+    assert response.json()["leader"] == target
+    assert cluster.wait_leader() == target
+    assert httpx.post(f"{asked}/v1/entries", content=b"after the transfer").json()["leader"] == target
+
+    unknown = httpx.post(f"{asked}/v1/cluster/leader", json={"target": "n9"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "UNKNOWN_MEMBER"
+
+
+def test_a_member_without_a_quorum_answers_503_not_leader(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    survivor, other = (m for m in cluster.members if m != leader)
+    url = cluster.members[survivor].client_url
+    committed = httpx.post(f"{url}/v1/entries", content=b"committed").json()["index"]
+    cluster.kill_member(leader)
+    cluster.kill_member(other)
+
+    def refused() -> httpx.Response | None:
+        response = httpx.post(f"{url}/v1/entries", content=b"no quorum", timeout=10.0)
+        return response if response.status_code == 503 else None
+
+    response = eventually(refused, "the survivor to notice it has no leader")
+    assert response.json()["error"]["code"] == "NOT_LEADER" and response.headers["retry-after"]
+    assert httpx.get(f"{url}/readyz").status_code == 503
+    assert httpx.get(f"{url}/v1/entries/{committed}").status_code == 200  # committed: answered at once
+    future = httpx.get(f"{url}/v1/entries/{committed + 1}")
+    assert future.status_code == 503 and future.json()["error"]["code"] == "NOT_LEADER"
+    assert httpx.get(f"{url}/v1/entries/{committed + 1}", params={"consistency": "local"}).status_code == 404
+
+    cluster.start_member(other)
+    cluster.wait_leader()
+    assert httpx.post(f"{url}/v1/entries", content=b"quorum again", timeout=10.0).status_code == 201

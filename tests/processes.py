@@ -1,0 +1,65 @@
+"""Real node processes on loopback for tests: clusters that always stop, and polling helpers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.launcher import LocalCluster
+
+# small files, so a test's cluster does not reserve gigabytes
+SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 12}
+
+ClusterFactory = Callable[..., LocalCluster]
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
+    """Start clusters that are stopped (every process) when the test ends, however it ends."""
+    clusters: list[LocalCluster] = []
+
+    def make(nodes: int = 3, **settings: Any) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", nodes, settings={**SMALL_FILES, **settings})
+        clusters.append(cluster)
+        cluster.start()
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+
+
+def eventually(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    """Poll another process's state until `condition` returns something truthy."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def free_port_run(count: int, start: int = 20000, stop: int = 60000) -> int:
+    """The first of `count` consecutive ports that are free now (for `raftlog cluster`'s port numbering)."""
+    for base in range(start + os.getpid() % 1000 * 10, stop, count):
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no run of free ports")
