@@ -54,9 +54,12 @@ class _Uvicorn(uvicorn.Server):
 
 
 def peer_server_config(sock: socket.socket, log_level: str) -> HypercornConfig:
-    """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network)."""
+    """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network).
+
+    hypercorn takes the socket over (and closes it when it stops).
+    """
     config = HypercornConfig()
-    config.bind = [f"fd://{sock.fileno()}"]
+    config.bind = [f"fd://{sock.detach()}"]
     config.keep_alive_max_requests = 2**62  # default 1000: a peer connection would close every second
     config.keep_alive_timeout = PEER_KEEP_ALIVE_S
     config.h2_max_concurrent_streams = PEER_STREAMS_MAX
@@ -107,7 +110,6 @@ async def serve(settings: NodeSettings, ready: asyncio.Event | None = None) -> N
         await asyncio.gather(*tasks, return_exceptions=True)
         await node.stop()
         client_sock.close()
-        peer_sock.close()
         log.info("%s stopped", settings.id)
 
 

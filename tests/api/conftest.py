@@ -1,0 +1,37 @@
+"""A single-member node in this process, its public app reached through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.launcher import free_ports
+from app.node import Node
+from app.settings import load_settings
+from raft.messages import Role
+from tests.processes import SMALL_FILES
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    (peer,) = free_ports(1)
+    settings = load_settings({"id": "n1", "peers": f"n1-127.0.0.1:{peer}", "data_dir": tmp_path / "n1",
+                              **SMALL_FILES, "max_entry_bytes": 4096})
+    node = await Node.open(settings)
+    node.start()
+    try:
+        await node.raft.wait_for_leadership()
+        assert await node.raft.wait_committed(0, 10.0)  # its NOOP
+        assert node.raft.role is Role.LEADER and node.raft.caught_up
+        yield node
+    finally:
+        await node.stop()
+
+
+@pytest.fixture
+async def client(node: Node) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=node.public_app), base_url="http://n1") as c:
+        yield c

@@ -1,0 +1,148 @@
+"""The peer transport: wire formats, and a peer that is down, slow or answers garbage costs a
+failed call (PeerUnavailable), never a crash; HTTP/2 connections outlive hypercorn's defaults."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from hypercorn.asyncio import serve
+
+from api.peer_client import PeerClient
+from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push
+from app.launcher import free_ports
+from app.server import bind, peer_server_config
+from raft.config import Peer
+from raft.messages import (
+    Code,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PushRequest,
+    PushResponse,
+    PushType,
+    TransferRequest,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+from raft.transport import PeerUnavailable
+
+ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+@pytest.mark.parametrize("push_type", list(PushType))
+def test_a_push_survives_the_wire(push_type: PushType) -> None:
+    request = PushRequest("g", "n1", 7, push_type, 41, 40, 2, memoryview(b"raw entries \x00\xff"), 39, 6,
+                          chain_crc=0xFFFFFFFF if push_type is PushType.COMPARE else None, next_pos=1234)
+    decoded = decode_push(b"".join(encode_push(request)))
+    assert bytes(decoded.data) == bytes(request.data)
+    assert decoded == PushRequest(**{**{f: getattr(request, f) for f in request.__slots__}, "data": decoded.data})
+
+
+@pytest.mark.parametrize("message", [
+    VoteRequest("g", "n2", 3, 2, 10, taking_leadership=True), VoteResponse(3, VoteResult.REJECT_ALREADY_VOTED),
+    HeartbeatRequest("g", "n1", 3, 9), HeartbeatResponse(Code.EXPIRED_TERM, 4),
+    TransferRequest("g", "n1", 3, "n2"), PushResponse(Code.SUCCESS, 3, 5, 9, 3, ack_index=9),
+])
+def test_control_messages_survive_the_wire(message: object) -> None:
+    assert decode_message(type(message), encode_message(message)) == message
+
+
+@pytest.mark.parametrize(("cls", "data"), [
+    (VoteResponse, b"not json"), (VoteResponse, b"[1, 2]"), (VoteResponse, b'{"term": 1, "result": "MAYBE"}'),
+    (VoteResponse, b'{"term": "one", "result": "ACCEPT"}'), (VoteResponse, b'{"term": 1}'),
+    (HeartbeatResponse, b'{"code": 999}'), (VoteRequest, b'{"group": "g", "leader_id": "n1", "term": true}'),
+])
+def test_garbage_messages_are_refused(cls: type, data: bytes) -> None:
+    with pytest.raises(PeerMessageError):
+        decode_message(cls, data)
+
+
+@pytest.mark.parametrize("data", [b"", b"\x09" + bytes(80), b"\x00" * 60 + b"\xff\xff\xff\xff"])
+def test_garbage_pushes_are_refused(data: bytes) -> None:
+    with pytest.raises(PeerMessageError):
+        decode_push(data)
+
+
+async def running(app: ASGIApp) -> AsyncIterator[str]:
+    (port,) = free_ports(1)
+    sock = bind("127.0.0.1", port, "peer")
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve(app, peer_server_config(sock, "warning"), shutdown_trigger=stop.wait))
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await task
+
+
+def client_for(address: str, timeout_ms: int = 300) -> PeerClient:
+    return PeerClient("n1", [Peer("n1", "127.0.0.1:1"), Peer("n2", address)], rpc_timeout_ms=timeout_ms,
+                      push_timeout_ms=timeout_ms, wait_timeout_ms=timeout_ms)
+
+
+def answering(status: int, body: bytes, seen: list[dict[str, Any]] | None = None,
+              hold: asyncio.Event | None = None) -> ASGIApp:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        if seen is not None:
+            seen.append(scope)
+        if hold is not None:
+            await hold.wait()
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+    return app
+
+
+CALLS = [
+    lambda c: c.vote("n2", VoteRequest("g", "n1", 1, -1, -1)),
+    lambda c: c.heartbeat("n2", HeartbeatRequest("g", "n1", 1)),
+    lambda c: c.push("n2", PushRequest("g", "n1", 1, PushType.APPEND, -1, 0, 1, b"x" * 200_000)),
+    lambda c: c.transfer("n2", TransferRequest("g", "n1", 1, "n2")),
+]
+
+
+@pytest.mark.parametrize("call", CALLS, ids=["vote", "heartbeat", "push", "transfer"])
+@pytest.mark.parametrize(("status", "body"), [(200, b"garbage"), (200, b'{"code": "nope"}'), (500, b""),
+                                              (404, b"{}")], ids=["not-json", "bad-field", "500", "404"])
+async def test_a_peer_answering_garbage_is_a_failed_call(call: Any, status: int, body: bytes) -> None:
+    seen: list[dict[str, Any]] = []
+    async for address in running(answering(status, body, seen)):
+        client = client_for(address)
+        with pytest.raises(PeerUnavailable):
+            await call(client)
+        await client.close()
+    assert seen and seen[0]["http_version"] == "2"  # prior-knowledge HTTP/2, no upgrade
+
+
+@pytest.mark.parametrize("call", CALLS, ids=["vote", "heartbeat", "push", "transfer"])
+async def test_a_peer_that_is_down_or_silent_is_a_failed_call(call: Any) -> None:
+    (port,) = free_ports(1)
+    down = client_for(f"127.0.0.1:{port}")
+    with pytest.raises(PeerUnavailable):
+        await call(down)
+    await down.close()
+    hold = asyncio.Event()
+    async for address in running(answering(200, b"{}", hold=hold)):
+        slow = client_for(address, timeout_ms=100)
+        with pytest.raises(PeerUnavailable):
+            await call(slow)
+        hold.set()
+        await slow.close()
+
+
+async def test_one_peer_connection_carries_thousands_of_calls() -> None:
+    """hypercorn closes a connection after keep_alive_max_requests (default 1000) unless raised."""
+    seen: list[dict[str, Any]] = []
+    async for address in running(answering(200, encode_message(HeartbeatResponse(Code.SUCCESS, 1)), seen)):
+        client = client_for(address, timeout_ms=5000)
+        for _ in range(1500):
+            response = await client.heartbeat("n2", HeartbeatRequest("g", "n1", 1))
+            assert response.code is Code.SUCCESS
+        await client.close()
+    assert len({tuple(scope["client"]) for scope in seen}) == 1

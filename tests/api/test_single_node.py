@@ -1,0 +1,43 @@
+"""Error cases that need a hand on the node's insides: cleaned entries, a full disk, the contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import yaml
+
+from app.node import Node
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_openapi_yaml_is_what_the_app_serves(client: httpx.AsyncClient) -> None:
+    served = (await client.get("/openapi.json")).json()
+    committed = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    assert committed == served, "openapi.yaml is stale: run `make openapi` and commit it"
+
+
+async def test_a_cleaned_entry_answers_410(node: Node, client: httpx.AsyncClient) -> None:
+    batch = {"entries": [{"body": "x" * 4000}] * 25}
+    for _ in range(30):  # ~1 MiB data files: 30 x 100 KiB fills more than two
+        assert (await client.post("/v1/entries/batch", json=batch)).status_code == 201
+    head = node.store.head_files()
+    assert head, "the test needs a data file that cleaning may delete"
+    await node.store.delete_head_files(1)
+    begin = node.store.begin_index
+    cleaned = await client.get("/v1/entries/0")
+    assert cleaned.status_code == 410 and cleaned.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
+    ranged = await client.get("/v1/entries", params={"start": 0})
+    assert ranged.status_code == 410
+    assert (await client.get(f"/v1/entries/{begin}")).status_code == 200
+
+
+async def test_a_full_disk_answers_507_and_appends_nothing(node: Node, client: httpx.AsyncClient) -> None:
+    end = node.store.end_index
+    node.store.disk_full = True  # what the cleaning service sets above disk_full_ratio
+    response = await client.post("/v1/entries", content=b"no room")
+    assert response.status_code == 507 and response.json()["error"]["code"] == "DISK_FULL"
+    assert node.store.end_index == end
+    node.store.disk_full = False
+    assert (await client.post("/v1/entries", content=b"room again")).status_code == 201
