@@ -28,7 +28,9 @@ openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.yaml
 
 bench: $(STAMP)
+	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/storage_bench.py
+	$(BIN)/python bench/cluster_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

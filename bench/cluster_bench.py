@@ -1,0 +1,121 @@
+"""A local 3-node cluster under load, driven from separate processes.
+
+    python bench/cluster_bench.py [--seconds 10] [--rounds 3] [--json]
+
+- single_append_rps: wrk, 64 connections, POST /v1/entries with 100-byte bodies, to the leader
+- p50_ms, p99_ms: those appends' latency (request to committed answer)
+- batch_append_eps: entries per second, binary batches of 1000 bodies of 100 bytes, 4 concurrent
+  clients in this process
+- get_rps: wrk, 64 connections, GET /v1/entries/{random committed index}, to a follower
+
+The nodes run with their defaults (flush_mode sync: every acknowledged entry is
+on a quorum of disks). Each figure is the median of --rounds runs, each on a
+fresh cluster in a temporary directory. Needs wrk (`make bench` installs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from app.launcher import LocalCluster
+
+HERE = Path(__file__).resolve().parent
+BODY = b"x" * 100
+BATCH = 1000
+CONNECTIONS = 64
+BATCH_CLIENTS = 4
+TARGETS = {}  # issue 8 sets them
+
+
+def wrk(url: str, script: str, seconds: int, env: dict[str, str] | None = None) -> dict[str, float]:
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", str(HERE / script), url],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "WRK_REPORT": str(HERE / "wrk_report.lua"), **(env or {})}).stdout
+    line = next(line for line in out.splitlines() if line.startswith("WRK_JSON "))
+    report = json.loads(line.removeprefix("WRK_JSON "))
+    if report["errors"]:
+        raise RuntimeError(f"wrk saw {report['errors']} errors:\n{out}")
+    return report
+
+
+async def batch_appends(url: str, seconds: int) -> float:
+    payload = encode_bodies([BODY] * BATCH)
+    deadline = time.monotonic() + seconds
+    done = 0
+
+    async def client() -> None:
+        nonlocal done
+        async with httpx.AsyncClient(timeout=30.0) as http:
+            while time.monotonic() < deadline:
+                response = await http.post(f"{url}/v1/entries/batch", content=payload,
+                                           headers={"content-type": BATCH_CONTENT_TYPE})
+                response.raise_for_status()
+                done += BATCH
+
+    started = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(BATCH_CLIENTS)))
+    return done / (time.monotonic() - started)
+
+
+def one_round(seconds: int) -> dict[str, float]:
+    root = Path(tempfile.mkdtemp(prefix="raftlog-cluster-bench-"))
+    cluster = LocalCluster(root, 3)
+    try:
+        cluster.start()
+        leader_id = cluster.wait_leader()
+        leader = cluster.members[leader_id].client_url
+        follower = next(m.client_url for m in cluster.members.values() if m.id != leader_id)
+        single = wrk(f"{leader}/v1/entries", "wrk_append.lua", seconds)
+        eps = asyncio.run(batch_appends(leader, seconds))
+        committed = httpx.get(f"{follower}/v1/cluster").json()["committed_index"]
+        gets = wrk(follower, "wrk_get.lua", seconds, {"WRK_MAX_INDEX": str(committed)})
+        return {
+            "single_append_rps": single["requests"] / single["duration_us"] * 1e6,
+            "batch_append_eps": eps,
+            "get_rps": gets["requests"] / gets["duration_us"] * 1e6,
+            "p50_ms": single["p50_us"] / 1000,
+            "p99_ms": single["p99_us"] / 1000,
+        }
+    finally:
+        cluster.stop()
+        shutil.rmtree(root)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10, help="length of each load phase")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: run `make bench`, or apt-get install wrk")
+    rounds = [one_round(args.seconds) for _ in range(args.rounds)]
+    result: dict[str, float | int] = {
+        name: round(statistics.median(r[name] for r in rounds), 3) for name in rounds[0]}
+    result.update(nodes=3, connections=CONNECTIONS, body_bytes=len(BODY), batch=BATCH, seconds=args.seconds,
+                  rounds=args.rounds)
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"raftlog, local 3-node cluster, flush_mode sync, median of {args.rounds} rounds of {args.seconds} s")
+    print(f"{'figure':<20}{'median':>14}{'rounds':>36}")
+    for name in rounds[0]:
+        spread = ", ".join(f"{r[name]:,.1f}" for r in rounds)
+        print(f"{name:<20}{result[name]:>14,.1f}{spread:>36}")
+
+
+if __name__ == "__main__":
+    main()
