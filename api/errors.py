@@ -34,10 +34,10 @@ STATUS = {
     Code.NOT_LEADER: 503,
     Code.LEADER_PENDING_FULL: 503,
     Code.LEADER_TRANSFERRING: 503,
-    Code.TERM_CHANGED: 503,
     Code.LEADER_NOT_READY: 503,
     Code.TIMEOUT: 504,
     Code.WAIT_QUORUM_ACK_TIMEOUT: 504,
+    Code.TERM_CHANGED: 504,  # leadership was lost after the entry was written: it may still commit
     Code.DISK_FULL: 507,
 }
 RETRY_LATER = frozenset(code for code, status in STATUS.items() if status == 503)

@@ -1,10 +1,11 @@
 """The peer client: raft's Transport over HTTP/2 cleartext (prior knowledge), and the
 calls a node's public API makes to its peers (forwarded appends, read index, status).
 
-Per peer there are two connections, so a large push never waits behind, or
-delays, a heartbeat: `control` for votes, heartbeats, transfers and API calls,
-`push` for pushes. A peer that is down, slow or answers garbage raises
-PeerUnavailable: a failed call the caller retries on its own timer.
+Per peer there are two connections, so a large body never waits behind, or
+delays, a heartbeat: `control` for votes, heartbeats, transfers and small API
+calls, `data` for pushes and forwarded appends, whose bodies go in chunks. A
+peer that is down, slow or answers garbage raises PeerUnavailable: a failed
+call the caller retries on its own timer.
 """
 
 from __future__ import annotations
@@ -50,11 +51,11 @@ class PeerClient:
         self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
         self.addresses = {p.id: p.address for p in peers if p.id != self_id}
         self._control = {peer: _client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
-        self._push = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
+        self._data = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
 
     async def close(self) -> None:
-        for client in (*self._control.values(), *self._push.values()):
+        for client in (*self._control.values(), *self._data.values()):
             await client.aclose()
 
     # -- raft.transport.Transport ------------------------------------------------------
@@ -69,7 +70,7 @@ class PeerClient:
     async def push(self, peer_id: str, request: PushRequest) -> PushResponse:
         parts = encode_push(request)  # copied now, before the mapped file can change
         started = time.monotonic()
-        data = await self._post(peer_id, "/raft/push", _chunks(parts), client=self._push[peer_id])
+        data = await self._post(peer_id, "/raft/push", _chunks(parts), client=self._data[peer_id])
         if self.on_push is not None:
             self.on_push(peer_id, time.monotonic() - started, len(parts[1]))
         return self._decode(PushResponse, data)
@@ -82,12 +83,16 @@ class PeerClient:
 
     async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> dict[str, Any]:
         """Append through the leader; its answer, or its error as an ApiError."""
-        return await self._call_json(leader_id, "POST", "/raft/append", encode_bodies(bodies),
-                                     {"content-type": BATCH_CONTENT_TYPE}, timeout=self.wait_timeout_s)
+        return await self._call_json(leader_id, "POST", "/raft/append", _chunks([encode_bodies(bodies)]),
+                                     {"content-type": BATCH_CONTENT_TYPE}, timeout=self.wait_timeout_s,
+                                     client=self._data.get(leader_id))
 
     async def read_index(self, leader_id: str) -> int:
-        answer = await self._call_json(leader_id, "GET", "/raft/read_index")
-        return int(answer["committed_index"])
+        answer = await self._call_json(leader_id, "GET", "/raft/read_index", timeout=self.wait_timeout_s)
+        index = answer.get("committed_index")
+        if not isinstance(index, int):
+            raise ApiError(Code.NETWORK_ERROR, f"{leader_id} answered a read index without an index")
+        return index
 
     async def transfer_leadership(self, leader_id: str, target: str) -> dict[str, Any]:
         return await self._call_json(leader_id, "POST", "/raft/leader", json.dumps({"target": target}).encode(),
@@ -111,22 +116,23 @@ class PeerClient:
             raise PeerUnavailable(f"{peer_id} {path}: HTTP {response.status_code}")
         return response.content
 
-    async def _call_json(self, peer_id: str, method: str, path: str, content: bytes | None = None,
-                         headers: dict[str, str] | None = None, *,
-                         timeout: float | type[httpx.USE_CLIENT_DEFAULT] | None = httpx.USE_CLIENT_DEFAULT,
-                         ) -> dict[str, Any]:
-        """An API call; transport failures become NETWORK_ERROR, the peer's errors pass through."""
+    async def _call_json(self, peer_id: str, method: str, path: str, content: Any = None,
+                         headers: dict[str, str] | None = None, *, timeout: Any = httpx.USE_CLIENT_DEFAULT,
+                         client: httpx.AsyncClient | None = None) -> dict[str, Any]:
+        """An API call; transport failures become NETWORK_ERROR, the peer's errors pass through
+        with their code and status, so a member answers as the leader did."""
         try:
-            response = await self._send(peer_id, method, path, content, headers, timeout=timeout)
+            response = await self._send(peer_id, method, path, content, headers, timeout=timeout, client=client)
             answer = response.json()
         except (PeerUnavailable, ValueError) as exc:
             raise ApiError(Code.NETWORK_ERROR, f"no answer from {peer_id}: {exc}") from None
+        if response.status_code == 200 and isinstance(answer, dict):
+            return answer
         if response.status_code == PEER_ERROR_STATUS:
-            error = answer["error"]
-            raise ApiError(Code[error["code"]], error["message"], error.get("leader"))
-        if response.status_code != 200:
-            raise ApiError(Code.NETWORK_ERROR, f"{peer_id} {path}: HTTP {response.status_code}")
-        return answer
+            error = _peer_error(answer)
+            if error is not None:
+                raise error
+        raise ApiError(Code.NETWORK_ERROR, f"{peer_id} {path}: HTTP {response.status_code}")
 
     async def _send(self, peer_id: str, method: str, path: str, content: Any, headers: Any, *,
                     client: httpx.AsyncClient | None = None, timeout: Any = httpx.USE_CLIENT_DEFAULT,
@@ -143,6 +149,21 @@ class PeerClient:
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
         self.last_contact[peer_id] = time.monotonic()
         return response
+
+
+def peer_error_body(error: ApiError) -> dict[str, Any]:
+    """How a peer route answers an error: the public shape plus the HTTP status to pass on."""
+    body = error.body()
+    body["error"]["status"] = error.status
+    return body
+
+
+def _peer_error(answer: Any) -> ApiError | None:
+    try:
+        error = answer["error"]
+        return ApiError(Code[error["code"]], str(error["message"]), error.get("leader"), int(error["status"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _client(address: str, timeout_ms: int) -> httpx.AsyncClient:

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request, Response
 
 from api.bodies import BatchFormatError, decode_bodies
 from api.errors import ApiError, bad_request
-from api.peer_client import PEER_ERROR_STATUS
+from api.peer_client import PEER_ERROR_STATUS, peer_error_body
 from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message
 from api.service import LogService
 from raft.messages import Code, HeartbeatRequest, TransferRequest, VoteRequest
@@ -38,7 +38,8 @@ def create_peer_app(node: RaftNode, service: LogService) -> FastAPI:
                 except (PeerMessageError, BatchFormatError) as exc:
                     return Response(json.dumps({"error": str(exc)}), status_code=400, media_type=JSON)
                 except ApiError as exc:
-                    return Response(json.dumps(exc.body()), status_code=PEER_ERROR_STATUS, media_type=JSON)
+                    return Response(json.dumps(peer_error_body(exc)), status_code=PEER_ERROR_STATUS,
+                                    media_type=JSON)
 
             app.add_api_route(path, endpoint, methods=[method])
             return handler
@@ -68,6 +69,8 @@ def create_peer_app(node: RaftNode, service: LogService) -> FastAPI:
 
     @route("/raft/read_index", "GET")
     async def read_index(body: bytes) -> bytes:
+        if not node.state.is_leader:  # never forwarded twice
+            raise ApiError(Code.NOT_LEADER, "this member is not the leader", node.leader_id)
         return _json({"committed_index": await service.read_index()})
 
     @route("/raft/leader")

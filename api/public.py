@@ -40,8 +40,9 @@ from api.schemas import (
     Transferred,
     TransferTarget,
 )
-from api.service import LogService, entry_json
+from api.service import LogService, entry_json, entry_type
 from raft.messages import Code
+from storage.codec import Entry
 
 NDJSON = "application/x-ndjson"
 OCTETS = "application/octet-stream"
@@ -60,8 +61,8 @@ UNKNOWN_MEMBER), 404 INDEX_OUT_OF_RANGE, 409 FALL_BEHIND_TOO_MUCH, 410
 INDEX_LESS_THAN_LOCAL_BEGIN (cleaned), 413 too large (UNEXPECTED_ARGUMENT), 415 unsupported
 content type, 500 INTERNAL_ERROR / DISK_ERROR, 502 NETWORK_ERROR (the leader did not answer a
 forwarded call: the outcome is unknown), 503 NOT_LEADER / LEADER_PENDING_FULL /
-LEADER_TRANSFERRING / TERM_CHANGED with `Retry-After`, 504 WAIT_QUORUM_ACK_TIMEOUT / TIMEOUT
-(the entry may still commit), 507 DISK_FULL.
+LEADER_TRANSFERRING with `Retry-After` (nothing was appended), 504 WAIT_QUORUM_ACK_TIMEOUT /
+TERM_CHANGED / TIMEOUT (the entry may still commit), 507 DISK_FULL.
 """
 
 ERROR_TEXT = {
@@ -71,15 +72,19 @@ ERROR_TEXT = {
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
     413: "An entry over max_entry_bytes, or a request over max_request_bytes",
     415: "A content type this route does not take",
+    500: "INTERNAL_ERROR or DISK_ERROR: a fault on this member",
     502: "NETWORK_ERROR: the leader did not answer a forwarded call",
-    503: "No leader (NOT_LEADER), too many pending appends, or a transfer in progress; see Retry-After",
-    504: "No quorum acknowledged in time (WAIT_QUORUM_ACK_TIMEOUT); the entry may still commit",
+    503: "No leader (NOT_LEADER), too many pending appends, or a transfer in progress; nothing was "
+         "appended; see Retry-After",
+    504: "WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED: the outcome is unknown, the entry may still commit; "
+         "TIMEOUT: a read or transfer did not finish in time",
     507: "DISK_FULL",
 }
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": ErrorBody, "description": ERROR_TEXT[s]} for s in statuses}
+    """The error responses of a route, 500 included (any route can meet a fault)."""
+    return {s: {"model": ErrorBody, "description": ERROR_TEXT[s]} for s in sorted({*statuses, 500})}
 
 
 def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str, raw_example: str) -> dict[str, Any]:
@@ -98,7 +103,9 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
     async def read_body(request: Request) -> bytes:
         length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limits.max_request_bytes):
+        if length is not None and not length.isdigit():
+            raise bad_request(f"Content-Length {length!r} is not a number")
+        if length is not None and int(length) > limits.max_request_bytes:
             raise too_large(f"the request body is over max_request_bytes ({limits.max_request_bytes})")
         chunks, size = [], 0
         async for chunk in request.stream():
@@ -162,14 +169,14 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
              responses={200: {"model": EntryOut, "description": "The entry; with `Accept: application/"
                               "octet-stream` its raw body, metadata in X-Raftlog-* headers",
                               "content": {OCTETS: {"schema": {"type": "string", "format": "binary"}}}},
-                        **errors(400, 404, 410, 502, 503)})
+                        **errors(400, 404, 410, 502, 503, 504)})
     async def get_entry(request: Request, index: int = Path(ge=0, examples=[42]),
                         consistency: Consistency = CONSISTENCY) -> Response:
         entry = await service.get(index, consistency == "linearizable")
         if OCTETS in request.headers.get("accept", ""):
-            meta = entry_json(entry)
-            headers = {f"X-Raftlog-{k.replace('_', '-').title()}": str(meta[k])
-                       for k in ("index", "term", "pos", "type", "body_crc")}
+            headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
+                       "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
+                       "X-Raftlog-Body-Crc": str(entry.body_crc)}
             return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
         return JSONResponse(entry_json(entry))
 
@@ -177,7 +184,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
              responses={200: {"model": EntryPage, "description": "A page of entries; with `Accept: "
                               "application/x-ndjson` a stream of entries, one JSON object per line",
                               "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}}}},
-                        **errors(400, 410, 502, 503)})
+                        **errors(400, 410, 502, 503, 504)})
     async def read_entries(request: Request, start: int = Query(0, ge=0, examples=[0]),
                            limit: int | None = Query(None, ge=1, description=(
                                f"At most this many entries (JSON: default {DEFAULT_PAGE}, at most "
@@ -187,7 +194,10 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
         if NDJSON in request.headers.get("accept", ""):
             end = await service.readable_end(start, linearizable)
             last = end if limit is None else min(end, start + limit - 1)
-            return StreamingResponse(_stream(service, start, last), media_type=NDJSON)
+            first: list[Entry] = []
+            if last >= start:  # read before the 200 goes out: a cleaned start is still a 410
+                first, _ = await service.read(start, last - start + 1, linearizable=False)
+            return StreamingResponse(_stream(service, first, last), media_type=NDJSON)
         page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
         entries, committed = await service.read(start, page, linearizable)
         return JSONResponse({"entries": [entry_json(e) for e in entries],
@@ -245,15 +255,16 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-async def _stream(service: LogService, start: int, last: int) -> AsyncIterator[bytes]:
-    index = start
-    while index <= last:
-        count = min(last - index + 1, service.limits.range_limit_max)
-        entries, _ = await service.read(index, count, linearizable=False)
-        if not entries:
-            return
+async def _stream(service: LogService, first: list[Entry], last: int) -> AsyncIterator[bytes]:
+    """NDJSON, page by page; the first page was read before the 200 went out, so an error such
+    as a cleaned start index is still an error status."""
+    entries = first
+    while entries:
         yield b"".join(json.dumps(entry_json(e)).encode() + b"\n" for e in entries)
-        index += len(entries)
+        index = entries[-1].index + 1
+        if index > last:
+            return
+        entries, _ = await service.read(index, last - index + 1, linearizable=False)
 
 
 def _content_type(request: Request) -> str:

@@ -105,9 +105,10 @@ class TransferTarget(BaseModel):
 
 
 class Transferred(BaseModel):
+    """The target accepted and is taking leadership (it leads once its vote round ends)."""
+
     leader: str
     previous: str
-    term: int
 
 
 class ErrorDetail(BaseModel):

@@ -32,6 +32,7 @@ class ApiLimits:
     max_request_bytes: int = 64 << 20
     max_batch_entries: int = 10_000
     range_limit_max: int = 1000  # entries in one JSON page of a range read
+    range_bytes_max: int = 4 << 20  # raw log bytes in one page or streamed chunk (at least one entry)
     read_wait_ms: int = 2500  # how long a linearizable read waits for the local log to catch up
 
 
@@ -66,21 +67,19 @@ class LogService:
     async def append(self, bodies: Sequence[bytes]) -> dict[str, Any]:
         """Append on the leader, here or through the peer connection, once committed."""
         self.check_bodies(bodies)
-        tried: set[str] = set()
+        if self.node.role is Role.LEADER:
+            return await self.append_here(bodies)
+        leader, tried = self.node.leader_id, set[str]()
         while True:
-            leader = self.node.leader_id
-            if self.node.role is Role.LEADER:
-                return await self.append_here(bodies)
-            if leader is None or leader in tried:
+            if leader is None or leader in tried or leader == self.node.config.self_id:
                 raise ApiError(Code.NOT_LEADER, "no leader is known; retry later", leader)
             tried.add(leader)
             try:
                 return await self.peers.forward_append(leader, bodies)
             except ApiError as exc:
-                # the leader moved on before our heartbeat said so: follow it once more
-                if exc.code is not Code.NOT_LEADER or exc.leader in (None, leader):
+                if exc.code is not Code.NOT_LEADER:  # NOT_LEADER: nothing was written there
                     raise
-                await self.node.wait_committed(self.node.committed_index + 1, 0.05)
+                leader = exc.leader  # it names the leader it knows of: follow once more
 
     async def append_here(self, bodies: Sequence[bytes]) -> dict[str, Any]:
         try:
@@ -131,18 +130,21 @@ class LogService:
             raise api_error(exc, self.node.leader_id) from None
 
     async def read(self, start: int, limit: int, linearizable: bool) -> tuple[list[Entry], int]:
-        """Up to `limit` committed entries from `start` (none when start is past the commit index)."""
+        """Up to `limit` committed entries from `start`, at most range_bytes_max of log (but at
+        least one entry); none when start is past the commit index."""
         if start < 0 or limit < 1:
             raise bad_request("start must be at least 0 and limit at least 1")
         committed = await self.readable_end(start, linearizable)
         end = min(committed, start + limit - 1)
         entries: list[Entry] = []
         index = start
+        budget = self.limits.range_bytes_max
         try:
-            while index <= end:
-                raw = self.store.read_range(index, end - index + 1, self.limits.max_request_bytes)
+            while index <= end and (budget > 0 or not entries):
+                raw = self.store.read_range(index, end - index + 1, max(budget, 1))
                 entries += iter_entries(raw.data)
                 index += raw.count
+                budget -= len(raw.data)
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
         return entries, committed
@@ -164,7 +166,7 @@ class LogService:
         if code is not Code.SUCCESS:
             raise ApiError(code, f"transfer to {target} failed: {code.name}", self.node.leader_id,
                            status=None if code in (Code.UNKNOWN_MEMBER, Code.FALL_BEHIND_TOO_MUCH) else 409)
-        return {"leader": target, "previous": self.node.config.self_id, "term": self.node.term}
+        return {"leader": target, "previous": self.node.config.self_id}
 
     def own_status(self) -> dict[str, Any]:
         """What this member says about itself (GET /raft/status), with its followers if it leads."""
@@ -223,8 +225,12 @@ def entry_json(entry: Entry) -> dict[str, Any]:
         text, encoding = body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         text, encoding = base64.b64encode(body).decode("ascii"), "base64"
-    return {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": Magic(entry.magic).name.lower(),
+    return {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": entry_type(entry),
             "body": text, "encoding": encoding, "body_crc": entry.body_crc}
+
+
+def entry_type(entry: Entry) -> str:
+    return Magic(entry.magic).name.lower()
 
 
 def _age_ms(now: float, then: float | None) -> int | None:

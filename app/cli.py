@@ -113,16 +113,10 @@ def _cluster(args: argparse.Namespace) -> int:
     for member in cluster.members.values():  # fail with one line, not with n node logs
         bind("127.0.0.1", member.client_port, f"{member.id} client").close()
         bind("127.0.0.1", member.peer_port, f"{member.id} peer").close()
-    stopping = False
-
-    def on_signal(_sig: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    cluster.start()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_stop)
     try:
+        cluster.start()
         for member in cluster.members.values():
             cluster.wait_healthy(member.id)
         leader = cluster.wait_leader()
@@ -131,20 +125,33 @@ def _cluster(args: argparse.Namespace) -> int:
             mark = "  (leader)" if member.id == leader else ""
             print(f"  {member.id}  client {member.client_url}   peer 127.0.0.1:{member.peer_port}   "
                   f"log {member.log_path}{mark}")
-        print(f"admin page: {cluster.members['n1'].client_url}/")
         print(f"try:  curl -X POST --data-binary 'hello' {cluster.members['n1'].client_url}/v1/entries")
         print("Ctrl-C stops every node.", flush=True)
-        while not stopping:
+        while True:
             for member in cluster.members.values():
                 if member.process is not None and not member.running:
                     print(f"raftlog: {member.id} exited with {member.process.returncode}; "
                           f"see {member.log_path}", file=sys.stderr, flush=True)
-                    member.process = None
+                    cluster.stop_member(member.id)
             time.sleep(0.2)
+    except _Stop:
+        return 0
+    except (RuntimeError, TimeoutError) as exc:  # a node that died or never became ready
+        print(f"raftlog: {exc}", file=sys.stderr)
+        return 1
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the stopping short
         print("raftlog: stopping the nodes", flush=True)
         cluster.stop()
-    return 0
+
+
+class _Stop(Exception):
+    """Ctrl-C or SIGTERM to the launcher: stop every node."""
+
+
+def _raise_stop(_sig: int, _frame: object) -> None:
+    raise _Stop
 
 
 # -- clients -----------------------------------------------------------------------------

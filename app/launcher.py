@@ -22,6 +22,9 @@ from typing import IO, Any
 
 import httpx
 
+# For throwaway nodes (tests, generating openapi.yaml): files that reserve a MiB, not gigabytes
+SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 12, "max_entry_bytes": 64 << 10}
+
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
@@ -66,8 +69,9 @@ class LocalCluster:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.data_root = Path(data_root)
-        client_ports = client_ports or free_ports(nodes)
-        peer_ports = peer_ports or free_ports(nodes)
+        if client_ports is None or peer_ports is None:
+            ports = free_ports(2 * nodes)  # in one call: no port handed out twice
+            client_ports, peer_ports = client_ports or ports[:nodes], peer_ports or ports[nodes:]
         self.settings = settings or {}
         self.members = {
             f"n{i + 1}": Member(f"n{i + 1}", client_ports[i], peer_ports[i], self.data_root / f"n{i + 1}",

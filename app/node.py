@@ -65,7 +65,8 @@ class Node:
         return cls(settings, checkpoint, store)
 
     def _safe_index(self) -> int:
-        """Cleaning keeps what followers may still need: nothing past the applied index."""
+        """Cleaning never deletes an entry that is not applied yet; a follower that falls behind
+        the first kept entry is brought back by a snapshot install (DLedger's rule)."""
         return self.raft.applied_index
 
     def _describe(self) -> dict[str, Any]:

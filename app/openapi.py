@@ -14,10 +14,9 @@ from typing import Any
 
 import yaml
 
+from app.launcher import SMALL_FILES
 from app.node import Node
 from app.settings import load_settings
-
-SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 10}
 
 
 async def served_spec() -> dict[str, Any]:

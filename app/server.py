@@ -26,7 +26,9 @@ from storage import StorageError
 
 log = logging.getLogger("raftlog.server")
 
-PEER_KEEP_ALIVE_S = 75
+PEER_KEEP_ALIVE_S = 75  # an idle peer connection is kept this long
+CLIENT_KEEP_ALIVE_S = 75  # and a client's (load balancers keep theirs 60 s)
+CLIENT_DRAIN_S = 5  # at stop, requests in flight get this long to finish
 PEER_STREAMS_MAX = 256  # concurrent streams per peer connection: push_window_max and control calls
 CLIENT_BACKLOG = 2048
 
@@ -37,9 +39,10 @@ def bind(host: str, port: int, what: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:
         sock.close()
-        raise SettingsError(f"cannot listen on {host}:{port} for the {what} port: {exc.strerror}") from None
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SettingsError(f"cannot listen on {host}:{port} for the {what} port: {reason}") from None
     sock.listen(CLIENT_BACKLOG)
     sock.set_inheritable(True)
     return sock
@@ -70,7 +73,7 @@ def peer_server_config(sock: socket.socket, log_level: str) -> HypercornConfig:
     return config
 
 
-async def serve(settings: NodeSettings, ready: asyncio.Event | None = None) -> None:
+async def serve(settings: NodeSettings) -> None:
     client_sock = bind(settings.client_host, settings.client_port, "client")
     try:
         peer_sock = bind(*settings.peer_address, "peer")
@@ -83,31 +86,32 @@ async def serve(settings: NodeSettings, ready: asyncio.Event | None = None) -> N
         client_sock.close()
         peer_sock.close()
         raise SettingsError(f"cannot open the data dir {settings.data_dir}: {exc}") from None
-    stop = asyncio.Event()
+    stop, peer_stop = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = _Uvicorn(uvicorn.Config(node.public_app, log_level=settings.log_level, access_log=False,
-                                     lifespan="off", timeout_keep_alive=PEER_KEEP_ALIVE_S,
-                                     server_header=False))
+                                     lifespan="off", timeout_keep_alive=CLIENT_KEEP_ALIVE_S,
+                                     timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False))
     node.start()
-    tasks = [
-        asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server"),
-        asyncio.create_task(hypercorn_serve(node.peer_app, peer_server_config(peer_sock, settings.log_level),
-                                            shutdown_trigger=stop.wait, mode="asgi"), name="peer-server"),
-    ]
+    client_task = asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server")
+    peer_task = asyncio.create_task(hypercorn_serve(
+        node.peer_app, peer_server_config(peer_sock, settings.log_level), shutdown_trigger=peer_stop.wait,
+        mode="asgi"), name="peer-server")
     log.info("%s: client API %s, peer port %s:%d", settings.id, settings.client_url, *settings.peer_address)
-    if ready is not None:
-        ready.set()
     try:
-        done, _ = await asyncio.wait([*tasks, asyncio.create_task(stop.wait())],
-                                     return_when=asyncio.FIRST_COMPLETED)
-        for task in done & set(tasks):
+        stopping = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait([client_task, peer_task, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        for task in done - {stopping}:
             task.result()  # a server that died raises here
     finally:
-        stop.set()
+        # Drain client requests while consensus and the peer port still run (a forwarded append
+        # waits for its quorum), then stop the peer port, then consensus and the files.
         client.should_exit = True
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(client_task, return_exceptions=True)
+        peer_stop.set()
+        await asyncio.gather(peer_task, return_exceptions=True)
         await node.stop()
         client_sock.close()
         log.info("%s stopped", settings.id)

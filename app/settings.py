@@ -23,6 +23,7 @@ from pydantic_settings import (
 
 from api.service import ApiLimits
 from raft.config import RaftConfig, parse_peers
+from storage.codec import HEADER_SIZE
 from storage.config import StoreConfig
 
 NOT_SETTINGS = {"self_id", "peers", "preferred_leader_ids"}
@@ -103,9 +104,15 @@ class NodeSettings(BaseSettings):
             self.peer_address  # noqa: B018 - parses this member's peer port
         except (ValueError, StopIteration) as exc:
             raise SettingsError(str(exc) or "bad settings") from None
-        for name in ("client_port",):
-            if not 0 <= getattr(self, name) < 65536:
-                raise SettingsError(f"{name} must be a TCP port number")
+        if not 0 <= self.client_port < 65536:
+            raise SettingsError(f"client_port {self.client_port} is not a TCP port number")
+        for peer in parse_peers(self.peers):
+            port = peer.address.rpartition(":")[2]
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise SettingsError(f"peer {peer.id}: {port!r} in {peer.address!r} is not a TCP port number")
+        if self.max_entry_bytes + HEADER_SIZE > self.store_config().max_entry_size:
+            raise SettingsError(f"max_entry_bytes {self.max_entry_bytes} does not fit in a data file "
+                                f"of data_file_size {self.data_file_size}")
 
 
 def _derived_fields() -> dict[str, Any]:

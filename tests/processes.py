@@ -11,10 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.launcher import LocalCluster
-
-# small files, so a test's cluster does not reserve gigabytes
-SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 12}
+from app.launcher import SMALL_FILES, LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
 

@@ -8,18 +8,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.launcher import free_ports
+from app.launcher import SMALL_FILES, free_ports
 from app.node import Node
 from app.settings import load_settings
 from raft.messages import Role
-from tests.processes import SMALL_FILES
 
 
 @pytest.fixture
 async def node(tmp_path: Path) -> AsyncIterator[Node]:
     (peer,) = free_ports(1)
     settings = load_settings({"id": "n1", "peers": f"n1-127.0.0.1:{peer}", "data_dir": tmp_path / "n1",
-                              **SMALL_FILES, "max_entry_bytes": 4096})
+                              **SMALL_FILES, "max_entry_bytes": 4096,
+                              "range_bytes_max": 64 << 10})
     node = await Node.open(settings)
     node.start()
     try:

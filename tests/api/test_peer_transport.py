@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypercorn.asyncio import serve
 
+from api.errors import ApiError
 from api.peer_client import PeerClient
 from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push
 from app.launcher import free_ports
@@ -146,3 +147,21 @@ async def test_one_peer_connection_carries_thousands_of_calls() -> None:
             assert response.code is Code.SUCCESS
         await client.close()
     assert len({tuple(scope["client"]) for scope in seen}) == 1
+
+
+@pytest.mark.parametrize(("status", "body", "code", "http_status"), [
+    (409, b'{"error": {"code": "FALL_BEHIND_TOO_MUCH", "message": "behind", "leader": "n2", "status": 409}}',
+     "FALL_BEHIND_TOO_MUCH", 409),
+    (409, b'{"error": {"code": "NOT_A_CODE", "message": "?", "status": 409}}', "NETWORK_ERROR", 502),
+    (409, b'{"error": "flat"}', "NETWORK_ERROR", 502),
+    (200, b"[]", "NETWORK_ERROR", 502),
+    (500, b"{}", "NETWORK_ERROR", 502),
+])
+async def test_a_forwarded_call_answers_as_the_leader_did_or_as_a_network_error(
+        status: int, body: bytes, code: str, http_status: int) -> None:
+    async for address in running(answering(status, body)):
+        client = client_for(address)
+        with pytest.raises(ApiError) as caught:
+            await client.transfer_leadership("n2", "n3")
+        await client.close()
+    assert caught.value.code.name == code and caught.value.status == http_status

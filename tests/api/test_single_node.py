@@ -30,6 +30,8 @@ async def test_a_cleaned_entry_answers_410(node: Node, client: httpx.AsyncClient
     assert cleaned.status_code == 410 and cleaned.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
     ranged = await client.get("/v1/entries", params={"start": 0})
     assert ranged.status_code == 410
+    streamed = await client.get("/v1/entries", params={"start": 0}, headers={"accept": "application/x-ndjson"})
+    assert streamed.status_code == 410 and streamed.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
     assert (await client.get(f"/v1/entries/{begin}")).status_code == 200
 
 
@@ -41,3 +43,16 @@ async def test_a_full_disk_answers_507_and_appends_nothing(node: Node, client: h
     assert node.store.end_index == end
     node.store.disk_full = False
     assert (await client.post("/v1/entries", content=b"room again")).status_code == 201
+
+
+async def test_a_page_stops_at_range_bytes_max_and_next_goes_on(client: httpx.AsyncClient) -> None:
+    answer = (await client.post("/v1/entries/batch", json={"entries": [{"body": "y" * 4000}] * 40})).json()
+    first, last = answer["first_index"], answer["last_index"]
+    seen: list[int] = []
+    start = first
+    while start <= last:
+        page = (await client.get("/v1/entries", params={"start": start, "limit": 1000})).json()
+        assert 0 < len(page["entries"]) <= 17  # 64 KiB of 4048-byte entries, at least one
+        seen += [e["index"] for e in page["entries"]]
+        start = page["next"]
+    assert seen == list(range(first, last + 1))

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.launcher import free_ports
-from tests.processes import SMALL_FILES, ClusterFactory, free_port_run
+from app.launcher import SMALL_FILES, free_ports
+from tests.processes import ClusterFactory, free_port_run
 
 
 def raftlog(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -35,6 +35,8 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"flush-mode": "sometimes"}, "setting flush_mode"),
     ({"heartbeat-interval-ms": "0"}, "heartbeat_interval_ms must be positive"),
     ({"client-port": "many"}, "setting client_port"),
+    ({"peers": "n1-127.0.0.1:70000"}, "'70000' in '127.0.0.1:70000' is not a TCP port number"),
+    ({"max-entry-bytes": str(2 << 30)}, "does not fit in a data file"),
 ])
 def test_bad_settings_fail_at_start_with_one_line(tmp_path: Path, overrides: dict[str, str], message: str) -> None:
     result = raftlog(*serve_args(tmp_path, **overrides))

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from app.launcher import LocalCluster
-from tests.processes import SMALL_FILES
+from app.launcher import SMALL_FILES, LocalCluster
 
 LIMITS = {"max_entry_bytes": 1000, "max_request_bytes": 20_000, "max_batch_entries": 50}
 

@@ -134,6 +134,7 @@ def test_a_member_without_a_quorum_answers_503_not_leader(make_cluster: ClusterF
     survivor, other = (m for m in cluster.members if m != leader)
     url = cluster.members[survivor].client_url
     committed = httpx.post(f"{url}/v1/entries", content=b"committed").json()["index"]
+    eventually(lambda: status(url)["committed_index"] >= committed, "the survivor to learn the commit")
     cluster.kill_member(leader)
     cluster.kill_member(other)
 
@@ -144,7 +145,7 @@ def test_a_member_without_a_quorum_answers_503_not_leader(make_cluster: ClusterF
     response = eventually(refused, "the survivor to notice it has no leader")
     assert response.json()["error"]["code"] == "NOT_LEADER" and response.headers["retry-after"]
     assert httpx.get(f"{url}/readyz").status_code == 503
-    assert httpx.get(f"{url}/v1/entries/{committed}").status_code == 200  # committed: answered at once
+    assert httpx.get(f"{url}/v1/entries/{committed}").status_code == 200  # committed here: answered at once
     future = httpx.get(f"{url}/v1/entries/{committed + 1}")
     assert future.status_code == 503 and future.json()["error"]["code"] == "NOT_LEADER"
     assert httpx.get(f"{url}/v1/entries/{committed + 1}", params={"consistency": "local"}).status_code == 404
