@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -31,7 +32,18 @@ class NodeMetrics:
                                       ["peer"], buckets=LATENCY_BUCKETS, registry=r)
         self.pushed_bytes = Counter("raftlog_pushed_bytes", "Raw log bytes pushed to followers", ["peer"],
                                     registry=r)
+        self.loop_lag = Histogram("raftlog_event_loop_lag_seconds",
+                                  "How late the node's event loop wakes a 50 ms timer", buckets=LATENCY_BUCKETS,
+                                  registry=r)
         r.register(_StateCollector(node))
+
+    async def watch_loop_lag(self, interval_s: float = 0.05) -> None:
+        """Sample event-loop lag: heartbeats are late by this much when the loop is busy."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(interval_s)
+            self.loop_lag.observe(max(loop.time() - started - interval_s, 0.0))
 
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self.push_latency.labels(peer).observe(seconds)

@@ -4,6 +4,7 @@ and the two ASGI apps, started and stopped in the right order.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,11 @@ class Node:
         self.checkpoint.start()
         self.raft.start()
         self.cleaner.start()
+        self._lag_watch = asyncio.create_task(self.metrics.watch_loop_lag(), name="loop-lag")
 
     async def stop(self) -> None:
         """Stop consensus first, then write the last progress and close the files."""
+        self._lag_watch.cancel()
         await self.raft.stop()
         await self.cleaner.stop()
         await self.peers.close()

@@ -14,11 +14,14 @@ import logging
 import signal
 import socket
 from collections.abc import Iterator
+from typing import Any
 
+import h2.settings
 import uvicorn
 import uvloop
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.protocol.h2 import H2Protocol
 
 from app.node import Node
 from app.settings import NodeSettings, SettingsError
@@ -31,6 +34,8 @@ CLIENT_KEEP_ALIVE_S = 75  # and a client's (load balancers keep theirs 60 s)
 CLIENT_DRAIN_S = 5  # at stop, requests in flight get this long to finish
 PEER_STREAMS_MAX = 256  # concurrent streams per peer connection: push_window_max and control calls
 CLIENT_BACKLOG = 2048
+PEER_WINDOW_BYTES = 64 << 20  # HTTP/2 flow-control window a peer may fill (pushes, forwarded appends)
+DEFAULT_H2_WINDOW = 65_535
 
 
 def bind(host: str, port: int, what: str) -> socket.socket:
@@ -56,11 +61,35 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
+def widen_h2_windows() -> None:
+    """Advertise HTTP/2 flow-control windows far above what a peer keeps in flight.
+
+    hypercorn offers HTTP/2's default 64 KiB windows, and httpcore can deadlock
+    when concurrent uploads on one connection wait for window: the stalled
+    stream holds the connection's read lock until its timeout (httpx2 issue
+    #1133). With windows larger than push_inflight_bytes_max no upload waits.
+    """
+    if getattr(H2Protocol.initiate, "widened", False):
+        return
+    initiate = H2Protocol.initiate
+
+    async def initiate_wide(self: H2Protocol, headers: Any = None, settings: Any = None) -> None:
+        self.connection.local_settings = h2.settings.Settings(client=False, initial_values={
+            **dict(self.connection.local_settings), h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: PEER_WINDOW_BYTES})
+        await initiate(self, headers, settings)
+        self.connection.increment_flow_control_window(PEER_WINDOW_BYTES - DEFAULT_H2_WINDOW)
+        await self._flush()
+
+    initiate_wide.widened = True  # type: ignore[attr-defined]
+    H2Protocol.initiate = initiate_wide  # type: ignore[method-assign]
+
+
 def peer_server_config(sock: socket.socket, log_level: str) -> HypercornConfig:
     """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network).
 
     hypercorn takes the socket over (and closes it when it stops).
     """
+    widen_h2_windows()
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.keep_alive_max_requests = 2**62  # default 1000: a peer connection would close every second

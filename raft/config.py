@@ -19,6 +19,10 @@ in about 400-550 ms.
 - push_bytes_max 1 MiB: one push carries at most this much raw log.
 - push_window_max 64: pushes in flight per follower (DLedger's 1000 counts
   single entries; a raftlog push carries up to a MiB).
+- push_inflight_bytes_max 4 MiB: raw log in flight per follower (etcd's
+  MaxInflightBytes). More only queues on the peer connection: under load the
+  queue outgrew the push timeout, every push was re-sent, and a follower
+  never caught up.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ class RaftConfig:
     push_bytes_max: int = 1 << 20
     push_entries_max: int = 10_000
     push_window_max: int = 64
+    push_inflight_bytes_max: int = 4 << 20
     rpc_timeout_ms: int = 1000
     peer_push_throttle_point: int = 300 << 20  # bytes behind before the quota applies
     peer_push_quota: int = 20 << 20  # bytes per second to a far-behind follower
@@ -90,8 +95,8 @@ class RaftConfig:
             raise ValueError(f"self_id {self.self_id!r} is not among the peers {sorted(ids)}")
         for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "min_vote_interval_ms",
                      "vote_timeout_ms", "max_push_timeout_ms", "max_wait_ack_ms", "max_pending_requests",
-                     "push_bytes_max", "push_entries_max", "push_window_max", "rpc_timeout_ms",
-                     "apply_batch_max"):
+                     "push_bytes_max", "push_entries_max", "push_window_max", "push_inflight_bytes_max",
+                     "rpc_timeout_ms", "apply_batch_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.max_vote_interval_ms < self.min_vote_interval_ms:

@@ -71,6 +71,7 @@ class EntryDispatcher:
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
+        self.inflight_bytes = 0  # raw log of the pushes still on the wire, written off or not
 
     async def run(self) -> None:
         try:
@@ -102,9 +103,14 @@ class EntryDispatcher:
         self.state = target
 
     def _write_off_pending(self) -> None:
-        """Forget the pushes in flight: their late failures must not disturb what follows."""
+        """Forget the pushes in flight: their late answers must not disturb what follows, and
+        they are cancelled, so they stop taking the peer connection from the pushes that follow."""
         self.pending.clear()
         self.epoch += 1
+        current = asyncio.current_task()
+        for task in self._pushes:
+            if task is not current:
+                task.cancel()
 
     async def _wait(self, timeout: float) -> None:
         self.wake.clear()
@@ -208,7 +214,8 @@ class EntryDispatcher:
         if self.write_index <= store.before_begin_index:
             self._change_state(DispatcherState.INSTALL_SNAPSHOT)
             return
-        if self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max:
+        if (self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max
+                or self.inflight_bytes >= self.config.push_inflight_bytes_max):
             if not self.pending and self.peer_commit_index < self.node.state.committed_index:
                 await self._commit_notice(term)
                 return
@@ -239,10 +246,15 @@ class EntryDispatcher:
         return delay
 
     async def _push(self, term: int, epoch: int, request: PushRequest) -> None:
+        size = len(request.data)
+        self.inflight_bytes += size
         try:
             response = await self._call(request)
         except PeerUnavailable:
             return  # the push timeout re-sends it
+        finally:
+            self.inflight_bytes -= size
+            self.wake.set()
         if not self.node.state.is_leader or self.node.state.current_term != term:
             return
         if epoch != self.epoch:

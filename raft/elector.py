@@ -254,6 +254,13 @@ class LeaderElector:
             return VoteResponse(term, result)
 
     async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        code, action = decide_heartbeat(self._view(), request)
+        if action is HeartbeatAction.REFRESH or action is HeartbeatAction.NONE:
+            # Only reads: answered at once, never queued behind a push that holds the lock for
+            # its write (under load that wait made followers miss beats and leaders step down).
+            if action is HeartbeatAction.REFRESH:
+                self.last_leader_heartbeat = self.node.now()
+            return HeartbeatResponse(code, self.state.current_term)
         async with self.state.lock:
             code, action = decide_heartbeat(self._view(), request)
             if action is HeartbeatAction.STEP_UP_TERM and self.config.is_learner:

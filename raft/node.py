@@ -59,16 +59,6 @@ class StateMachine(Protocol):
     def snapshot_installed(self, index: int, term: int) -> None: ...
 
 
-class NullStateMachine:
-    """The default: the log itself is the product."""
-
-    def apply(self, entries: list[Entry]) -> None:
-        pass
-
-    def snapshot_installed(self, index: int, term: int) -> None:
-        pass
-
-
 class ProgressStore(TermStore, Protocol):
     """Term and vote, plus committed and applied indices (storage.Checkpoint)."""
 
@@ -93,7 +83,7 @@ class RaftNode:
         self.progress = progress
         self.transport = transport
         self.rng = rng or random.Random()
-        self.state_machine = state_machine or NullStateMachine()
+        self.state_machine = state_machine  # None: the log itself is the product, nothing to apply
         committed = min(committed_index, store.end_index)
         self.state = MemberState(config, progress, term, voted_for, committed)
         self.applied_index = max(min(applied_index, committed), store.before_begin_index)
@@ -317,9 +307,11 @@ class RaftNode:
             self._apply_wake.clear()
             while self.applied_index < self.state.committed_index:
                 last = min(self.state.committed_index, self.applied_index + self.config.apply_batch_max)
-                entries = [self.store.get(i) for i in range(self.applied_index + 1, last + 1)]
-                self.state_machine.apply(entries)
+                if self.state_machine is not None:
+                    entries = [self.store.get(i) for i in range(self.applied_index + 1, last + 1)]
+                    self.state_machine.apply(entries)
                 self.applied_index = last
+                await asyncio.sleep(0)  # a batch at a time: heartbeats must not wait for a long backlog
             self._note_progress()
 
     def _note_progress(self) -> None:
@@ -331,7 +323,8 @@ class RaftNode:
             self.progress.note_progress(committed, applied)
 
     def snapshot_installed(self, index: int, term: int) -> None:
-        self.state_machine.snapshot_installed(index, term)
+        if self.state_machine is not None:
+            self.state_machine.snapshot_installed(index, term)
         self.applied_index = max(self.applied_index, index)
         self._commit(index)
 

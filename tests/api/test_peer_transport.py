@@ -165,3 +165,24 @@ async def test_a_forwarded_call_answers_as_the_leader_did_or_as_a_network_error(
             await client.transfer_leadership("n2", "n3")
         await client.close()
     assert caught.value.code.name == code and caught.value.status == http_status
+
+
+async def test_concurrent_large_pushes_on_one_connection_all_complete() -> None:
+    """With HTTP/2's default 64 KiB windows, httpcore can stall one of several concurrent
+    uploads until its timeout (httpx2 issue #1133); the peer server's wide windows avoid it."""
+    seen: list[dict[str, Any]] = []
+    answer = encode_message(PushResponse(Code.SUCCESS, 1))
+    async for address in running(answering(200, answer, seen)):
+        client = client_for(address, timeout_ms=5000)
+
+        async def pusher(worker: int, client: PeerClient = client) -> list[Code]:
+            codes = []
+            for i in range(25):  # one after another, overlapping the other workers' pushes
+                request = PushRequest("g", "n1", 1, PushType.APPEND, -1, worker * 100 + i, 1, b"x" * (1 << 20))
+                codes.append((await client.push("n2", request)).code)
+            return codes
+
+        results = await asyncio.gather(*(pusher(w) for w in range(4)))
+        await client.close()
+    assert results == [[Code.SUCCESS] * 25] * 4
+    assert len(seen) == 100 and len({tuple(scope["client"]) for scope in seen}) == 1
