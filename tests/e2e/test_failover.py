@@ -121,7 +121,8 @@ def test_leadership_transfer_through_any_member(make_cluster: ClusterFactory) ->
     response = httpx.post(f"{asked}/v1/cluster/leader", json={"target": target}, timeout=10.0)
     assert response.status_code == 200, response.text
     assert response.json()["leader"] == target
-    assert cluster.wait_leader() == target
+    leader_now = cluster.wait_leader()
+    assert leader_now == target, "\n".join(f"--- {m}\n{cluster.tail(m)}" for m in cluster.members)
     assert httpx.post(f"{asked}/v1/entries", content=b"after the transfer").json()["leader"] == target
 
     unknown = httpx.post(f"{asked}/v1/cluster/leader", json={"target": "n9"})
