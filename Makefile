@@ -17,7 +17,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 run: $(STAMP)
 	$(BIN)/raftlog cluster --nodes 3
 
-test: $(STAMP)
+# the browser test drives Debian's Chromium through its chromedriver
+CHROMEDRIVER := /usr/bin/chromedriver
+$(CHROMEDRIVER):
+	apt-get update && apt-get install -y chromium chromium-driver
+
+test: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
@@ -25,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 openapi: $(STAMP)
-	$(BIN)/python -m app.openapi > openapi.yaml
+	$(BIN)/python -m app.openapi > openapi.yaml.tmp && mv openapi.yaml.tmp openapi.yaml
 
 bench: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)

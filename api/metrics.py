@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from raft.messages import Role
@@ -32,10 +33,17 @@ class NodeMetrics:
                                       ["peer"], buckets=LATENCY_BUCKETS, registry=r)
         self.pushed_bytes = Counter("raftlog_pushed_bytes", "Raw log bytes pushed to followers", ["peer"],
                                     registry=r)
+        self.role_changes = Counter("raftlog_role_changes", "Role changes of this member, by new role", ["role"],
+                                    registry=r)
+        self.flush_seconds = Histogram("raftlog_flush_seconds", "One group-commit fdatasync round",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.http_requests = Counter("raftlog_http_requests", "Public API requests, by route, method and status",
+                                     ["route", "method", "status"], registry=r)
         self.loop_lag = Histogram("raftlog_event_loop_lag_seconds",
                                   "How late the node's event loop wakes a 50 ms timer", buckets=LATENCY_BUCKETS,
                                   registry=r)
         r.register(_StateCollector(node))
+        node.state.add_role_listener(lambda _term, role: self.role_changes.labels(role.value).inc())
 
     async def watch_loop_lag(self, interval_s: float = 0.05) -> None:
         """Sample event-loop lag: heartbeats are late by this much when the loop is busy."""
@@ -67,11 +75,46 @@ class _StateCollector(Collector):
                 ("raftlog_begin_index", store.begin_index, "First index kept in the log"),
                 ("raftlog_end_index", store.end_index, "Last index in the log"),
                 ("raftlog_committed_index", node.committed_index, "Commit index"),
-                ("raftlog_applied_index", node.applied_index, "Applied index")):
+                ("raftlog_applied_index", node.applied_index, "Applied index"),
+                ("raftlog_pending_appends", node.pending_appends, "Client appends waiting for a quorum"),
+                ("raftlog_disk_usage_ratio", store.disk_usage_ratio(), "Used fraction of the data directory's disk"),
+                ("raftlog_disk_full", float(store.disk_full), "1 while appends are refused for a full disk")):
             yield GaugeMetricFamily(name, doc, value=value)
+        yield CounterMetricFamily("raftlog_elections_won", "Elections this member has won",
+                                  value=node.elector.elections)
         lag = GaugeMetricFamily("raftlog_follower_lag", "Entries a follower is behind (on the leader)",
                                 labels=["peer"])
+        inflight = GaugeMetricFamily("raftlog_push_inflight_bytes", "Log bytes pushed and not yet answered",
+                                     labels=["peer"])
         if node.role is Role.LEADER:
             for peer, dispatcher in node.dispatchers.items():
                 lag.add_metric([peer], max(store.end_index - dispatcher.match_index, 0))
+                inflight.add_metric([peer], dispatcher.inflight_bytes)
         yield lag
+        yield inflight
+
+
+class CountRequests:
+    """ASGI middleware counting public requests by route template, method and status."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], metrics: NodeMetrics) -> None:
+        self.app = app
+        self.requests = metrics.http_requests
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_status(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.requests.labels(route, scope["method"], str(status)).inc()

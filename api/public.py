@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
 from api.errors import ApiError, api_error, bad_request, too_large
-from api.metrics import NodeMetrics
+from api.metrics import CountRequests, NodeMetrics
 from api.schemas import (
     Appended,
     BatchAppended,
@@ -233,6 +233,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(CountRequests, metrics=metrics)
     return app
 
 

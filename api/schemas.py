@@ -70,8 +70,14 @@ class Member(BaseModel):
     client_url: str | None = Field(description="null while the member does not answer")
     voter: bool
     role: Literal["leader", "follower", "candidate"] | None
+    term: int | None = Field(description="The member's term, as it says (null while it does not answer)")
+    end_index: int | None
+    committed_index: int | None
+    applied_index: int | None
     match_index: int | None = Field(description="Last index the leader knows this member holds")
     lag: int | None = Field(description="Entries this member is behind the leader's log end")
+    lag_bytes: int | None = Field(description="Log bytes this member is behind the leader's log end")
+    inflight_bytes: int | None = Field(description="Log bytes the leader has pushed to it, unanswered")
     last_contact_ms: int | None = Field(description="Milliseconds since the leader last heard from it")
     reachable: bool = Field(description="Whether it answered this status request")
 

@@ -174,14 +174,25 @@ class LogService:
         status: dict[str, Any] = {
             "id": node.config.self_id, "client_url": self.client_url, "role": node.role.value,
             "term": node.term, "leader": node.leader_id, "end_index": store.end_index,
-            "committed_index": node.committed_index}
+            "committed_index": node.committed_index, "applied_index": node.applied_index}
         if node.role is Role.LEADER:
             now = time.monotonic()
             status["progress"] = {
-                peer: {"match_index": d.match_index,
+                peer: {"match_index": d.match_index, "lag_bytes": self._bytes_after(d.match_index),
+                       "inflight_bytes": d.inflight_bytes,
                        "last_contact_ms": _age_ms(now, self.peers.last_contact.get(peer))}
                 for peer, d in node.dispatchers.items()}
         return status
+
+    def _bytes_after(self, index: int) -> int | None:
+        """Log bytes after `index` (a follower's lag in bytes); None when they were cleaned away."""
+        store = self.store
+        if index >= store.end_index:
+            return 0
+        try:
+            return (store.write_pos or 0) - store.get(index + 1).pos
+        except Exception:
+            return None
 
     async def cluster_status(self) -> dict[str, Any]:
         node, store = self.node, self.store
@@ -195,15 +206,19 @@ class LogService:
         leader_end = (said.get(leader) or {}).get("end_index", store.end_index) if leader else store.end_index
         members = []
         for peer in node.config.peers:
-            answer = said.get(peer.id)
-            match = leader_end if peer.id == leader else progress.get(peer.id, {}).get("match_index")
+            answer = said.get(peer.id) or {}
+            follower = progress.get(peer.id, {})
+            match = leader_end if peer.id == leader else follower.get("match_index")
             members.append({
-                "id": peer.id, "peer_url": f"http://{peer.address}",
-                "client_url": answer["client_url"] if answer else None,
-                "voter": not peer.learner, "role": answer["role"] if answer else None,
+                "id": peer.id, "peer_url": f"http://{peer.address}", "client_url": answer.get("client_url"),
+                "voter": not peer.learner, "role": answer.get("role"),
+                "term": answer.get("term"), "end_index": answer.get("end_index"),
+                "committed_index": answer.get("committed_index"), "applied_index": answer.get("applied_index"),
                 "match_index": match, "lag": None if match is None else max(leader_end - match, 0),
-                "last_contact_ms": 0 if peer.id == leader else progress.get(peer.id, {}).get("last_contact_ms"),
-                "reachable": answer is not None})
+                "lag_bytes": 0 if peer.id == leader else follower.get("lag_bytes"),
+                "inflight_bytes": follower.get("inflight_bytes"),
+                "last_contact_ms": 0 if peer.id == leader else follower.get("last_contact_ms"),
+                "reachable": bool(answer)})
         return {
             "group": node.config.group, "self": node.config.self_id, "role": node.role.value,
             "term": node.term, "leader": leader, "members": members,

@@ -125,6 +125,7 @@ def _cluster(args: argparse.Namespace) -> int:
             mark = "  (leader)" if member.id == leader else ""
             print(f"  {member.id}  client {member.client_url}   peer 127.0.0.1:{member.peer_port}   "
                   f"log {member.log_path}{mark}")
+        print(f"admin page: {cluster.members['n1'].client_url}/ (on every node)")
         print(f"try:  curl -X POST --data-binary 'hello' {cluster.members['n1'].client_url}/v1/entries")
         print("Ctrl-C stops every node.", flush=True)
         while True:

@@ -16,6 +16,7 @@ from api.peer_client import PeerClient
 from api.peer_routes import create_peer_app
 from api.public import create_public_app
 from api.service import LogService
+from app.admin import install_admin_page
 from app.settings import NodeSettings
 from raft.node import RaftNode
 from storage import Checkpoint, CleanService, Store
@@ -39,11 +40,14 @@ class Node:
                              voted_for=state.voted_for, committed_index=state.committed_index,
                              applied_index=state.applied_index)
         self.metrics = NodeMetrics(self.raft)
+        self._lag_watch: asyncio.Task[None] | None = None
         self.peers.on_push = self.metrics.observe_push
+        store.on_flush = self.metrics.flush_seconds.observe
         self.cleaner = CleanService(store, safe_index=self._safe_index)
         self.service = LogService(self.raft, self.peers, settings.api_limits(), client_url=settings.client_url,
                                   describe=self._describe)
         self.public_app: FastAPI = create_public_app(self.service, self.metrics)
+        install_admin_page(self.public_app)
         self.peer_app: FastAPI = create_peer_app(self.raft, self.service)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
@@ -84,7 +88,8 @@ class Node:
 
     async def stop(self) -> None:
         """Stop consensus first, then write the last progress and close the files."""
-        self._lag_watch.cancel()
+        if self._lag_watch is not None:
+            self._lag_watch.cancel()
         await self.raft.stop()
         await self.cleaner.stop()
         await self.peers.close()

@@ -23,6 +23,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.protocol.h2 import H2Protocol
 
+from app.logs import configure_logging
 from app.node import Node
 from app.settings import NodeSettings, SettingsError
 from storage import StorageError
@@ -147,8 +148,5 @@ async def serve(settings: NodeSettings) -> None:
 
 
 def run(settings: NodeSettings) -> None:
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for chatty in ("httpx", "httpcore", "hpack"):  # one line per peer call otherwise
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format, settings.id)
     uvloop.run(serve(settings))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from pydantic import ValidationError, create_model
 from pydantic_settings import (
@@ -45,7 +45,8 @@ class NodeSettings(BaseSettings):
     advertise_client_url: str | None = None  # how clients reach this member (default: from client_host/port)
     preferred_leaders: str = ""  # DLedger's preferredLeaderIds, ';'-separated
     checkpoint_interval_ms: int = 3000  # how often committed/applied indices are written to SQLite
-    log_level: str = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
 
     toml_file: Path | None = None  # where the TOML settings came from, if anywhere
 

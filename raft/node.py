@@ -434,3 +434,7 @@ class RaftNode:
     @property
     def committed_index(self) -> int:
         return self.state.committed_index
+
+    @property
+    def pending_appends(self) -> int:
+        return len(self._pending)

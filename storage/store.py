@@ -22,6 +22,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -114,6 +115,7 @@ class Store:
         self._failed: BaseException | None = None  # a sync error: the page cache may have lost data
         self._owns_io = executor is None
         self._periodic: asyncio.Task[None] | None = None
+        self.on_flush: Callable[[float], None] | None = None  # seconds of each sync round, for metrics
 
     # -- opening and closing ---------------------------------------------------
 
@@ -522,6 +524,7 @@ class Store:
         dirty, self._dirty = self._dirty, set()
         end, changes = self.end_index, self._changes
         self._truncated_to = end
+        started = time.perf_counter()
         try:
             await self._run_io(_fdatasync_all, dirty)
         except BaseException as exc:
@@ -532,6 +535,8 @@ class Store:
             raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)
+        if self.on_flush is not None:
+            self.on_flush(time.perf_counter() - started)
 
     async def _flush_periodically(self) -> None:
         interval = self.config.flush_interval_ms / 1000

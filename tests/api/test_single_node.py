@@ -56,3 +56,23 @@ async def test_a_page_stops_at_range_bytes_max_and_next_goes_on(client: httpx.As
         seen += [e["index"] for e in page["entries"]]
         start = page["next"]
     assert seen == list(range(first, last + 1))
+
+
+async def test_every_node_serves_the_admin_page(client: httpx.AsyncClient) -> None:
+    page = await client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'id="members"' in page.text and "/v1/cluster" in page.text
+
+
+async def test_metrics_cover_what_an_operator_alerts_on(client: httpx.AsyncClient) -> None:
+    await client.post("/v1/entries", content=b"counted")
+    await client.get("/v1/entries/0")
+    text = (await client.get("/metrics")).text
+    for name in ("raftlog_role_changes_total", "raftlog_elections_won_total", "raftlog_commit_latency_seconds_count",
+                 "raftlog_appended_bytes_total", "raftlog_flush_seconds_count", "raftlog_disk_usage_ratio",
+                 "raftlog_disk_full", "raftlog_pending_appends", "raftlog_event_loop_lag_seconds_count",
+                 "raftlog_term", "raftlog_committed_index"):
+        assert f"\n{name}" in text, name
+    assert 'raftlog_http_requests_total{method="POST",route="/v1/entries",status="201"} 1.0' in text
+    assert 'raftlog_http_requests_total{method="GET",route="/v1/entries/{index}",status="200"} 1.0' in text
+    assert 'raftlog_role_changes_total{role="leader"} 1.0' in text

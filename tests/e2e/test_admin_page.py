@@ -1,0 +1,95 @@
+"""The admin page as a person sees it, in headless Chromium (Debian's) on a real 3-node cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.processes import ClusterFactory
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+WAIT_S = 20
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    options = Options()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+CARDS_JS = """
+return [...document.querySelectorAll('#members .card')].map((card) => [card.dataset.member, {
+  role: card.dataset.role, reachable: card.dataset.reachable,
+  indices: card.querySelector('dd[data-fact="end"]').textContent}]);
+"""
+
+
+def cards(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
+    """What the page shows of each member (role, reachable, indices), read in one go: the page
+    redraws every second, so element handles would go stale between two reads."""
+    return dict(driver.execute_script(CARDS_JS))
+
+
+def leaders(shown: dict[str, dict[str, str]]) -> list[str]:
+    return [member for member, facts in shown.items() if facts["role"] == "leader"]
+
+
+def committed(shown: dict[str, dict[str, str]], member: str) -> int:
+    value = shown[member]["indices"].split(" / ")[1]
+    return int(value) if value.lstrip("-").isdigit() else -1
+
+
+def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, browser: webdriver.Chrome,
+                                                tmp_path: Path) -> None:
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    page_node = next(m for m in cluster.members if m != leader)  # a follower serves the page too
+    browser.get(cluster.members[page_node].client_url + "/")
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
+
+    shown = wait.until(lambda d: (s := cards(d)) and len(leaders(s)) == 1 and s)
+    assert sorted(shown) == ["n1", "n2", "n3"] and leaders(shown) == [leader]
+    assert browser.find_element(By.ID, "self").text == page_node
+
+    before = committed(shown, leader)
+    url = cluster.members[leader].client_url
+    httpx.post(f"{url}/v1/entries/batch", json={"entries": [{"body": f"seen {i}"} for i in range(20)]})
+    wait.until(lambda d: all(committed(cards(d), m) >= before + 20 for m in cluster.members))
+
+    target = next(m for m in cluster.members if m not in (leader, page_node))
+    Select(browser.find_element(By.ID, "transfer-target")).select_by_value(target)
+    browser.find_element(By.ID, "transfer-button").click()
+    alert = wait.until(lambda d: d.switch_to.alert)
+    assert target in alert.text
+    alert.accept()
+    wait.until(lambda d: leaders(cards(d)) == [target])
+
+    browser.find_element(By.ID, "lookup-index").send_keys(str(before + 1))
+    browser.find_element(By.ID, "lookup-button").click()
+    wait.until(lambda d: "seen 0" in d.find_element(By.ID, "lookup-result").text)
+
+    cluster.kill_member(leader)  # the old leader, now a follower, dies
+    wait.until(lambda d: cards(d)[leader]["reachable"] == "false" and cards(d)[leader]["role"] == "down")
+    browser.save_screenshot(str(tmp_path / "admin-page-member-down.png"))
+
+    cluster.kill_member(page_node)  # the node serving the page dies: the page says so
+    banner = wait.until(lambda d: (b := d.find_element(By.ID, "banner")).is_displayed() and b)
+    assert f"{page_node} is not answering" in banner.text
+    browser.save_screenshot(str(tmp_path / "admin-page-node-down.png"))
+    assert (tmp_path / "admin-page-node-down.png").stat().st_size > 0
