@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 from raft.messages import Role
 from raft.node import RaftNode
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -117,4 +118,5 @@ class CountRequests:
             await self.app(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            self.requests.labels(route, scope["method"], str(status)).inc()
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"  # bounded labels
+            self.requests.labels(route, method, str(status)).inc()

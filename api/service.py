@@ -189,10 +189,9 @@ class LogService:
         store = self.store
         if index >= store.end_index:
             return 0
-        try:
-            return (store.write_pos or 0) - store.get(index + 1).pos
-        except Exception:
+        if store.write_pos is None or index + 1 < store.begin_index:
             return None
+        return store.write_pos - store.pos_at(index + 1)
 
     async def cluster_status(self) -> dict[str, Any]:
         node, store = self.node, self.store

@@ -92,8 +92,8 @@ class EntryDispatcher:
                     log.debug("push to %s failed: %s", self.peer_id, exc)
                     self._change_state(DispatcherState.COMPARE)
                     await self._wait(self.config.heartbeat_interval_ms / 1000)
-            for task in self._pushes:
-                task.cancel()
+            # pushes of the lost term run out on their own (their epoch and term are checked):
+            # a cancelled request would leave a half-sent HTTP/2 stream open
 
     def _change_state(self, target: DispatcherState) -> None:
         if target is DispatcherState.COMPARE:
@@ -103,14 +103,13 @@ class EntryDispatcher:
         self.state = target
 
     def _write_off_pending(self) -> None:
-        """Forget the pushes in flight: their late answers must not disturb what follows, and
-        they are cancelled, so they stop taking the peer connection from the pushes that follow."""
+        """Forget the pushes in flight: their late answers must not disturb what follows.
+
+        They are not cancelled: httpcore sends no RST_STREAM for a cancelled request, so
+        half-sent streams would stay open until the connection ran out of streams.
+        """
         self.pending.clear()
         self.epoch += 1
-        current = asyncio.current_task()
-        for task in self._pushes:
-            if task is not current:
-                task.cancel()
 
     async def _wait(self, timeout: float) -> None:
         self.wake.clear()
@@ -231,9 +230,11 @@ class EntryDispatcher:
         self.pending[raw.first_index] = self.node.now()
         self.write_index = raw.first_index + raw.count
         self.peer_commit_index = request.commit_index
+        size = len(raw.data)
+        self.inflight_bytes += size  # counted now: a burst of pushes is made before any of them runs
         task = asyncio.create_task(self._push(term, self.epoch, request))
         self._pushes.add(task)
-        task.add_done_callback(self._pushes.discard)
+        task.add_done_callback(lambda done: self._push_done(done, size))
 
     def _throttle(self, data: memoryview) -> float:
         """DLedger's quota: only a follower more than peer_push_throttle_point bytes behind is slowed."""
@@ -245,16 +246,16 @@ class EntryDispatcher:
             self.quota.sample(len(data))
         return delay
 
+    def _push_done(self, task: asyncio.Task[None], size: int) -> None:
+        self._pushes.discard(task)
+        self.inflight_bytes -= size
+        self.wake.set()
+
     async def _push(self, term: int, epoch: int, request: PushRequest) -> None:
-        size = len(request.data)
-        self.inflight_bytes += size
         try:
             response = await self._call(request)
         except PeerUnavailable:
             return  # the push timeout re-sends it
-        finally:
-            self.inflight_bytes -= size
-            self.wake.set()
         if not self.node.state.is_leader or self.node.state.current_term != term:
             return
         if epoch != self.epoch:

@@ -305,12 +305,15 @@ class RaftNode:
         while True:
             await self._apply_wake.wait()
             self._apply_wake.clear()
+            if self.state_machine is None:  # nothing to hand entries to
+                self.applied_index = max(self.applied_index, self.state.committed_index)
             while self.applied_index < self.state.committed_index:
+                assert self.state_machine is not None
                 last = min(self.state.committed_index, self.applied_index + self.config.apply_batch_max)
-                if self.state_machine is not None:
-                    entries = [self.store.get(i) for i in range(self.applied_index + 1, last + 1)]
-                    self.state_machine.apply(entries)
+                entries = [self.store.get(i) for i in range(self.applied_index + 1, last + 1)]
+                self.state_machine.apply(entries)
                 self.applied_index = last
+                self._note_progress()
                 await asyncio.sleep(0)  # a batch at a time: heartbeats must not wait for a long backlog
             self._note_progress()
 

@@ -132,6 +132,10 @@ class MemoryStore:
             raise CorruptEntryError(index, entry.pos, "body CRC mismatch")
         return entry
 
+    def pos_at(self, index: int) -> int:
+        check_in_log(index, self.begin_index, self.end_index)
+        return self._positions[index - self.begin_index]
+
     def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
         assert max_entries > 0
         check_in_log(start, self.begin_index, self.end_index)

@@ -353,6 +353,11 @@ class Store:
             index += 1
         return RawEntries(start, index - start, view[first:off])
 
+    def pos_at(self, index: int) -> int:
+        """The global byte position of the entry at `index`, from its index record alone."""
+        check_in_log(index, self.begin_index, self.end_index)
+        return self._record(index)[1]
+
     def term_at(self, index: int) -> int:
         """Term of the entry at `index`; before_begin_term for before_begin_index."""
         if index == self.meta.base_index:
