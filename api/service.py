@@ -22,6 +22,7 @@ from api.peer_client import PeerClient
 from raft.messages import Code, Role
 from raft.node import RaftNode
 from storage.codec import Entry, Magic, iter_entries
+from storage.protocol import LogStore
 
 STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer
 
@@ -47,7 +48,7 @@ class LogService:
         self.started = time.monotonic()
 
     @property
-    def store(self):
+    def store(self) -> LogStore:
         return self.node.store
 
     # -- appends -----------------------------------------------------------------------
