@@ -40,12 +40,13 @@ from api.schemas import (
     Transferred,
     TransferTarget,
 )
-from api.service import LogService, entry_json, entry_type
+from api.service import LogService, RawRead, entry_json, entry_type
 from raft.messages import Code
-from storage.codec import Entry
+from storage.codec import iter_entries
 
 NDJSON = "application/x-ndjson"
 OCTETS = "application/octet-stream"
+ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
 DEFAULT_PAGE = 100
 CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
     "linearizable: what the leader has committed when the request arrives is seen (a read index round "
@@ -181,23 +182,30 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
         return JSONResponse(entry_json(entry))
 
     @app.get("/v1/entries", tags=["entries"], summary="Read consecutive committed entries",
-             responses={200: {"model": EntryPage, "description": "A page of entries; with `Accept: "
-                              "application/x-ndjson` a stream of entries, one JSON object per line",
-                              "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}}}},
+             responses={200: {"model": EntryPage, "description": (
+                 "A page of entries; with `Accept: application/x-ndjson` a stream of entries, one JSON object "
+                 f"per line; with `Accept: {ENTRIES_CONTENT_TYPE}` the entries as stored (DLedger's format: a "
+                 "48-byte big-endian header, then the body), for bulk readers"),
+                              "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}},
+                                          ENTRIES_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
                         **errors(400, 410, 502, 503, 504)})
     async def read_entries(request: Request, start: int = Query(0, ge=0, examples=[0]),
                            limit: int | None = Query(None, ge=1, description=(
                                f"At most this many entries (JSON: default {DEFAULT_PAGE}, at most "
-                               f"{limits.range_limit_max}; NDJSON: default all committed)"), examples=[100]),
+                               f"{limits.range_limit_max}; streams: default all committed)"), examples=[100]),
                            consistency: Consistency = CONSISTENCY) -> Response:
         linearizable = consistency == "linearizable"
-        if NDJSON in request.headers.get("accept", ""):
+        accept = request.headers.get("accept", "")
+        stream = next((kind for kind in (NDJSON, ENTRIES_CONTENT_TYPE) if kind in accept), None)
+        if stream is not None:
             end = await service.readable_end(start, linearizable)
             last = end if limit is None else min(end, start + limit - 1)
-            first: list[Entry] = []
+            first = None
             if last >= start:  # read before the 200 goes out: a cleaned start is still a 410
-                first, _ = await service.read(start, last - start + 1, linearizable=False)
-            return StreamingResponse(_stream(service, first, last), media_type=NDJSON)
+                first = await service.read_raw(start, last - start + 1, linearizable=False)
+            render = _ndjson if stream == NDJSON else b"".join
+            return StreamingResponse(_stream(service, first, last, render), media_type=stream,
+                                     headers={"X-Raftlog-Committed-Index": str(end)})
         page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
         entries, committed = await service.read(start, page, linearizable)
         return JSONResponse({"entries": [entry_json(e) for e in entries],
@@ -256,16 +264,20 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-async def _stream(service: LogService, first: list[Entry], last: int) -> AsyncIterator[bytes]:
-    """NDJSON, page by page; the first page was read before the 200 went out, so an error such
-    as a cleaned start index is still an error status."""
-    entries = first
-    while entries:
-        yield b"".join(json.dumps(entry_json(e)).encode() + b"\n" for e in entries)
-        index = entries[-1].index + 1
-        if index > last:
+async def _stream(service: LogService, first: RawRead | None, last: int,
+                  render: Callable[[list[memoryview]], bytes]) -> AsyncIterator[bytes]:
+    """Entries up to `last`, chunk by chunk; the first chunk was read before the 200 went out, so an
+    error such as a cleaned start index is still an error status."""
+    raw = first
+    while raw is not None:
+        yield render(raw.chunks)
+        if raw.next > last:
             return
-        entries, _ = await service.read(index, last - index + 1, linearizable=False)
+        raw = await service.read_raw(raw.next, last - raw.next + 1, linearizable=False)
+
+
+def _ndjson(chunks: list[memoryview]) -> bytes:
+    return b"".join(json.dumps(entry_json(e)).encode() + b"\n" for chunk in chunks for e in iter_entries(chunk))
 
 
 def _content_type(request: Request) -> str:

@@ -15,7 +15,7 @@ import base64
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from api.errors import ApiError, api_error, bad_request, too_large
 from api.peer_client import PeerClient
@@ -35,6 +35,12 @@ class ApiLimits:
     range_limit_max: int = 1000  # entries in one JSON page of a range read
     range_bytes_max: int = 4 << 20  # raw log bytes in one page or streamed chunk (at least one entry)
     read_wait_ms: int = 2500  # how long a linearizable read waits for the local log to catch up
+
+
+class RawRead(NamedTuple):
+    chunks: list[memoryview]  # consecutive stored entries, byte for byte
+    next: int  # the index after the last entry read
+    committed: int
 
 
 class LogService:
@@ -133,22 +139,27 @@ class LogService:
     async def read(self, start: int, limit: int, linearizable: bool) -> tuple[list[Entry], int]:
         """Up to `limit` committed entries from `start`, at most range_bytes_max of log (but at
         least one entry); none when start is past the commit index."""
+        raw = await self.read_raw(start, limit, linearizable)
+        return [entry for chunk in raw.chunks for entry in iter_entries(chunk)], raw.committed
+
+    async def read_raw(self, start: int, limit: int, linearizable: bool) -> RawRead:
+        """`read` as stored bytes (CRC-checked, zero-copy views): what bulk readers decode themselves."""
         if start < 0 or limit < 1:
             raise bad_request("start must be at least 0 and limit at least 1")
         committed = await self.readable_end(start, linearizable)
         end = min(committed, start + limit - 1)
-        entries: list[Entry] = []
+        chunks: list[memoryview] = []
         index = start
         budget = self.limits.range_bytes_max
         try:
-            while index <= end and (budget > 0 or not entries):
+            while index <= end and (budget > 0 or not chunks):
                 raw = self.store.read_range(index, end - index + 1, max(budget, 1))
-                entries += iter_entries(raw.data)
+                chunks.append(raw.data)
                 index += raw.count
                 budget -= len(raw.data)
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
-        return entries, committed
+        return RawRead(chunks, index, committed)
 
     # -- cluster -------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Storage: DLedger-format memory-mapped segments, recovery, flushing, cleaning, checkpoint."""
 
-from storage.checkpoint import Checkpoint, CheckpointState
+from storage.checkpoint import Checkpoint, CheckpointState, read_checkpoint
 from storage.cleaner import CleanService
 from storage.codec import Entry, Magic, iter_entries
 from storage.config import StoreConfig
@@ -56,4 +56,5 @@ __all__ = [
     "StoreLockedError",
     "StoreOpenError",
     "iter_entries",
+    "read_checkpoint",
 ]

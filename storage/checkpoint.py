@@ -210,6 +210,13 @@ def _load_or_create(conn: Connection, path: Path, create: bool) -> CheckpointSta
             id=1, current_term=state.current_term, voted_for=state.voted_for,
             committed_index=state.committed_index, applied_index=state.applied_index))
         return state
+    state = _read_state(conn, path, tables)
+    # take the write lock now: in EXCLUSIVE mode it is then held until close
+    conn.execute(update(raft_state).where(raft_state.c.id == 1).values(id=1))
+    return state
+
+
+def _read_state(conn: Connection, path: Path, tables: set[str]) -> CheckpointState:
     if tables != {"schema_info", "raft_state"}:
         raise CheckpointCorruptError(f"{path}: unexpected tables {sorted(tables)}")
     version = conn.execute(select(schema_info.c.version)).scalar_one_or_none()
@@ -218,9 +225,23 @@ def _load_or_create(conn: Connection, path: Path, create: bool) -> CheckpointSta
     row = conn.execute(select(raft_state).where(raft_state.c.id == 1)).one_or_none()
     if row is None:
         raise CheckpointCorruptError(f"{path}: the state row is missing")
-    # take the write lock now: in EXCLUSIVE mode it is then held until close
-    conn.execute(update(raft_state).where(raft_state.c.id == 1).values(id=1))
     return CheckpointState(row.current_term, row.voted_for, row.committed_index, row.applied_index)
+
+
+def read_checkpoint(path: str | Path) -> CheckpointState:
+    """The state of a checkpoint no node has open (tools reading a stopped or copied node), read-only."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointMissingError(f"{path} does not exist")
+    engine = create_engine(f"sqlite:///file:{path.resolve()}?mode=ro&uri=true",
+                           connect_args={"timeout": LOCK_TIMEOUT_S})
+    try:
+        with engine.connect() as conn:
+            return _read_state(conn, path, set(inspect(conn).get_table_names()))
+    except DBAPIError as exc:
+        raise _translate(path, exc) from None
+    finally:
+        engine.dispose()
 
 
 def _translate(path: Path, exc: DBAPIError) -> CheckpointError:

@@ -1,0 +1,131 @@
+"""Reading committed entries from running members over the public API.
+
+Ranges come as stored bytes (`Accept: application/vnd.raftlog.entries`) and are
+decoded and CRC-checked here, so a reader costs the node a file read and a
+socket write, not a JSON rendering. A member that fails mid-range is left for
+the next one, which resumes at the first entry not yet delivered.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import httpx
+import pyarrow as pa
+
+from pipeline.entries import Decoder
+from pipeline.options import PipelineError
+
+log = logging.getLogger("raftlog.pipeline")
+
+ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"  # the public API's bulk read format
+BATCH_BYTES = 32 << 20  # cut a record batch at this many body bytes as well
+ROUNDS = 3  # times every member is tried before a range read gives up
+RETRY_PAUSE_S = 0.5
+
+
+class MemberFailedError(RuntimeError):
+    """One member could not serve a read; another may."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What the members said when a read was planned."""
+
+    urls: tuple[str, ...]  # the given URLs first, then other members' client URLs
+    begin_index: int
+    committed_index: int  # the highest any member reported: the leader's
+
+
+def discover(urls: Sequence[str], timeout_s: float) -> ClusterView:
+    """Ask the members for the cluster's state; fails only when none of them answers."""
+    failures = []
+    for url in urls:
+        try:
+            response = httpx.get(f"{url}/v1/cluster", timeout=timeout_s)
+            response.raise_for_status()
+            status = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            failures.append(f"{url}: {exc}")
+            continue
+        members = status.get("members", [])
+        found = [m["client_url"].rstrip("/") for m in members if m.get("reachable") and m.get("client_url")]
+        committed = max([status["committed_index"]] + [m["committed_index"] for m in members
+                                                        if m.get("committed_index") is not None])
+        return ClusterView(tuple(dict.fromkeys([*urls, *found])), status["begin_index"], committed)
+    raise PipelineError("raftlog: no member answered at " + "; ".join(failures))
+
+
+def committed_index(urls: Sequence[str], timeout_s: float) -> int:
+    return discover(urls, timeout_s).committed_index
+
+
+def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_rows: int,
+               timeout_s: float) -> Iterator[pa.RecordBatch]:
+    """Entries start..end (inclusive, committed) as record batches, from the first member that serves
+    them; on a member's failure the rest comes from the next one."""
+    decoder = Decoder(start, None, text=text)
+    failures: list[str] = []
+    for attempt in range(ROUNDS * len(urls)):
+        url = urls[attempt % len(urls)]
+        try:
+            yield from _fetch(url, decoder, end, batch_rows, timeout_s)
+            return
+        except MemberFailedError as exc:
+            failures.append(str(exc))
+            log.warning("raftlog: %s; trying the next member", exc)
+            if (attempt + 1) % len(urls) == 0:
+                time.sleep(RETRY_PAUSE_S)
+    raise RuntimeError(f"raftlog: entries {decoder.next_index}..{end} could not be read: " + "; ".join(failures))
+
+
+def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: float) -> Iterator[pa.RecordBatch]:
+    """Read from one member until `end` is delivered; batches already yielded stay delivered."""
+    with httpx.Client(timeout=timeout_s) as client:
+        while decoder.next_index is not None and decoder.next_index <= end:
+            start = decoder.next_index
+            params = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
+            try:
+                with client.stream("GET", f"{url}/v1/entries", params=params,
+                                   headers={"accept": ENTRIES_CONTENT_TYPE}) as response:
+                    if response.status_code != 200:
+                        response.read()
+                        raise MemberFailedError(f"{url} answered {response.status_code}: {_reason(response)}")
+                    if response.headers.get("content-type", "").split(";")[0] != ENTRIES_CONTENT_TYPE:
+                        raise MemberFailedError(f"{url} does not serve {ENTRIES_CONTENT_TYPE}")
+                    yield from _decode_stream(url, response.iter_raw(), decoder, batch_rows)
+            except httpx.HTTPError as exc:
+                raise MemberFailedError(f"{url}: {exc!r}") from exc
+            if decoder.rows:
+                yield decoder.batch()
+            if decoder.next_index == start:
+                raise MemberFailedError(f"{url} returned nothing from index {start}")
+
+
+def _decode_stream(url: str, chunks: Iterator[bytes], decoder: Decoder, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    left = b""
+    body_bytes = 0
+    for chunk in chunks:
+        data = left + chunk if left else chunk
+        view = memoryview(data)
+        used, stop = decoder.feed(view, 0, len(view), None)
+        if stop is not None and stop.damaged:
+            raise MemberFailedError(f"{url} sent a damaged entry {decoder.next_index}: {stop.reason}")
+        left = bytes(view[used:])
+        body_bytes += used
+        if decoder.rows >= batch_rows or body_bytes >= BATCH_BYTES:
+            yield decoder.batch()
+            body_bytes = 0
+    if left:
+        raise MemberFailedError(f"{url} ended its answer in the middle of entry {decoder.next_index}")
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        error = response.json()["error"]
+        return f"{error['code']}: {error['message']}"
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]

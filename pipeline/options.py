@@ -1,0 +1,114 @@
+"""The `raftlog` data source's options, checked once, on the driver, before anything is read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_PARTITION_SIZE = 100_000  # entries per partition when neither size nor count is given
+DEFAULT_BATCH_ROWS = 50_000  # rows per Arrow record batch handed to Spark
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class PipelineError(ValueError):
+    """Options or inputs the pipeline cannot work with; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOptions:
+    urls: tuple[str, ...] = ()  # online: members' client URLs
+    path: str | None = None  # offline: a node's data directory
+    start_index: int | None = None
+    end_index: int | None = None
+    partition_size: int | None = None
+    num_partitions: int | None = None
+    text: bool = False  # decode=utf-8: add body_text
+    max_entries_per_trigger: int | None = None
+    committed_only: bool = False  # offline: stop at the checkpoint's committed index
+    mark_corrupt: bool = False  # offline: onCorrupt=mark keeps damaged entries as flagged rows
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    @property
+    def offline(self) -> bool:
+        return self.path is not None
+
+    def split(self, start: int, end: int) -> list[tuple[int, int]]:
+        """[start, end] (inclusive) cut into partition ranges, by size or by count."""
+        count = end - start + 1
+        if count <= 0:
+            return []
+        if self.num_partitions is not None:
+            size = -(-count // self.num_partitions)
+        else:
+            size = self.partition_size or DEFAULT_PARTITION_SIZE
+        return [(first, min(first + size - 1, end)) for first in range(start, end + 1, size)]
+
+
+def parse_options(options: Mapping[str, str]) -> ReadOptions:
+    """Spark's options (case-insensitive names, string values) as ReadOptions, or a PipelineError."""
+    given = {k.lower(): v for k, v in options.items()}
+    url, path = given.pop("url", None), given.pop("path", None)
+    if (url is None) == (path is None):
+        raise PipelineError("raftlog: give either option 'url' (members' client URLs, comma-separated) "
+                            "or 'path' (a node's data directory), not both or neither")
+    urls = tuple(u.strip().rstrip("/") for u in (url or "").split(",") if u.strip())
+    if url is not None and not urls:
+        raise PipelineError("raftlog: option 'url' names no URL")
+    for u in urls:
+        if not u.startswith(("http://", "https://")):
+            raise PipelineError(f"raftlog: {u!r} is not an http:// or https:// URL")
+    decode = given.pop("decode", None)
+    if decode is not None and decode.lower().replace("_", "-") not in ("utf-8", "utf8"):
+        raise PipelineError(f"raftlog: decode={decode!r} is not supported (only utf-8)")
+    on_corrupt = given.pop("oncorrupt", "fail").lower()
+    if on_corrupt not in ("fail", "mark"):
+        raise PipelineError(f"raftlog: onCorrupt must be 'fail' or 'mark', not {on_corrupt!r}")
+    parsed = ReadOptions(
+        urls=urls, path=path,
+        start_index=_int(given, "startindex", 0), end_index=_int(given, "endindex", 0),
+        partition_size=_int(given, "partitionsize", 1), num_partitions=_int(given, "numpartitions", 1),
+        text=decode is not None,
+        max_entries_per_trigger=_int(given, "maxentriespertrigger", 1),
+        committed_only=_bool(given, "committedonly"), mark_corrupt=on_corrupt == "mark",
+        batch_rows=_int(given, "batchrows", 1) or DEFAULT_BATCH_ROWS,
+        timeout_s=_float(given, "timeout", DEFAULT_TIMEOUT_S))
+    if parsed.partition_size is not None and parsed.num_partitions is not None:
+        raise PipelineError("raftlog: give partitionSize or numPartitions, not both")
+    if (parsed.start_index is not None and parsed.end_index is not None
+            and parsed.start_index > parsed.end_index):
+        raise PipelineError(f"raftlog: startIndex {parsed.start_index} is above endIndex {parsed.end_index}")
+    if parsed.mark_corrupt and not parsed.offline:
+        raise PipelineError("raftlog: onCorrupt=mark is for the offline reader ('path')")
+    return parsed
+
+
+def _int(given: dict[str, str], name: str, minimum: int) -> int | None:
+    raw = given.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise PipelineError(f"raftlog: option {name} must be an integer, not {raw!r}") from None
+    if value < minimum:
+        raise PipelineError(f"raftlog: option {name} must be at least {minimum}, not {value}")
+    return value
+
+
+def _float(given: dict[str, str], name: str, default: float) -> float:
+    raw = given.get(name)
+    try:
+        value = default if raw is None else float(raw)
+    except ValueError:
+        raise PipelineError(f"raftlog: option {name} must be a number, not {raw!r}") from None
+    if value <= 0:
+        raise PipelineError(f"raftlog: option {name} must be positive, not {value}")
+    return value
+
+
+def _bool(given: dict[str, str], name: str) -> bool:
+    raw = given.get(name, "false").lower()
+    if raw not in ("true", "false"):
+        raise PipelineError(f"raftlog: option {name} must be true or false, not {raw!r}")
+    return raw == "true"
