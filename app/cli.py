@@ -5,6 +5,7 @@
     raftlog append [BODY ...] [--batch]                     append (stdin when no BODY)
     raftlog get INDEX [--raw]                               read a committed entry
     raftlog status                                          cluster status
+    raftlog pipeline export|audit|stats ...                 Spark jobs (the `spark` extra)
 
 Clients talk to --url (default $RAFTLOG_URL, else http://127.0.0.1:8001).
 """
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 
 from app.settings import Settings, SettingsError, load_settings
+from pipeline.cli import add_commands as add_pipeline_commands
 
 DEFAULT_URL = "http://127.0.0.1:8001"
 CLUSTER_CLIENT_PORT = 8001
@@ -68,6 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                          help="a setting for every node, e.g. --set flush_mode=async")
     cluster.set_defaults(run=_cluster)
+
+    add_pipeline_commands(commands)
 
     for name, run, help_ in (("append", _append, "append entries"), ("get", _get, "read an entry"),
                              ("status", _status, "show the cluster status")):
