@@ -12,6 +12,7 @@ a crash leaves behind, and the node itself would cut it on its next start.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -102,17 +103,19 @@ def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text
         size = os.fstat(f.fileno()).st_size
         if size != data_file_size:
             raise CorruptDataError(part.path, part.first_index, f"file size {size}, expected {data_file_size}")
-        with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
-            try:
-                for batch in _scan(part, memoryview(mm), decoder, committed_index, batch_rows):
-                    if committed_only:
-                        batch = batch.filter(pa.compute.less_equal(batch.column(0), committed_index))
-                    if batch.num_rows:
-                        yield batch
-                    if committed_only and decoder.next_index is not None and decoder.next_index > committed_index:
-                        return
-            finally:
-                decoder.clear()  # drop its views into the mapping before it closes
+        mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        try:
+            for batch in _scan(part, memoryview(mm), decoder, committed_index, batch_rows):
+                if committed_only:
+                    batch = batch.filter(pa.compute.less_equal(batch.column(0), committed_index))
+                if batch.num_rows:
+                    yield batch
+                if committed_only and decoder.next_index is not None and decoder.next_index > committed_index:
+                    return
+        finally:
+            decoder.clear()
+            with contextlib.suppress(BufferError):  # an error's traceback holds views: unmapped with them
+                mm.close()
 
 
 def _scan(part: DataFile, view: memoryview, decoder: Decoder, committed_index: int,

@@ -1,0 +1,148 @@
+"""The offline reader and the entry decoder on files a real store wrote (no Spark needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pipeline.entries import CorruptDataError, Decoder, signed32
+from pipeline.offline import CHECKPOINT_FILE, DataDir, open_data_dir, read_file
+from pipeline.online import _decode_stream
+from pipeline.options import PipelineError
+from storage import Checkpoint, Store, StoreConfig
+from storage.codec import HEADER, HEADER_SIZE
+
+# 6 entries of 100-byte bodies to a file: every test crosses data files
+SMALL = StoreConfig(data_file_size=1016, index_file_size=10 * 32)
+
+
+def body(i: int) -> bytes:
+    return (f"entry-{i}-".encode() * 100)[:100]
+
+
+async def make_node(path: Path, count: int, committed: int) -> list[tuple[int, int, int, bytes]]:
+    """A data directory with `count` entries over two terms and a checkpoint saying `committed`."""
+    path.mkdir(parents=True, exist_ok=True)
+    checkpoint = Checkpoint.open(path / CHECKPOINT_FILE, create=True)
+    store = Store.open(path, SMALL)
+    written = []
+    for i in range(count):
+        term = 1 if i < count // 2 else 2
+        result = await store.append_as_leader([body(i)], term)
+        written.append((result.first_index, term, result.positions[0], body(i)))
+    await store.flush()
+    checkpoint.note_progress(committed, committed)
+    await store.close()
+    await checkpoint.close()
+    return written
+
+
+def read_all(data_dir: DataDir, **kwargs: object) -> pa.Table:
+    options = {"text": False, "mark_corrupt": False, "committed_only": False, "batch_rows": 4, **kwargs}
+    batches = [b for f in data_dir.files for b in read_file(f, data_dir.data_file_size, data_dir.committed_index,
+                                                           **options)]  # type: ignore[arg-type]
+    return pa.Table.from_batches(batches)
+
+
+def damage(path: Path, written: list[tuple[int, int, int, bytes]], index: int, offset_in_body: int = 10) -> None:
+    pos = written[index][2] + HEADER_SIZE + offset_in_body
+    data = path / "data" / f"{pos - pos % SMALL.data_file_size:020d}"
+    with open(data, "r+b") as f:
+        f.seek(pos % SMALL.data_file_size)
+        byte = f.read(1)
+        f.seek(pos % SMALL.data_file_size)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+async def test_reads_every_entry_across_files_with_its_metadata(tmp_path: Path) -> None:
+    written = await make_node(tmp_path, 40, committed=39)
+    data_dir = open_data_dir(str(tmp_path))
+    assert len(data_dir.files) > 5 and data_dir.committed_index == 39
+    table = read_all(data_dir, text=True)
+    assert table.column("index").to_pylist() == list(range(40))
+    assert table.column("term").to_pylist() == [w[1] for w in written]
+    assert table.column("pos").to_pylist() == [w[2] for w in written]
+    assert table.column("body").to_pylist() == [w[3] for w in written]
+    assert table.column("body_text").to_pylist() == [w[3].decode() for w in written]
+    assert table.column("type").to_pylist() == ["normal"] * 40
+    assert table.column("body_crc").to_pylist() == [signed32(zlib.crc32(w[3])) for w in written]
+
+
+async def test_committed_only_stops_at_the_checkpoint(tmp_path: Path) -> None:
+    await make_node(tmp_path, 20, committed=12)
+    table = read_all(open_data_dir(str(tmp_path)), committed_only=True)
+    assert table.column("index").to_pylist() == list(range(13))
+
+
+async def test_a_damaged_committed_entry_fails_the_read_naming_file_and_index(tmp_path: Path) -> None:
+    written = await make_node(tmp_path, 20, committed=19)
+    damage(tmp_path, written, 9)
+    with pytest.raises(CorruptDataError, match=r"corrupt entry 9 .*body CRC mismatch") as caught:
+        read_all(open_data_dir(str(tmp_path)))
+    assert str(tmp_path / "data") in str(caught.value)
+
+
+async def test_marked_damage_is_a_row_that_says_why(tmp_path: Path) -> None:
+    written = await make_node(tmp_path, 20, committed=19)
+    damage(tmp_path, written, 9)
+    table = read_all(open_data_dir(str(tmp_path)), mark_corrupt=True)
+    corrupt = dict(zip(table.column("index").to_pylist(), table.column("corrupt").to_pylist(), strict=True))
+    assert len(corrupt) == 20
+    assert corrupt[9] == "body CRC mismatch"
+    assert all(reason is None for i, reason in corrupt.items() if i != 9)
+
+
+async def test_a_torn_tail_after_the_commit_index_is_left_out_like_recovery_does(tmp_path: Path) -> None:
+    written = await make_node(tmp_path, 20, committed=17)
+    damage(tmp_path, written, 19)
+    table = read_all(open_data_dir(str(tmp_path)))
+    assert table.column("index").to_pylist() == list(range(19))
+
+
+async def test_the_chain_is_checked_across_files(tmp_path: Path) -> None:
+    """A replaced first entry of a file, with a body CRC of its own, breaks the chain from the file before."""
+    written = await make_node(tmp_path, 20, committed=19)
+    first_of_second_file = next(i for i, w in enumerate(written) if w[2] >= SMALL.data_file_size)
+    pos = written[first_of_second_file][2]
+    path = tmp_path / "data" / f"{pos - pos % SMALL.data_file_size:020d}"
+    raw = bytearray(path.read_bytes())
+    offset = pos % SMALL.data_file_size
+    fields = list(HEADER.unpack_from(raw, offset))
+    new_body = b"X" * fields[8]
+    fields[7] = zlib.crc32(new_body)
+    HEADER.pack_into(raw, offset, *fields)
+    raw[offset + HEADER_SIZE:offset + HEADER_SIZE + len(new_body)] = new_body
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptDataError, match=f"corrupt entry {first_of_second_file} .*chain CRC mismatch"):
+        read_all(open_data_dir(str(tmp_path)))
+
+
+def test_a_directory_that_is_not_a_node_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PipelineError, match="is not a raftlog data directory"):
+        open_data_dir(str(tmp_path))
+
+
+async def test_a_stopped_nodes_copy_reads_the_same(tmp_path: Path) -> None:
+    await make_node(tmp_path / "node", 15, committed=14)
+    shutil.copytree(tmp_path / "node", tmp_path / "copy")
+    os.remove(tmp_path / "copy" / "LOCK")
+    assert read_all(open_data_dir(str(tmp_path / "copy"))).equals(read_all(open_data_dir(str(tmp_path / "node"))))
+
+
+@pytest.mark.parametrize("cut", [1, 7, 48, 49, 100, 147, 148, 500])
+async def test_the_stream_decoder_gives_the_same_rows_however_the_bytes_arrive(tmp_path: Path, cut: int) -> None:
+    written = await make_node(tmp_path, 6, committed=5)
+    raw = (tmp_path / "data" / f"{0:020d}").read_bytes()[:written[-1][2] + HEADER_SIZE + 100]  # all six
+    chunks = [raw[i:i + cut] for i in range(0, len(raw), cut)]
+    decoder = Decoder(0, None)
+    batches = list(_decode_stream("test", iter(chunks), decoder, batch_rows=2))
+    if decoder.rows:
+        batches.append(decoder.batch())
+    table = pa.Table.from_batches(batches)
+    assert table.column("index").to_pylist() == list(range(6))
+    assert table.column("body").to_pylist() == [w[3] for w in written]

@@ -1,0 +1,211 @@
+"""The `raftlog` data source and jobs in a real Spark session against a real 3-node cluster."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.launcher import free_ports
+from pipeline import jobs
+from pipeline.entries import signed32
+from pipeline.options import parse_options
+from pipeline.source import BatchReader
+from storage.codec import HEADER_SIZE
+from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log
+
+pytestmark = pytest.mark.spark
+
+
+def rows_of(frame: Any) -> list[dict[str, Any]]:
+    return [r.asDict() for r in frame.orderBy("index").collect()]
+
+
+def expected_rows(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the data source must give for the JSON API's entries."""
+    import base64
+
+    def raw(e: dict[str, Any]) -> bytes:
+        return e["body"].encode() if e["encoding"] == "utf-8" else base64.b64decode(e["body"])
+
+    return [{"index": e["index"], "term": e["term"], "pos": e["pos"], "type": e["type"], "body": raw(e),
+             "body_crc": signed32(e["body_crc"])} for e in log]
+
+
+def without_chain(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: bytes(v) if k == "body" else v for k, v in r.items() if k in
+             ("index", "term", "pos", "type", "body", "body_crc")} for r in rows]
+
+
+def entries_served(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('raftlog_http_requests_total{method="GET",route="/v1/entries",status="200"}'))
+
+
+def test_a_batch_read_equals_the_log_entry_for_entry_and_followers_serve_it(spark: Any, loaded: Loaded) -> None:
+    end = loaded.wait_replicated()
+    before = {url: entries_served(url) for url in loaded.urls}
+    frame = (spark.read.format("raftlog").option("url", loaded.urls[0]).option("numPartitions", "6")
+             .option("decode", "utf-8").load())
+    assert frame.rdd.getNumPartitions() == 6
+    rows = rows_of(frame)
+    log = read_log(loaded.urls[0])
+    assert len(log) == end + 1 >= ENTRIES
+    assert without_chain(rows) == expected_rows(log)
+    texts = {r["index"]: r["body_text"] for r in rows}
+    assert texts[1] == body(0).decode() and texts[6] is None  # entry 6 holds body 5: not UTF-8
+    served = [entries_served(url) - before[url] for url in loaded.urls]
+    assert all(n >= 2 for n in served), f"range reads per member: {served}"
+
+
+def test_partitions_by_size_and_a_sub_range(spark: Any, loaded: Loaded) -> None:
+    frame = (spark.read.format("raftlog").option("url", ",".join(loaded.urls)).option("startIndex", "100")
+             .option("endIndex", "2099").option("partitionSize", "300").load())
+    assert frame.rdd.getNumPartitions() == 7
+    assert [r["index"] for r in frame.select("index").orderBy("index").collect()] == list(range(100, 2100))
+
+
+def test_a_partition_whose_member_is_down_is_read_from_another(spark: Any, loaded: Loaded) -> None:
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"
+    reader = BatchReader(parse_options({"url": ",".join([dead, *loaded.urls]), "numPartitions": "4"}))
+    assert reader.partitions()[0].urls[0] == dead  # planned there first
+    frame = (spark.read.format("raftlog").option("url", ",".join([dead, *loaded.urls]))
+             .option("numPartitions", "4").option("endIndex", "999").load())
+    assert [r["index"] for r in frame.select("index").orderBy("index").collect()] == list(range(1000))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"url": "http://127.0.0.1:{dead}"}, "no member answered at http://127.0.0.1:"),
+    ({"url": "{url}", "startIndex": "50", "endIndex": "10"}, "startIndex 50 is above endIndex 10"),
+    ({"url": "{url}", "endIndex": "999999999"}, "endIndex 999999999 is not committed yet"),
+    ({"path": "{tmp}"}, "is not a raftlog data directory"),
+    ({"url": "{url}", "path": "{tmp}"}, "give either option 'url'"),
+    ({"url": "{url}", "numPartitions": "zero"}, "numpartitions must be an integer"),
+])
+def test_bad_options_fail_at_planning_with_one_clear_message(spark: Any, loaded: Loaded, tmp_path: Path,
+                                                             options: dict[str, str], message: str) -> None:
+    values = {"dead": free_ports(1)[0], "url": loaded.urls[0], "tmp": tmp_path}
+    reader = spark.read.format("raftlog")
+    for name, value in options.items():
+        reader = reader.option(name, value.format(**values))
+    with pytest.raises(Exception, match=message):
+        reader.load().count()
+
+
+def test_a_stream_stopped_and_restarted_delivers_every_entry_once(spark: Any, loaded: Loaded,
+                                                                  tmp_path: Path) -> None:
+    def run() -> list[int]:
+        stream = (spark.readStream.format("raftlog").option("url", loaded.urls[1])
+                  .option("maxEntriesPerTrigger", "2500").load())
+        query = (stream.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+        query.awaitTermination()
+        assert query.exception() is None
+        return [p["numInputRows"] for p in query.recentProgress]
+
+    first = run()
+    assert len(first) >= 3 and max(first) <= 2500 and sum(first) == loaded.wait_replicated() + 1
+    append(loaded.urls, ENTRIES, 700)
+    end = loaded.wait_replicated()
+    second = run()
+    assert sum(first) + sum(second) == end + 1
+    written = spark.read.parquet(str(tmp_path / "out"))
+    indexes = [r["index"] for r in written.select("index").orderBy("index").collect()]
+    assert indexes == list(range(end + 1))  # none twice, none skipped
+    assert without_chain(rows_of(written)) == expected_rows(read_log(loaded.urls[0]))
+
+
+def copy_data_dirs(loaded: Loaded, to: Path) -> list[Path]:
+    loaded.wait_replicated()
+    copies = []
+    for member in loaded.cluster.members.values():
+        copy = to / member.id
+        shutil.copytree(member.data_dir, copy, ignore=shutil.ignore_patterns("LOCK"))
+        copies.append(copy)
+    return copies
+
+
+def test_the_offline_reader_on_a_copied_data_dir_matches_the_online_read(spark: Any, loaded: Loaded,
+                                                                         tmp_path: Path) -> None:
+    follower = copy_data_dirs(loaded, tmp_path)[2]
+    offline = spark.read.format("raftlog").load(str(follower))
+    assert offline.rdd.getNumPartitions() >= 3  # one per data file
+    online = spark.read.format("raftlog").option("url", ",".join(loaded.urls)).load()
+    assert rows_of(offline) == rows_of(online)
+
+
+def test_audit_agrees_on_healthy_replicas_and_finds_a_planted_divergence(spark: Any, loaded: Loaded,
+                                                                          tmp_path: Path) -> None:
+    copies = copy_data_dirs(loaded, tmp_path)
+    healthy = jobs.audit(spark, [str(c) for c in copies], range_size=1000)
+    committed = min(r.committed_index for r in healthy.replicas)
+    assert healthy.agree and healthy.shared_committed == committed >= ENTRIES - 1
+    assert len(healthy.ranges) == committed // 1000 + 1
+
+    planted = 4321
+    pos = httpx.get(f"{loaded.urls[0]}/v1/entries/{planted}", timeout=5).json()["pos"]
+    data_file = copies[1] / "data" / f"{pos - pos % SMALL_DATA_FILE:020d}"
+    with open(data_file, "r+b") as f:
+        f.seek(pos % SMALL_DATA_FILE + HEADER_SIZE + 7)
+        f.write(b"!")
+    out = subprocess.run([sys.executable, "-m", "app.cli", "pipeline", "--master", "local[1]", "--json", "audit",
+                          *[arg for c in copies for arg in ("--data-dir", str(c))], "--range-size", "1000"],
+                         capture_output=True, text=True, timeout=300, env=spark_env())
+    assert out.returncode == 1, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert not report["agree"] and report["first_divergence"] == planted
+    assert report["shared_committed"] == planted - 1
+    assert [g["agree"] for g in report["ranges"]].count(False) == 1
+    assert [c["corrupt"] for c in report["divergence"]] == [None, "body CRC mismatch", None]
+
+
+SMALL_DATA_FILE = 1 << 20  # SMALL_FILES' data_file_size
+
+
+def spark_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+
+
+def test_export_to_parquet_is_incremental_with_json_fields_as_columns(spark: Any, loaded: Loaded,
+                                                                      tmp_path: Path) -> None:
+    out = tmp_path / "export"
+    first = jobs.export(spark, loaded.urls, out, json_fields=True, max_per_trigger=4000, progress=lambda _: None)
+    end = loaded.wait_replicated()
+    assert first.next_index == end + 1 and first.entries == end + 1
+    append(loaded.urls, 10_000, 300)
+    end = loaded.wait_replicated()
+    second = jobs.export(spark, loaded.urls, out, json_fields=True, progress=lambda _: None)
+    assert second.entries == end + 1 - first.next_index and second.next_index == end + 1
+    again = jobs.export(spark, loaded.urls, out, json_fields=True, progress=lambda _: None)
+    assert again.entries == 0 and again.next_index == end + 1
+    table = spark.read.parquet(str(out))
+    assert {"index", "term", "body", "body_crc", "n", "ts", "text", "range_start"} <= set(table.columns)
+    rows = table.select("index", "n").orderBy("index").collect()
+    assert [r["index"] for r in rows] == list(range(end + 1))
+    by_index = {e["index"]: e for e in read_log(loaded.urls[0])}
+    for r in rows:
+        entry = by_index[r["index"]]
+        expected = json.loads(entry["body"])["n"] if entry["encoding"] == "utf-8" and entry["body"] else None
+        assert r["n"] == expected
+
+
+def test_stats_count_entries_and_bytes_per_term_and_hour(spark: Any, loaded: Loaded) -> None:
+    end = loaded.wait_replicated()
+    result = jobs.stats(spark, urls=loaded.urls, time_field="ts")
+    log = read_log(loaded.urls[0])
+    assert result.entries == end + 1 == sum(t["entries"] for t in result.by_term)
+    assert result.bytes == sum(len(r["body"]) for r in expected_rows(log))
+    assert result.by_hour is not None
+    timed = [json.loads(e["body"])["ts"] for e in log if e["encoding"] == "utf-8" and e["body"].startswith("{")]
+    hours = {t - t % 3600 for t in timed}
+    assert sum(h["entries"] for h in result.by_hour if h["hour"] is not None) == len(timed)
+    assert len([h for h in result.by_hour if h["hour"] is not None]) == len(hours)
