@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from storage.codec import BLANK_MAGIC, CHAIN, ENTRY_MAGICS, HEADER, HEADER_SIZE, Magic
+from storage.codec import BLANK, BLANK_MAGIC, CHAIN, ENTRY_MAGICS, HEADER, HEADER_SIZE, MIN_BLANK_LEN, Magic
 
 TYPE_NAMES = {int(m): m.name.lower() for m in Magic}
 
@@ -143,6 +143,8 @@ class Decoder:
             self.prev_chain = chain
             self.next_index = index + 1
             offset += size
+        if offset + MIN_BLANK_LEN <= end and BLANK.unpack_from(buf, offset)[0] == BLANK_MAGIC:
+            return offset, Stop("blank", offset)  # a filler shorter than a header
         return offset, (Stop("incomplete", offset) if offset < end else None)
 
     def _damaged(self, index: int, offset: int, reason: str, *, whole: bool) -> Stop | None:

@@ -25,11 +25,12 @@ def body(i: int) -> bytes:
     return (f"entry-{i}-".encode() * 100)[:100]
 
 
-async def make_node(path: Path, count: int, committed: int) -> list[tuple[int, int, int, bytes]]:
+async def make_node(path: Path, count: int, committed: int,
+                    config: StoreConfig = SMALL) -> list[tuple[int, int, int, bytes]]:
     """A data directory with `count` entries over two terms and a checkpoint saying `committed`."""
     path.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint.open(path / CHECKPOINT_FILE, create=True)
-    store = Store.open(path, SMALL)
+    store = Store.open(path, config)
     written = []
     for i in range(count):
         term = 1 if i < count // 2 else 2
@@ -59,8 +60,9 @@ def damage(path: Path, written: list[tuple[int, int, int, bytes]], index: int, o
         f.write(bytes([byte[0] ^ 0x40]))
 
 
-async def test_reads_every_entry_across_files_with_its_metadata(tmp_path: Path) -> None:
-    written = await make_node(tmp_path, 40, committed=39)
+@pytest.mark.parametrize("file_size", [1016, 6 * 148 + 40], ids=["filler with a header's room", "short filler"])
+async def test_reads_every_entry_across_files_with_its_metadata(tmp_path: Path, file_size: int) -> None:
+    written = await make_node(tmp_path, 40, committed=39, config=StoreConfig(file_size, 10 * 32))
     data_dir = open_data_dir(str(tmp_path))
     assert len(data_dir.files) > 5 and data_dir.committed_index == 39
     table = read_all(data_dir, text=True)
