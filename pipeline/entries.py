@@ -8,15 +8,19 @@ when they are joined into one Arrow data buffer: one copy per byte.
 
 from __future__ import annotations
 
+import mmap
 import zlib
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from storage.codec import BLANK, BLANK_MAGIC, CHAIN, ENTRY_MAGICS, HEADER, HEADER_SIZE, MIN_BLANK_LEN, Magic
 
 TYPE_NAMES = {int(m): m.name.lower() for m in Magic}
+
+Buffer = bytes | memoryview | mmap.mmap  # what entries are decoded from: slicing bytes and maps is cheapest
 
 BASE_FIELDS = [
     pa.field("index", pa.int64()),
@@ -34,11 +38,6 @@ CORRUPT_FIELD = pa.field("corrupt", pa.string())
 
 def arrow_schema(*, text: bool, corrupt: bool) -> pa.Schema:
     return pa.schema(BASE_FIELDS + ([TEXT_FIELD] if text else []) + ([CORRUPT_FIELD] if corrupt else []))
-
-
-def signed32(value: int) -> int:
-    """A CRC as Java (and Spark's `int`) holds it: the same four bytes, signed."""
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 class CorruptDataError(RuntimeError):
@@ -61,9 +60,18 @@ class Stop:
         return self.reason not in ("blank", "zeros", "incomplete")
 
 
+# the 48-byte header as numpy reads it; CRCs as signed ints, as Java and Spark's `int` hold them
+HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
+                         ("channel", ">i4"), ("chain", ">i4"), ("body_crc", ">i4"), ("body_size", ">i4")])
+HEADER_BYTES = np.arange(HEADER_SIZE)
+TYPE_DICTIONARY = pa.array([TYPE_NAMES.get(m) for m in range(max(TYPE_NAMES) + 1)], pa.string())
+
+
 class Decoder:
     """Decodes consecutive entries, checking index order, positions, body and chain CRCs.
 
+    The walk over the entries is the only per-entry Python: it checks each one
+    and notes its offset; the columns are then cut out of the buffers with numpy.
     `prev_chain` is the chain CRC of the entry before the first (None: unknown,
     the first entry's link is taken on trust). With `mark_corrupt` a damaged
     entry is kept as a row whose `corrupt` column says why; otherwise the scan
@@ -81,114 +89,116 @@ class Decoder:
 
     def clear(self) -> None:
         """Forget the rows not yet cut into a batch (and the views they hold)."""
-        self._index = array("q")
-        self._term = array("q")
-        self._pos = array("q")
-        self._channel = array("i")
-        self._body_crc = array("i")
-        self._chain = array("i")
-        self._types: list[str | None] = []
-        self._bodies: list[memoryview] = []
-        self._corrupt: list[str | None] = []
-        self._valid: list[bool] = []  # False only for rows that stand for an unreadable entry
+        self._segments: list[tuple[Buffer, array]] = []  # a buffer and the offsets of its entries
+        self._rows = 0
+        self._corrupt: dict[int, str] = {}  # row -> why, for damaged entries kept as rows
+        self._unreadable: tuple[int, str] | None = None  # a last row standing for an entry with a bad header
 
     @property
     def rows(self) -> int:
-        return len(self._index)
+        return self._rows + (self._unreadable is not None)
 
-    def feed(self, buf: memoryview, offset: int, end: int, pos_base: int | None) -> tuple[int, Stop | None]:
+    def feed(self, buf: Buffer, offset: int, end: int, pos_base: int | None) -> tuple[int, Stop | None]:
         """Decode the whole entries in buf[offset:end]; returns the offset after them and why it stopped
         early, if it did. `pos_base` is the global position of buf[0] (None: positions unchecked).
         Damage stops the scan at the damaged entry unless it is marked (see the class)."""
         unpack = HEADER.unpack_from
         crc32 = zlib.crc32
         pack_chain = CHAIN.pack
+        offsets = array("q")
+        note = offsets.append
+        expected = self.next_index
+        prev_chain = self.prev_chain
+        stop = None
         while offset + HEADER_SIZE <= end:
-            magic, size, index, term, pos, channel, chain, bcrc, bsize = unpack(buf, offset)
-            if magic == BLANK_MAGIC:
-                return offset, Stop("blank", offset)
-            if magic == 0 and size == 0:
-                return offset, Stop("zeros", offset)
-            expected = self.next_index if self.next_index is not None else index
+            magic, size, index, term, pos, _channel, chain, bcrc, bsize = unpack(buf, offset)
             problem = None
             if magic not in ENTRY_MAGICS:
+                if magic == BLANK_MAGIC:
+                    stop = Stop("blank", offset)
+                    break
+                if magic == 0 and size == 0:
+                    stop = Stop("zeros", offset)
+                    break
                 problem = f"bad magic {magic}"
             elif size != HEADER_SIZE + bsize or bsize < 0:
                 problem = f"size {size} disagrees with body size {bsize}"
-            elif index != expected:
+            elif expected is not None and index != expected:
                 problem = f"index {index} where {expected} belongs"
             elif pos_base is not None and pos != pos_base + offset:
                 problem = f"position {pos} stored at {pos_base + offset}"
             if problem is not None:
-                return offset, self._damaged(expected, offset, problem, whole=False)
+                stop = Stop(problem, offset)
+                if self.mark_corrupt:
+                    self._unreadable = (index if expected is None else expected, problem)
+                break
             if offset + size > end:
-                return offset, Stop("incomplete", offset)
-            body = buf[offset + HEADER_SIZE:offset + size]
-            if crc32(body) != bcrc:
+                stop = Stop("incomplete", offset)
+                break
+            if crc32(buf[offset + HEADER_SIZE:offset + size]) != bcrc:
                 problem = "body CRC mismatch"
-            elif self.prev_chain is not None and crc32(pack_chain(self.prev_chain, index, term, bcrc)) != chain:
+            elif prev_chain is not None and crc32(pack_chain(prev_chain, index, term, bcrc)) != chain:
                 problem = "chain CRC mismatch"
-            if problem is not None and self._damaged(index, offset, problem, whole=True):
-                return offset, Stop(problem, offset)
-            self._corrupt.append(problem)
-            self._index.append(index)
-            self._term.append(term)
-            self._pos.append(pos)
-            self._channel.append(channel)
-            self._body_crc.append(signed32(bcrc))
-            self._chain.append(signed32(chain))
-            self._types.append(TYPE_NAMES[magic])
-            self._bodies.append(body)
-            self._valid.append(True)
-            self.prev_chain = chain
-            self.next_index = index + 1
+            if problem is not None:
+                if not self.mark_corrupt:
+                    stop = Stop(problem, offset)
+                    break
+                self._corrupt[self._rows + len(offsets)] = problem
+            note(offset)
+            prev_chain = chain
+            expected = index + 1
             offset += size
-        if offset + MIN_BLANK_LEN <= end and BLANK.unpack_from(buf, offset)[0] == BLANK_MAGIC:
-            return offset, Stop("blank", offset)  # a filler shorter than a header
-        return offset, (Stop("incomplete", offset) if offset < end else None)
-
-    def _damaged(self, index: int, offset: int, reason: str, *, whole: bool) -> Stop | None:
-        """A damaged entry stops the scan, unless damage is marked: then an entry whose header is sound
-        becomes a marked row like any other, one whose header is not a marked row of its own."""
-        if not self.mark_corrupt:
-            return Stop(reason, offset)
-        if whole:
-            return None
-        self._corrupt.append(reason)
-        for column in (self._index, self._term, self._pos, self._channel, self._body_crc, self._chain):
-            column.append(index if column is self._index else 0)
-        self._types.append(None)
-        self._bodies.append(memoryview(b""))
-        self._valid.append(False)
-        return Stop(reason, offset)
+        else:
+            if offset + MIN_BLANK_LEN <= end and BLANK.unpack_from(buf, offset)[0] == BLANK_MAGIC:
+                stop = Stop("blank", offset)  # a filler shorter than a header
+            elif offset < end:
+                stop = Stop("incomplete", offset)
+        if offsets:
+            self._segments.append((buf, offsets))
+            self._rows += len(offsets)
+        self.next_index, self.prev_chain = expected, prev_chain
+        return offset, stop
 
     def batch(self) -> pa.RecordBatch:
         """The rows decoded since the last batch, as Arrow columns."""
-        n = self.rows
-        offsets = array("i", [0])
-        total = 0
-        for body in self._bodies:
-            total += len(body)
-            offsets.append(total)
-        if total >= 1 << 31:
+        headers, bodies = [], []
+        for buf, offsets in self._segments:
+            data = np.frombuffer(buf, np.uint8)
+            at = np.frombuffer(offsets, np.int64)
+            header_bytes = at[:, None] + HEADER_BYTES
+            headers.append(data[header_bytes].view(HEADER_DTYPE)[:, 0])
+            first, last = int(at[0]), int(at[-1])
+            span = data[first:last + HEADER_SIZE + int(headers[-1]["body_size"][-1])]
+            bodies.append(np.delete(span, (header_bytes - first).ravel()))
+        header = np.concatenate(headers) if headers else np.zeros(0, HEADER_DTYPE)
+        sizes = header["body_size"].astype(np.int64)
+        if self._unreadable is not None:
+            filler = np.zeros(1, HEADER_DTYPE)
+            filler["index"] = self._unreadable[0]
+            header = np.concatenate([header, filler])
+            sizes = np.append(sizes, 0)
+        n = len(header)
+        value_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=value_offsets[1:])
+        if value_offsets[-1] >= 1 << 31:
             raise ValueError("a record batch holds at most 2 GiB of bodies; cut batches smaller")
-        data = b"".join(self._bodies)
-        valid = None if all(self._valid) else pa.array(self._valid, pa.bool_())
-        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-        def column(values: array, kind: pa.DataType) -> pa.Array:
-            arr = pa.Array.from_buffers(kind, n, [None, pa.py_buffer(values)])
-            return arr if valid is None else pa.compute.if_else(valid, arr, pa.scalar(None, kind))
-
-        columns = [pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self._index)]),
-                   column(self._term, pa.int64()), column(self._pos, pa.int64()),
-                   pa.array(self._types, pa.string()), column(self._channel, pa.int32()),
-                   body if valid is None else pa.compute.if_else(valid, body, pa.scalar(None, pa.binary())),
-                   column(self._body_crc, pa.int32()), column(self._chain, pa.int32())]
+        data = np.concatenate(bodies) if bodies else np.zeros(0, np.uint8)
+        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets.astype(np.int32)),
+                                                      pa.py_buffer(data)])
+        kinds = TYPE_DICTIONARY.take(pa.array(header["magic"].astype(np.int32)))
+        columns = [pa.array(header["index"].astype(np.int64)), pa.array(header["term"].astype(np.int64)),
+                   pa.array(header["pos"].astype(np.int64)), kinds, pa.array(header["channel"].astype(np.int32)),
+                   body, pa.array(header["body_crc"].astype(np.int32)), pa.array(header["chain"].astype(np.int32))]
+        if self._unreadable is not None:  # nothing is known of that entry but its index
+            valid = pa.array([True] * (n - 1) + [False])
+            columns[1:] = [pa.compute.if_else(valid, c, pa.scalar(None, c.type)) for c in columns[1:]]
         if self.text:
-            columns.append(_utf8(body))
+            columns.append(_utf8(columns[5]))
         if self.mark_corrupt:
-            columns.append(pa.array(self._corrupt, pa.string()))
+            reasons = [self._corrupt.get(i) for i in range(self._rows)]
+            if self._unreadable is not None:
+                reasons.append(self._unreadable[1])
+            columns.append(pa.array(reasons, pa.string()))
         self.clear()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 

@@ -105,7 +105,7 @@ def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text
             raise CorruptDataError(part.path, part.first_index, f"file size {size}, expected {data_file_size}")
         mm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
         try:
-            for batch in _scan(part, memoryview(mm), decoder, committed_index, batch_rows):
+            for batch in _scan(part, mm, decoder, committed_index, batch_rows):
                 if committed_only:
                     batch = batch.filter(pa.compute.less_equal(batch.column(0), committed_index))
                 if batch.num_rows:
@@ -118,7 +118,7 @@ def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text
                 mm.close()
 
 
-def _scan(part: DataFile, view: memoryview, decoder: Decoder, committed_index: int,
+def _scan(part: DataFile, view: mmap.mmap, decoder: Decoder, committed_index: int,
           batch_rows: int) -> Iterator[pa.RecordBatch]:
     offset = part.first_pos - part.start
     while True:

@@ -110,11 +110,10 @@ def _decode_stream(url: str, chunks: Iterator[bytes], decoder: Decoder, batch_ro
     body_bytes = 0
     for chunk in chunks:
         data = left + chunk if left else chunk
-        view = memoryview(data)
-        used, stop = decoder.feed(view, 0, len(view), None)
+        used, stop = decoder.feed(data, 0, len(data), None)
         if stop is not None and stop.damaged:
             raise MemberFailedError(f"{url} sent a damaged entry {decoder.next_index}: {stop.reason}")
-        left = bytes(view[used:])
+        left = data[used:]
         body_bytes += used
         if decoder.rows >= batch_rows or body_bytes >= BATCH_BYTES:
             yield decoder.batch()

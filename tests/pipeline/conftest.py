@@ -35,6 +35,11 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+def signed32(crc: int) -> int:
+    """A CRC as the data source gives it: Java's (and Spark's) signed int of the same four bytes."""
+    return crc - (1 << 32) if crc & 0x80000000 else crc
+
+
 def body(i: int) -> bytes:
     """JSON bodies, and every 97th one binary (not UTF-8)."""
     if i % 97 == 5:

@@ -10,12 +10,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline.entries import CorruptDataError, Decoder, signed32
+from pipeline.entries import CorruptDataError, Decoder
 from pipeline.offline import CHECKPOINT_FILE, DataDir, open_data_dir, read_file
 from pipeline.online import _decode_stream
 from pipeline.options import PipelineError
 from storage import Checkpoint, Store, StoreConfig
 from storage.codec import HEADER, HEADER_SIZE
+from tests.pipeline.conftest import signed32
 
 # 6 entries of 100-byte bodies to a file: every test crosses data files
 SMALL = StoreConfig(data_file_size=1016, index_file_size=10 * 32)

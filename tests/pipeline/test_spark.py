@@ -14,11 +14,10 @@ import pytest
 
 from app.launcher import free_ports
 from pipeline import jobs
-from pipeline.entries import signed32
 from pipeline.options import parse_options
 from pipeline.source import BatchReader
 from storage.codec import HEADER_SIZE
-from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log
+from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log, signed32
 
 pytestmark = pytest.mark.spark
 
