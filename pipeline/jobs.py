@@ -25,7 +25,7 @@ from pipeline.options import PipelineError
 
 DEFAULT_MASTER = "local[*]"
 EXPORT_RANGE = 1_000_000  # entries per `range_start` partition folder of an export
-EXPORT_TRIGGER = 200_000  # entries per micro-batch of an export: the unit of progress
+EXPORT_TRIGGER = 1_000_000  # entries per micro-batch of an export: the unit of progress
 SCHEMA_SAMPLE = 1000  # JSON bodies sampled to infer the columns of an export
 AUDIT_RANGE = 100_000
 
@@ -64,13 +64,14 @@ def export(spark: SparkSession, urls: Sequence[str], out: str | Path, *, json_fi
     how far it got, so each run continues exactly where the last one stopped."""
     out = Path(out)
     url = ",".join(urls)
-    stream = (spark.readStream.format("raftlog").option("url", url).option("decode", "utf-8")
-              .option("maxEntriesPerTrigger", str(max_per_trigger)).load())
-    frame = stream.withColumn("range_start", F.col("index") - F.col("index") % F.lit(range_size))
+    reader = (spark.readStream.format("raftlog").option("url", url)
+              .option("maxEntriesPerTrigger", str(max_per_trigger))
+              .option("numPartitions", str(spark.sparkContext.defaultParallelism)))  # every core, every batch
+    if json_fields:
+        reader = reader.option("decode", "utf-8")
+    frame = reader.load().withColumn("range_start", F.col("index") - F.col("index") % F.lit(range_size))
     if json_fields:
         frame = _with_json_columns(spark, frame, url, out / "_raftlog" / "json_schema.json")
-    else:
-        frame = frame.drop("body_text")
     started = time.perf_counter()
     query = (frame.writeStream.format("parquet").partitionBy("range_start")
              .option("path", str(out)).option("checkpointLocation", str(out / "_checkpoint"))

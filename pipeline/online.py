@@ -82,27 +82,39 @@ def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_r
     raise RuntimeError(f"raftlog: entries {decoder.next_index}..{end} could not be read: " + "; ".join(failures))
 
 
+_client: httpx.Client | None = None
+
+
+def _http() -> httpx.Client:
+    """One client per process, kept across partitions: Spark reuses its Python workers, and a new
+    client (its TLS context, its connections) costs more than reading a small partition."""
+    global _client
+    if _client is None:
+        _client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=8))
+    return _client
+
+
 def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: float) -> Iterator[pa.RecordBatch]:
     """Read from one member until `end` is delivered; batches already yielded stay delivered."""
-    with httpx.Client(timeout=timeout_s) as client:
-        while decoder.next_index is not None and decoder.next_index <= end:
-            start = decoder.next_index
-            params = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
-            try:
-                with client.stream("GET", f"{url}/v1/entries", params=params,
-                                   headers={"accept": ENTRIES_CONTENT_TYPE}) as response:
-                    if response.status_code != 200:
-                        response.read()
-                        raise MemberFailedError(f"{url} answered {response.status_code}: {_reason(response)}")
-                    if response.headers.get("content-type", "").split(";")[0] != ENTRIES_CONTENT_TYPE:
-                        raise MemberFailedError(f"{url} does not serve {ENTRIES_CONTENT_TYPE}")
-                    yield from _decode_stream(url, response.iter_raw(), decoder, batch_rows)
-            except httpx.HTTPError as exc:
-                raise MemberFailedError(f"{url}: {exc!r}") from exc
-            if decoder.rows:
-                yield decoder.batch()
-            if decoder.next_index == start:
-                raise MemberFailedError(f"{url} returned nothing from index {start}")
+    client = _http()
+    while decoder.next_index is not None and decoder.next_index <= end:
+        start = decoder.next_index
+        params = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
+        try:
+            with client.stream("GET", f"{url}/v1/entries", params=params, timeout=timeout_s,
+                               headers={"accept": ENTRIES_CONTENT_TYPE}) as response:
+                if response.status_code != 200:
+                    response.read()
+                    raise MemberFailedError(f"{url} answered {response.status_code}: {_reason(response)}")
+                if response.headers.get("content-type", "").split(";")[0] != ENTRIES_CONTENT_TYPE:
+                    raise MemberFailedError(f"{url} does not serve {ENTRIES_CONTENT_TYPE}")
+                yield from _decode_stream(url, response.iter_raw(), decoder, batch_rows)
+        except httpx.HTTPError as exc:
+            raise MemberFailedError(f"{url}: {exc!r}") from exc
+        if decoder.rows:
+            yield decoder.batch()
+        if decoder.next_index == start:
+            raise MemberFailedError(f"{url} returned nothing from index {start}")
 
 
 def _decode_stream(url: str, chunks: Iterator[bytes], decoder: Decoder, batch_rows: int) -> Iterator[pa.RecordBatch]:

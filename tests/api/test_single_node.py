@@ -32,6 +32,8 @@ async def test_a_cleaned_entry_answers_410(node: Node, client: httpx.AsyncClient
     assert ranged.status_code == 410
     streamed = await client.get("/v1/entries", params={"start": 0}, headers={"accept": "application/x-ndjson"})
     assert streamed.status_code == 410 and streamed.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
+    stored = await client.get("/v1/entries", params={"start": 0}, headers={"accept": "application/vnd.raftlog.entries"})
+    assert stored.status_code == 410 and stored.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
     assert (await client.get(f"/v1/entries/{begin}")).status_code == 200
 
 

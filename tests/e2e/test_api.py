@@ -13,6 +13,7 @@ import pytest
 
 from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from app.launcher import SMALL_FILES, LocalCluster
+from storage.codec import iter_entries
 
 LIMITS = {"max_entry_bytes": 1000, "max_request_bytes": 20_000, "max_batch_entries": 50}
 
@@ -94,6 +95,13 @@ def test_range_reads_page_and_stream(cluster: LocalCluster) -> None:
         assert stream.headers["content-type"].startswith("application/x-ndjson")
         lines = [json.loads(line) for line in stream.iter_lines() if line]
     assert [e["index"] for e in lines] == list(range(first, first + 30))
+    stored = httpx.get(f"{follower}/v1/entries", params={"start": first, "limit": 30},
+                       headers={"accept": "application/vnd.raftlog.entries"})
+    assert stored.headers["content-type"] == "application/vnd.raftlog.entries"
+    assert int(stored.headers["x-raftlog-committed-index"]) >= first + 29
+    entries = iter_entries(stored.content)  # DLedger's format, byte for byte
+    assert [(e.index, e.term, e.pos, bytes(e.body), e.body_crc) for e in entries] == [
+        (e["index"], e["term"], e["pos"], e["body"].encode(), e["body_crc"]) for e in lines]
     past = httpx.get(f"{follower}/v1/entries", params={"start": first + 1000}).json()
     assert past["entries"] == [] and past["next"] == first + 1000
 
