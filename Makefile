@@ -36,6 +36,7 @@ bench: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)
 	$(BIN)/python bench/storage_bench.py
 	$(BIN)/python bench/cluster_bench.py
+	$(BIN)/python bench/pipeline_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
