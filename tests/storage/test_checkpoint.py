@@ -17,6 +17,7 @@ from storage import (
     CheckpointLockedError,
     CheckpointMissingError,
     CheckpointState,
+    read_checkpoint,
 )
 
 
@@ -169,3 +170,21 @@ async def test_concurrent_votes_in_one_term_grant_only_one(tmp_path: Path) -> No
         assert sum(1 for r in results if isinstance(r, ValueError)) == 1
     finally:
         await cp.close()
+
+
+async def test_tools_read_a_closed_checkpoint_without_writing_and_are_refused_an_open_one(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    cp = Checkpoint.open(path, create=True)
+    await cp.save_vote(7, "n2")
+    cp.note_progress(41, 40)
+    with pytest.raises(CheckpointLockedError):  # a node has it open: a tool must not read around its lock
+        read_checkpoint(path)
+    await cp.close()
+    before = path.read_bytes()
+    assert read_checkpoint(path) == CheckpointState(7, "n2", 41, 40)
+    assert path.read_bytes() == before
+    with pytest.raises(CheckpointMissingError):
+        read_checkpoint(tmp_path / "nothing.db")
+    (tmp_path / "bad.db").write_bytes(b"not sqlite" * 500)
+    with pytest.raises(CheckpointCorruptError):
+        read_checkpoint(tmp_path / "bad.db")
