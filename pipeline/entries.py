@@ -2,8 +2,8 @@
 
 Both readers end here: the online one feeds the bytes of `GET /v1/entries` with
 `Accept: application/vnd.raftlog.entries` as they arrive, the offline one a
-mapped data file. Bodies stay views into those buffers until a batch is cut,
-when they are joined into one Arrow data buffer: one copy per byte.
+mapped data file. The buffers are kept until a batch is cut; then numpy gathers
+the headers into columns and the bodies into one Arrow data buffer.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from storage.codec import BLANK, BLANK_MAGIC, CHAIN, ENTRY_MAGICS, HEADER, HEADER_SIZE, MIN_BLANK_LEN, Magic
 
@@ -33,6 +34,7 @@ BASE_FIELDS = [
     pa.field("chain_crc", pa.int32()),
 ]
 TEXT_FIELD = pa.field("body_text", pa.string())
+BATCH_BYTES = 32 << 20  # a record batch is cut at this many log bytes, whatever its rows
 CORRUPT_FIELD = pa.field("corrupt", pa.string())
 
 
@@ -78,10 +80,11 @@ class Decoder:
     stops there and the caller decides (a torn tail, or an error).
     """
 
-    def __init__(self, first_index: int | None, prev_chain: int | None, *, text: bool = False,
+    def __init__(self, first_index: int, prev_chain: int | None, *, text: bool = False,
                  mark_corrupt: bool = False) -> None:
         self.next_index = first_index
         self.prev_chain = prev_chain
+        self.prev_term = -1  # terms never fall along the log
         self.text = text
         self.mark_corrupt = mark_corrupt
         self.schema = arrow_schema(text=text, corrupt=mark_corrupt)
@@ -91,12 +94,26 @@ class Decoder:
         """Forget the rows not yet cut into a batch (and the views they hold)."""
         self._segments: list[tuple[Buffer, array]] = []  # a buffer and the offsets of its entries
         self._rows = 0
+        self._bytes = 0
         self._corrupt: dict[int, str] = {}  # row -> why, for damaged entries kept as rows
         self._unreadable: tuple[int, str] | None = None  # a last row standing for an entry with a bad header
 
     @property
     def rows(self) -> int:
         return self._rows + (self._unreadable is not None)
+
+    def full(self, batch_rows: int) -> bool:
+        """Time to cut a batch: enough rows, or enough bytes to keep a batch's memory bounded."""
+        return self._rows >= batch_rows or self._bytes >= BATCH_BYTES
+
+    @property
+    def has_unreadable(self) -> bool:
+        return self._unreadable is not None
+
+    def mark_unreadable(self, reason: str) -> None:
+        """With mark_corrupt: the entry at next_index cannot be read at all (its reader stops here)."""
+        assert self.mark_corrupt
+        self._unreadable = (self.next_index, reason)
 
     def feed(self, buf: Buffer, offset: int, end: int, pos_base: int | None) -> tuple[int, Stop | None]:
         """Decode the whole entries in buf[offset:end]; returns the offset after them and why it stopped
@@ -108,7 +125,8 @@ class Decoder:
         offsets = array("q")
         note = offsets.append
         expected = self.next_index
-        prev_chain = self.prev_chain
+        prev_chain, prev_term = self.prev_chain, self.prev_term
+        start = offset
         stop = None
         while offset + HEADER_SIZE <= end:
             magic, size, index, term, pos, _channel, chain, bcrc, bsize = unpack(buf, offset)
@@ -123,14 +141,16 @@ class Decoder:
                 problem = f"bad magic {magic}"
             elif size != HEADER_SIZE + bsize or bsize < 0:
                 problem = f"size {size} disagrees with body size {bsize}"
-            elif expected is not None and index != expected:
+            elif index != expected:
                 problem = f"index {index} where {expected} belongs"
+            elif term < prev_term:
+                problem = f"term {term} below the term {prev_term} before it"
             elif pos_base is not None and pos != pos_base + offset:
                 problem = f"position {pos} stored at {pos_base + offset}"
             if problem is not None:
                 stop = Stop(problem, offset)
                 if self.mark_corrupt:
-                    self._unreadable = (index if expected is None else expected, problem)
+                    self._unreadable = (expected, problem)
                 break
             if offset + size > end:
                 stop = Stop("incomplete", offset)
@@ -145,7 +165,7 @@ class Decoder:
                     break
                 self._corrupt[self._rows + len(offsets)] = problem
             note(offset)
-            prev_chain = chain
+            prev_chain, prev_term = chain, term
             expected = index + 1
             offset += size
         else:
@@ -156,7 +176,8 @@ class Decoder:
         if offsets:
             self._segments.append((buf, offsets))
             self._rows += len(offsets)
-        self.next_index, self.prev_chain = expected, prev_chain
+            self._bytes += offset - start
+        self.next_index, self.prev_chain, self.prev_term = expected, prev_chain, prev_term
         return offset, stop
 
     def batch(self) -> pa.RecordBatch:
@@ -191,7 +212,7 @@ class Decoder:
                    body, pa.array(header["body_crc"].astype(np.int32)), pa.array(header["chain"].astype(np.int32))]
         if self._unreadable is not None:  # nothing is known of that entry but its index
             valid = pa.array([True] * (n - 1) + [False])
-            columns[1:] = [pa.compute.if_else(valid, c, pa.scalar(None, c.type)) for c in columns[1:]]
+            columns[1:] = [pc.if_else(valid, c, pa.scalar(None, c.type)) for c in columns[1:]]
         if self.text:
             columns.append(_utf8(columns[5]))
         if self.mark_corrupt:

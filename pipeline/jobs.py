@@ -76,13 +76,17 @@ def export(spark: SparkSession, urls: Sequence[str], out: str | Path, *, json_fi
     query = (frame.writeStream.format("parquet").partitionBy("range_start")
              .option("path", str(out)).option("checkpointLocation", str(out / "_checkpoint"))
              .trigger(availableNow=True).start())
-    seen = 0
+    seen = -1  # the last batch reported (recentProgress keeps only the latest 100)
+    batches = 0
     entries = 0
     next_index = None
     while True:
         done = query.awaitTermination(1)
-        for report in query.recentProgress[seen:]:
-            seen += 1
+        for report in query.recentProgress:
+            if report["batchId"] <= seen:
+                continue
+            seen = report["batchId"]
+            batches += 1
             rows = int(report["numInputRows"])
             entries += rows
             source = report["sources"][0]
@@ -97,7 +101,7 @@ def export(spark: SparkSession, urls: Sequence[str], out: str | Path, *, json_fi
         raise query.exception()  # type: ignore[misc]
     if next_index is None:
         next_index = _checkpointed_next(out)
-    return ExportResult(entries, next_index, time.perf_counter() - started, seen)
+    return ExportResult(entries, next_index, time.perf_counter() - started, batches)
 
 
 def _checkpointed_next(out: Path) -> int:
@@ -135,7 +139,7 @@ def _with_json_columns(spark: SparkSession, frame: DataFrame, url: str, schema_f
 @dataclass(slots=True)
 class ReplicaSummary:
     data_dir: str
-    begin_index: int | None
+    begin_index: int  # where its log begins (store.json), whatever its files hold
     end_index: int | None
     committed_index: int
     corrupt: int
@@ -167,8 +171,11 @@ def audit(spark: SparkSession, data_dirs: Sequence[str], *, range_size: int = AU
     """Compare replicas' files entry by entry (term, body CRC, chain CRC, damage), offline."""
     if len(data_dirs) < 2:
         raise PipelineError("raftlog: an audit compares at least two data directories")
-    committed = [open_data_dir(d).committed_index for d in data_dirs]  # fails early on a bad directory
+    planned = [open_data_dir(d) for d in data_dirs]  # fails early on a bad directory
+    committed = [d.committed_index for d in planned]
+    # damage after a replica's committed index is a torn tail its node cuts on start: not a divergence
     frames = [spark.read.format("raftlog").option("onCorrupt", "mark").load(str(d))
+              .where(F.col("corrupt").isNull() | (F.col("index") <= committed[i]))
               .select(F.lit(i).alias("replica"), "index", "term", "body_crc", "chain_crc", "corrupt")
               for i, d in enumerate(data_dirs)]
     rows = _union(frames).cache()
@@ -176,16 +183,18 @@ def audit(spark: SparkSession, data_dirs: Sequence[str], *, range_size: int = AU
         ends = {r["replica"]: r for r in rows.groupBy("replica").agg(
             F.min("index").alias("begin"), F.max("index").alias("end"),
             F.count(F.col("corrupt")).alias("corrupt")).collect()}
-        replicas = [ReplicaSummary(str(d), _get(ends, i, "begin"), _get(ends, i, "end"), committed[i],
+        replicas = [ReplicaSummary(str(d), planned[i].begin_index, _get(ends, i, "end"), committed[i],
                                    _get(ends, i, "corrupt") or 0) for i, d in enumerate(data_dirs)]
         ranges = _compare(rows, replicas, range_size)
         first = min((r.first_divergence for r in ranges if r.first_divergence is not None), default=None)
         report = AuditReport(replicas, ranges, first)
         if first is not None:
+            found = {r["replica"]: r for r in rows.where(F.col("index") == first).collect()}
             report.divergence = [
-                {"data_dir": data_dirs[r["replica"]], "term": r["term"], "body_crc": r["body_crc"],
-                 "chain_crc": r["chain_crc"], "corrupt": r["corrupt"]}
-                for r in rows.where(F.col("index") == first).orderBy("replica").collect()]
+                {"data_dir": str(d), "term": _get(found, i, "term"), "body_crc": _get(found, i, "body_crc"),
+                 "chain_crc": _get(found, i, "chain_crc"),
+                 "corrupt": _get(found, i, "corrupt") if i in found else "missing"}
+                for i, d in enumerate(data_dirs)]
     finally:
         rows.unpersist()
     report.shared_committed = min(committed) if first is None else min(min(committed), first - 1)
@@ -199,12 +208,10 @@ def _get(rows: dict[int, Any], replica: int, name: str) -> Any:
 def _compare(rows: DataFrame, replicas: list[ReplicaSummary], range_size: int) -> list[RangeReport]:
     """Per index range: where the copies differ, are damaged, or one is missing. A replica must hold
     every index from its first up to its committed index (or its last, if that is higher)."""
-    begins = [r.begin_index for r in replicas if r.begin_index is not None]
     expected: Column = F.lit(0)
     for r in replicas:
-        begin = r.begin_index if r.begin_index is not None else min(begins, default=0)
         end = max(r.committed_index, r.end_index if r.end_index is not None else -1)
-        expected = expected + F.col("index").between(begin, end).cast("int")
+        expected = expected + F.col("index").between(r.begin_index, end).cast("int")
     per_index = (rows.groupBy("index").agg(
         F.count("*").alias("copies"),
         F.count_distinct(F.struct("term", "body_crc", "chain_crc")).alias("versions"),

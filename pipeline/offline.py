@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import mmap
 import os
 import struct
@@ -22,15 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from pipeline.entries import CorruptDataError, Decoder
+from pipeline.entries import CorruptDataError, Decoder, Stop
 from pipeline.options import PipelineError
 from storage import read_checkpoint
-from storage.codec import HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
+from storage.codec import BLANK, ENTRY_MAGICS, HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
 from storage.meta import META_NAME
 from storage.segments import NAME_DIGITS
 
 CHECKPOINT_FILE = "checkpoint.db"  # app.node's name for it
+log = logging.getLogger("raftlog.pipeline")
+
 SCAN_BYTES_PER_ROW = 256  # how far one step of a file scan reaches, per row of a batch
 
 
@@ -51,6 +55,7 @@ class DataFile:
 class DataDir:
     path: str
     data_file_size: int
+    begin_index: int  # the log's first index (store.json's base + 1)
     committed_index: int  # as the checkpoint last recorded it; -1 without a checkpoint
     files: tuple[DataFile, ...]
 
@@ -75,12 +80,16 @@ def open_data_dir(path: str) -> DataDir:
             committed = read_checkpoint(root / CHECKPOINT_FILE).committed_index
         except Exception as exc:
             raise PipelineError(f"raftlog: cannot read {root / CHECKPOINT_FILE}: {exc}") from None
+    else:
+        log.warning("raftlog: %s has no %s: every entry of the last file may be an unacknowledged tail",
+                    root, CHECKPOINT_FILE)
     names = sorted(p.name for p in data.iterdir() if len(p.name) == NAME_DIGITS and p.name.isdigit())
     heads = []
     for name in names:
         start = int(name)
         first_pos = max(start, base_pos) if base_pos is not None else start
         heads.append((str(data / name), start, first_pos, _first_index(data / name, first_pos - start)))
+    last = max((i for i, h in enumerate(heads) if h[3] is not None), default=-1)  # the last file with entries
     files = []
     for i, (file_path, start, first_pos, first_index) in enumerate(heads):
         prev_chain = None
@@ -89,8 +98,8 @@ def open_data_dir(path: str) -> DataDir:
         elif first_index is not None and first_index - 1 == base_index:
             prev_chain = meta.get("base_chain_crc")
         following = next((h[3] for h in heads[i + 1:] if h[3] is not None), None)
-        files.append(DataFile(file_path, start, first_pos, first_index, prev_chain, following, i == len(heads) - 1))
-    return DataDir(str(root), data_file_size, committed, tuple(files))
+        files.append(DataFile(file_path, start, first_pos, first_index, prev_chain, following, i == last))
+    return DataDir(str(root), data_file_size, base_index + 1, committed, tuple(files))
 
 
 def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text: bool, mark_corrupt: bool,
@@ -107,10 +116,10 @@ def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text
         try:
             for batch in _scan(part, mm, decoder, committed_index, batch_rows):
                 if committed_only:
-                    batch = batch.filter(pa.compute.less_equal(batch.column(0), committed_index))
+                    batch = batch.filter(pc.less_equal(batch.column(0), committed_index))
                 if batch.num_rows:
                     yield batch
-                if committed_only and decoder.next_index is not None and decoder.next_index > committed_index:
+                if committed_only and decoder.next_index > committed_index:
                     return
         finally:
             decoder.clear()
@@ -120,28 +129,50 @@ def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text
 
 def _scan(part: DataFile, view: mmap.mmap, decoder: Decoder, committed_index: int,
           batch_rows: int) -> Iterator[pa.RecordBatch]:
+    file_end = len(view)
     offset = part.first_pos - part.start
+    window = batch_rows * SCAN_BYTES_PER_ROW
     while True:
-        end = min(len(view), offset + batch_rows * SCAN_BYTES_PER_ROW)
+        end = min(file_end, offset + window)
         offset, stop = decoder.feed(view, offset, end, part.start)
-        if decoder.rows >= batch_rows:
+        if decoder.full(batch_rows):
             yield decoder.batch()
-        if end < len(view) and (stop is None or stop.reason == "incomplete"):
-            continue
-        break
+        if end == file_end or (stop is not None and stop.reason != "incomplete"):
+            break
+        if stop is not None and offset + HEADER_SIZE <= file_end:  # an entry larger than the window
+            window = max(window, HEADER.unpack_from(view, offset)[1])
+    problem = _problem(stop, view, file_end)
+    if problem is not None and not (part.last and decoder.next_index > committed_index):  # not a torn tail
+        _damaged(part, decoder, stop.offset if stop else file_end, problem)
+    elif part.last and decoder.next_index <= committed_index:
+        _damaged(part, decoder, stop.offset if stop else file_end,
+                 f"the log ends at {decoder.next_index - 1} but the checkpoint says {committed_index} is committed")
+    elif part.next_index is not None and decoder.next_index != part.next_index:
+        _damaged(part, decoder, stop.offset if stop else file_end,
+                 f"the file ends before entry {decoder.next_index}, the next file starts at {part.next_index}")
     if decoder.rows:
         yield decoder.batch()
-    assert decoder.next_index is not None
-    torn = part.last and decoder.next_index > committed_index
-    if stop is not None and stop.damaged and not torn and not decoder.mark_corrupt:
-        raise CorruptDataError(f"{part.path}, offset {stop.offset}", decoder.next_index, stop.reason)
-    if stop is not None and stop.reason == "incomplete" and not torn:
-        raise CorruptDataError(f"{part.path}, offset {stop.offset}", decoder.next_index,
-                               "an entry runs past the end of the file")
-    if part.next_index is not None and decoder.next_index != part.next_index and not decoder.mark_corrupt:
-        raise CorruptDataError(part.path, decoder.next_index,
-                               f"the file ends before entry {decoder.next_index}, the next file starts "
-                               f"at {part.next_index}")
+
+
+def _problem(stop: Stop | None, view: mmap.mmap, file_end: int) -> str | None:
+    """What is wrong where the scan of a file stopped, if anything."""
+    if stop is None or stop.reason == "zeros":
+        return None
+    if stop.reason == "blank":
+        length = BLANK.unpack_from(view, stop.offset)[1]
+        remaining = file_end - stop.offset
+        return None if length == remaining else f"file-end filler of {length} bytes where {remaining} remain"
+    if stop.reason == "incomplete":
+        return "an entry runs past the end of the file"
+    return stop.reason
+
+
+def _damaged(part: DataFile, decoder: Decoder, offset: int, problem: str) -> None:
+    """Raise, or with onCorrupt=mark end the file with a row that says what is wrong."""
+    if not decoder.mark_corrupt:
+        raise CorruptDataError(f"{part.path}, offset {offset}", decoder.next_index, problem)
+    if not decoder.has_unreadable:
+        decoder.mark_unreadable(problem)
 
 
 def _first_index(path: Path, offset: int) -> int | None:
@@ -150,7 +181,7 @@ def _first_index(path: Path, offset: int) -> int | None:
     if len(header) < HEADER_SIZE:
         return None
     magic, _size, index, *_ = HEADER.unpack(header)
-    return index if magic > 0 else None
+    return index if magic in ENTRY_MAGICS else None
 
 
 def _chain_before(root: Path, data_file_size: int, index_file_size: int, index: int) -> int | None:

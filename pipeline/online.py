@@ -18,11 +18,12 @@ import pyarrow as pa
 
 from pipeline.entries import Decoder
 from pipeline.options import PipelineError
+from storage.codec import HEADER, HEADER_SIZE
 
 log = logging.getLogger("raftlog.pipeline")
 
 ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"  # the public API's bulk read format
-BATCH_BYTES = 32 << 20  # cut a record batch at this many body bytes as well
+FINAL_STATUSES = (400, 404, 410)  # bad request, not committed, cleaned: another member says the same
 ROUNDS = 3  # times every member is tried before a range read gives up
 RETRY_PAUSE_S = 0.5
 
@@ -59,27 +60,31 @@ def discover(urls: Sequence[str], timeout_s: float) -> ClusterView:
     raise PipelineError("raftlog: no member answered at " + "; ".join(failures))
 
 
-def committed_index(urls: Sequence[str], timeout_s: float) -> int:
-    return discover(urls, timeout_s).committed_index
-
-
 def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_rows: int,
                timeout_s: float) -> Iterator[pa.RecordBatch]:
     """Entries start..end (inclusive, committed) as record batches, from the first member that serves
-    them; on a member's failure the rest comes from the next one."""
+    them; on a member's failure the rest comes from the next one. It gives up when every member
+    failed ROUNDS times in a row without progress, or at once on an answer no member would change."""
     decoder = Decoder(start, None, text=text)
     failures: list[str] = []
-    for attempt in range(ROUNDS * len(urls)):
+    attempt = 0
+    while True:
         url = urls[attempt % len(urls)]
+        before = decoder.next_index
         try:
             yield from _fetch(url, decoder, end, batch_rows, timeout_s)
             return
         except MemberFailedError as exc:
             failures.append(str(exc))
             log.warning("raftlog: %s; trying the next member", exc)
-            if (attempt + 1) % len(urls) == 0:
-                time.sleep(RETRY_PAUSE_S)
-    raise RuntimeError(f"raftlog: entries {decoder.next_index}..{end} could not be read: " + "; ".join(failures))
+        if decoder.next_index > before:
+            failures.clear()  # it was getting on: a new run of attempts
+        attempt += 1
+        if len(failures) >= ROUNDS * len(urls):
+            raise RuntimeError(f"raftlog: entries {decoder.next_index}..{end} could not be read: "
+                               + "; ".join(failures[-len(urls):]))
+        if attempt % len(urls) == 0:
+            time.sleep(RETRY_PAUSE_S)
 
 
 _client: httpx.Client | None = None
@@ -97,7 +102,7 @@ def _http() -> httpx.Client:
 def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: float) -> Iterator[pa.RecordBatch]:
     """Read from one member until `end` is delivered; batches already yielded stay delivered."""
     client = _http()
-    while decoder.next_index is not None and decoder.next_index <= end:
+    while decoder.next_index <= end:
         start = decoder.next_index
         params = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
         try:
@@ -105,7 +110,10 @@ def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: flo
                                headers={"accept": ENTRIES_CONTENT_TYPE}) as response:
                 if response.status_code != 200:
                     response.read()
-                    raise MemberFailedError(f"{url} answered {response.status_code}: {_reason(response)}")
+                    reason = f"{url} answered {response.status_code}: {_reason(response)}"
+                    if response.status_code in FINAL_STATUSES:
+                        raise RuntimeError(f"raftlog: entries {start}..{end}: {reason}")
+                    raise MemberFailedError(reason)
                 if response.headers.get("content-type", "").split(";")[0] != ENTRIES_CONTENT_TYPE:
                     raise MemberFailedError(f"{url} does not serve {ENTRIES_CONTENT_TYPE}")
                 yield from _decode_stream(url, response.iter_raw(), decoder, batch_rows)
@@ -118,19 +126,28 @@ def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: flo
 
 
 def _decode_stream(url: str, chunks: Iterator[bytes], decoder: Decoder, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    left = b""
-    body_bytes = 0
+    """Decode entries as the bytes arrive. The bytes of an entry cut by a chunk boundary wait in
+    `pending` until the whole entry is there, so each byte is copied once more at most."""
+    pending = bytearray()
+    need = 0  # bytes `pending` must hold before it is worth decoding
     for chunk in chunks:
-        data = left + chunk if left else chunk
+        if pending:
+            pending += chunk
+            if len(pending) < need:
+                continue
+            data = bytes(pending)
+            pending.clear()
+        else:
+            data = chunk
         used, stop = decoder.feed(data, 0, len(data), None)
         if stop is not None and stop.damaged:
             raise MemberFailedError(f"{url} sent a damaged entry {decoder.next_index}: {stop.reason}")
-        left = data[used:]
-        body_bytes += used
-        if decoder.rows >= batch_rows or body_bytes >= BATCH_BYTES:
+        if used < len(data):
+            pending += data[used:]
+            need = HEADER_SIZE if len(pending) < HEADER_SIZE else HEADER.unpack_from(pending)[1]
+        if decoder.full(batch_rows):
             yield decoder.batch()
-            body_bytes = 0
-    if left:
+    if pending:
         raise MemberFailedError(f"{url} ended its answer in the middle of entry {decoder.next_index}")
 
 

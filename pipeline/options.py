@@ -10,6 +10,15 @@ DEFAULT_BATCH_ROWS = 50_000  # rows per Arrow record batch handed to Spark
 DEFAULT_TIMEOUT_S = 30.0
 
 
+NAMES = {name.lower(): name for name in (  # Spark hands option names over in lower case
+    "url", "path", "startIndex", "endIndex", "partitionSize", "numPartitions", "maxEntriesPerTrigger", "timeout",
+    "decode", "batchRows", "committedOnly", "onCorrupt")}
+SHARED_OPTIONS = frozenset({"decode", "batchrows"})
+ONLINE_OPTIONS = SHARED_OPTIONS | {"url", "startindex", "endindex", "partitionsize", "numpartitions",
+                                   "maxentriespertrigger", "timeout"}
+OFFLINE_OPTIONS = SHARED_OPTIONS | {"path", "committedonly", "oncorrupt"}
+
+
 class PipelineError(ValueError):
     """Options or inputs the pipeline cannot work with; the message says which and why."""
 
@@ -46,7 +55,16 @@ class ReadOptions:
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     """Spark's options (case-insensitive names, string values) as ReadOptions, or a PipelineError."""
     given = {k.lower(): v for k, v in options.items()}
+    if "paths" in given:
+        raise PipelineError("raftlog: one data directory per read (load(path) with one path)")
+    unknown = sorted(set(given) - ONLINE_OPTIONS - OFFLINE_OPTIONS)
+    if unknown:
+        raise PipelineError(f"raftlog: unknown option {', '.join(unknown)} (known: {', '.join(NAMES.values())})")
     url, path = given.pop("url", None), given.pop("path", None)
+    misplaced = sorted(set(given) - (ONLINE_OPTIONS if path is None else OFFLINE_OPTIONS))
+    if misplaced and (url is None) != (path is None):
+        raise PipelineError(f"raftlog: option {', '.join(NAMES[m] for m in misplaced)} is not for a read of "
+                            f"{'a data directory' if path is not None else 'a running cluster'}")
     if (url is None) == (path is None):
         raise PipelineError("raftlog: give either option 'url' (members' client URLs, comma-separated) "
                             "or 'path' (a node's data directory), not both or neither")
@@ -76,8 +94,6 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
     if (parsed.start_index is not None and parsed.end_index is not None
             and parsed.start_index > parsed.end_index):
         raise PipelineError(f"raftlog: startIndex {parsed.start_index} is above endIndex {parsed.end_index}")
-    if parsed.mark_corrupt and not parsed.offline:
-        raise PipelineError("raftlog: onCorrupt=mark is for the offline reader ('path')")
     return parsed
 
 
@@ -88,9 +104,9 @@ def _int(given: dict[str, str], name: str, minimum: int) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise PipelineError(f"raftlog: option {name} must be an integer, not {raw!r}") from None
+        raise PipelineError(f"raftlog: option {NAMES[name]} must be an integer, not {raw!r}") from None
     if value < minimum:
-        raise PipelineError(f"raftlog: option {name} must be at least {minimum}, not {value}")
+        raise PipelineError(f"raftlog: option {NAMES[name]} must be at least {minimum}, not {value}")
     return value
 
 
@@ -99,14 +115,14 @@ def _float(given: dict[str, str], name: str, default: float) -> float:
     try:
         value = default if raw is None else float(raw)
     except ValueError:
-        raise PipelineError(f"raftlog: option {name} must be a number, not {raw!r}") from None
+        raise PipelineError(f"raftlog: option {NAMES[name]} must be a number, not {raw!r}") from None
     if value <= 0:
-        raise PipelineError(f"raftlog: option {name} must be positive, not {value}")
+        raise PipelineError(f"raftlog: option {NAMES[name]} must be positive, not {value}")
     return value
 
 
 def _bool(given: dict[str, str], name: str) -> bool:
     raw = given.get(name, "false").lower()
     if raw not in ("true", "false"):
-        raise PipelineError(f"raftlog: option {name} must be true or false, not {raw!r}")
+        raise PipelineError(f"raftlog: option {NAMES[name]} must be true or false, not {raw!r}")
     return raw == "true"

@@ -15,19 +15,19 @@ from pipeline.offline import CHECKPOINT_FILE, DataDir, open_data_dir, read_file
 from pipeline.online import _decode_stream
 from pipeline.options import PipelineError
 from storage import Checkpoint, Store, StoreConfig
-from storage.codec import HEADER, HEADER_SIZE
+from storage.codec import BLANK, BLANK_MAGIC, HEADER, HEADER_SIZE
 from tests.pipeline.conftest import signed32
 
 # 6 entries of 100-byte bodies to a file: every test crosses data files
 SMALL = StoreConfig(data_file_size=1016, index_file_size=10 * 32)
 
 
-def body(i: int) -> bytes:
-    return (f"entry-{i}-".encode() * 100)[:100]
+def body(i: int, size: int = 100) -> bytes:
+    return (f"entry-{i}-".encode() * size)[:size]
 
 
-async def make_node(path: Path, count: int, committed: int,
-                    config: StoreConfig = SMALL) -> list[tuple[int, int, int, bytes]]:
+async def make_node(path: Path, count: int, committed: int, config: StoreConfig = SMALL,
+                    body_size: int = 100) -> list[tuple[int, int, int, bytes]]:
     """A data directory with `count` entries over two terms and a checkpoint saying `committed`."""
     path.mkdir(parents=True, exist_ok=True)
     checkpoint = Checkpoint.open(path / CHECKPOINT_FILE, create=True)
@@ -35,8 +35,8 @@ async def make_node(path: Path, count: int, committed: int,
     written = []
     for i in range(count):
         term = 1 if i < count // 2 else 2
-        result = await store.append_as_leader([body(i)], term)
-        written.append((result.first_index, term, result.positions[0], body(i)))
+        result = await store.append_as_leader([body(i, body_size)], term)
+        written.append((result.first_index, term, result.positions[0], body(i, body_size)))
     await store.flush()
     checkpoint.note_progress(committed, committed)
     await store.close()
@@ -122,6 +122,38 @@ async def test_the_chain_is_checked_across_files(tmp_path: Path) -> None:
     raw[offset + HEADER_SIZE:offset + HEADER_SIZE + len(new_body)] = new_body
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptDataError, match=f"corrupt entry {first_of_second_file} .*chain CRC mismatch"):
+        read_all(open_data_dir(str(tmp_path)))
+
+
+async def test_entries_larger_than_a_scan_step_are_read(tmp_path: Path) -> None:
+    written = await make_node(tmp_path, 12, committed=11, config=StoreConfig(8192, 10 * 32), body_size=3000)
+    table = read_all(open_data_dir(str(tmp_path)), batch_rows=1)  # a scan step of 256 bytes
+    assert table.column("body").to_pylist() == [w[3] for w in written]
+
+
+async def test_committed_entries_missing_from_the_last_file_are_an_error(tmp_path: Path) -> None:
+    """Zeros where committed entries should be: the node would refuse to start; the reader says so too."""
+    written = await make_node(tmp_path, 20, committed=19)
+    pos = written[19][2]  # the last file holds 18 and 19
+    data = tmp_path / "data" / f"{pos - pos % SMALL.data_file_size:020d}"
+    raw = bytearray(data.read_bytes())
+    raw[pos % SMALL.data_file_size:] = bytes(len(raw) - pos % SMALL.data_file_size)
+    data.write_bytes(bytes(raw))
+    with pytest.raises(CorruptDataError, match="the log ends at 18 but the checkpoint says 19 is committed"):
+        read_all(open_data_dir(str(tmp_path)))
+    table = read_all(open_data_dir(str(tmp_path)), mark_corrupt=True)
+    assert table.column("index").to_pylist()[-1] == 19
+    assert table.column("corrupt").to_pylist()[-1] == "the log ends at 18 but the checkpoint says 19 is committed"
+
+
+async def test_a_stray_filler_is_not_taken_for_the_end_of_a_file(tmp_path: Path) -> None:
+    written = await make_node(tmp_path, 20, committed=19)
+    pos = written[13][2]
+    data = tmp_path / "data" / f"{pos - pos % SMALL.data_file_size:020d}"
+    with open(data, "r+b") as f:
+        f.seek(pos % SMALL.data_file_size)
+        f.write(BLANK.pack(BLANK_MAGIC, 8))
+    with pytest.raises(CorruptDataError, match=r"corrupt entry 13 .*file-end filler of 8 bytes"):
         read_all(open_data_dir(str(tmp_path)))
 
 

@@ -86,7 +86,7 @@ def test_a_partition_whose_member_is_down_is_read_from_another(spark: Any, loade
     ({"url": "{url}", "endIndex": "999999999"}, "endIndex 999999999 is not committed yet"),
     ({"path": "{tmp}"}, "is not a raftlog data directory"),
     ({"url": "{url}", "path": "{tmp}"}, "give either option 'url'"),
-    ({"url": "{url}", "numPartitions": "zero"}, "numpartitions must be an integer"),
+    ({"url": "{url}", "numPartitions": "zero"}, "numPartitions must be an integer"),
 ])
 def test_bad_options_fail_at_planning_with_one_clear_message(spark: Any, loaded: Loaded, tmp_path: Path,
                                                              options: dict[str, str], message: str) -> None:
