@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench openapi clean
+.PHONY: run test lint bench chaos openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: $(STAMP) $(CHROMEDRIVER)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# the fault suite at length: make chaos SECONDS=1800 [SEED=7] [NODES=5]
+SECONDS ?= 600
+NODES ?= 3
+chaos: $(STAMP)
+	$(BIN)/python -m tests.faults --seconds $(SECONDS) --nodes $(NODES) $(if $(SEED),--seed $(SEED),) --verbose
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.yaml.tmp && mv openapi.yaml.tmp openapi.yaml

@@ -83,8 +83,12 @@ class LocalCluster:
 
     # -- processes -------------------------------------------------------------------------
 
+    def peers_for(self, member: Member) -> str:
+        """The peers string `member` starts with (fault tests route each member's links differently)."""
+        return self.peers
+
     def command(self, member: Member) -> list[str]:
-        args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", self.peers,
+        args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", self.peers_for(member),
                 "--data-dir", str(member.data_dir), "--client-port", str(member.client_port)]
         for name, value in self.settings.items():
             args += [f"--{name.replace('_', '-')}", str(value)]

@@ -1,0 +1,153 @@
+"""The faults, each applied for a while and then healed, on a seeded schedule."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from tests.faults.harness import FaultCluster
+from tests.faults.workload import History, Op, send_append
+
+FAILOVER_BOUND_S = 15.0  # after a fault that removes the leader, a write must succeed within this
+RECOVERY_BOUND_S = 30.0  # after healing, the members must agree on a leader within this
+DISK_FULL = {"disk_space_ratio_to_check_expired": 0.01, "disk_space_ratio_to_force_clean": 0.02,
+             "enable_disk_force_clean": False}  # any real disk is "full" for a node started with these
+
+KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "halves", "ring", "one_way", "slow",
+         "disk_full"]
+
+
+@dataclass
+class Nemesis:
+    cluster: FaultCluster
+    history: History
+    rng: random.Random
+    log: Callable[[str], None]
+    faults: dict[str, int] = field(default_factory=dict)
+    failovers_ms: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    _probe: int = 0
+
+    def apply(self, kind: str, hold_s: float) -> None:
+        """Inject one fault, hold it, heal it, and wait until the cluster has a leader again."""
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+        getattr(self, kind)(hold_s)
+        self.cluster.network.heal()
+        try:
+            self.cluster.wait_leader(RECOVERY_BOUND_S, among=self.cluster.running_ids())
+        except TimeoutError as exc:
+            self.problems.append(f"after {kind}: {exc}")
+            self.log(f"  no leader {RECOVERY_BOUND_S:.0f} s after healing {kind}")
+
+    # -- the faults --------------------------------------------------------------------------------
+
+    def kill_leader(self, hold_s: float) -> None:
+        leader = self._leader()
+        self.log(f"  SIGKILL leader {leader}")
+        self.cluster.kill_member(leader)
+        self._failover(exclude={leader})
+        time.sleep(hold_s)
+        self.cluster.start_member(leader)
+
+    def kill_random(self, hold_s: float) -> None:
+        victim = self.rng.choice(list(self.cluster.members))
+        self.log(f"  SIGKILL {victim}")
+        self.cluster.kill_member(victim)
+        time.sleep(hold_s)
+        self.cluster.start_member(victim)
+
+    def pause_leader(self, hold_s: float) -> None:
+        leader = self._leader()
+        self.log(f"  SIGSTOP leader {leader}")
+        self.cluster.pause(leader)
+        self._failover(exclude={leader})
+        time.sleep(hold_s)
+        self.cluster.resume(leader)
+
+    def isolate_leader(self, hold_s: float) -> None:
+        leader = self._leader()
+        rest = set(self.cluster.members) - {leader}
+        self.log(f"  partition {{{leader}}} | {sorted(rest)}")
+        self.cluster.network.partition({leader}, rest)
+        self._failover(exclude={leader})
+        time.sleep(hold_s)
+
+    def halves(self, hold_s: float) -> None:
+        members = list(self.cluster.members)
+        self.rng.shuffle(members)
+        cut = len(members) // 2
+        a, b = set(members[:cut]), set(members[cut:])
+        self.log(f"  partition {sorted(a)} | {sorted(b)}")
+        self.cluster.network.partition(a, b)
+        time.sleep(hold_s)
+
+    def ring(self, hold_s: float) -> None:
+        """Each member reaches only its ring neighbours (5 members: every member sees a majority, no two
+        the same); with 3 members, one pair is cut and the third bridges them."""
+        members = list(self.cluster.members)
+        self.rng.shuffle(members)
+        n = len(members)
+        if n >= 5:
+            pairs = [(members[i], members[j]) for i in range(n) for j in range(i + 1, n)
+                     if min(j - i, n - (j - i)) > 1]
+        else:
+            pairs = [(members[0], members[1])]
+        self.log(f"  ring: cut {pairs}")
+        self.cluster.network.cut(pairs)
+        time.sleep(hold_s)
+
+    def one_way(self, hold_s: float) -> None:
+        leader = self._leader()
+        other = self.rng.choice([m for m in self.cluster.members if m != leader])
+        src, dst = (leader, other) if self.rng.random() < 0.5 else (other, leader)
+        self.log(f"  everything {src} sends {dst} is lost")
+        self.cluster.network.lose(src, dst)
+        time.sleep(hold_s)
+
+    def slow(self, hold_s: float) -> None:
+        delay = self.rng.choice([0.02, 0.1, 0.3])
+        members = list(self.cluster.members)
+        pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
+        self.log(f"  every link {delay * 1000:.0f} ms slower per chunk")
+        self.cluster.network.slow(pairs, delay)
+        time.sleep(hold_s)
+
+    def disk_full(self, hold_s: float) -> None:
+        victim = self.rng.choice(list(self.cluster.members))
+        self.log(f"  {victim} restarted with a full disk")
+        self.cluster.restart_with(victim, DISK_FULL)
+        time.sleep(hold_s)
+        self.cluster.restart_with(victim, {})
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _leader(self) -> str:
+        deadline = time.monotonic() + RECOVERY_BOUND_S
+        while (leader := self.cluster.leader()) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("no leader to aim the fault at")
+            time.sleep(0.05)
+        return leader
+
+    def _failover(self, exclude: set[str]) -> None:
+        """Time from now until a write through the other members succeeds (a new leader serves)."""
+        started = time.monotonic()
+        urls = {m: member.client_url for m, member in self.cluster.members.items() if m not in exclude}
+        with httpx.Client(timeout=1.0) as http:
+            while time.monotonic() - started < FAILOVER_BOUND_S:
+                for member, url in urls.items():
+                    self._probe += 1
+                    op = Op("append", "nemesis", member, time.monotonic(), [f"probe-{self._probe}".encode()])
+                    send_append(http, url, op)
+                    self.history.add(op)
+                    if op.outcome == "ok" and op.complete is not None:
+                        took = (op.complete - started) * 1000
+                        self.failovers_ms.append(took)
+                        self.log(f"  a new leader took a write after {took:.0f} ms")
+                        return
+                time.sleep(0.02)
+        self.problems.append(f"no write succeeded within {FAILOVER_BOUND_S:.0f} s of losing the leader")

@@ -1,0 +1,162 @@
+"""A TCP proxy per directed peer link, so the suite can cut, slow or half-break links without root.
+
+Node A reaches node B's peer port only through the link A->B. Bytes that a
+link must not carry are held, not dropped: a partition looks to both ends
+like a network that has gone silent (their own timeouts fire), and when it
+heals the held bytes flow on, as TCP would retransmit them. Each link has two
+directions: `up` (what A sends, its requests) and `down` (B's answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+CHUNK = 1 << 16
+
+
+class Direction:
+    """One direction of a link: open or held, with an optional delay per chunk."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        self.delay_s = 0.0
+
+
+class Link:
+    def __init__(self, src: str, dst: str, target_port: int) -> None:
+        self.src, self.dst = src, dst
+        self.target_port = target_port
+        self.port = 0
+        self.up = Direction()
+        self.down = Direction()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self.up.open.wait()  # a held link does not even let a connection through
+            try:
+                server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
+            except OSError:  # the target node is down: so is this connection
+                return
+            try:
+                await asyncio.gather(self._pump(client_r, server_w, self.up), self._pump(server_r, client_w, self.down))
+            finally:
+                server_w.close()
+        finally:
+            client_w.close()
+            self._tasks.discard(task)
+
+    @staticmethod
+    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: Direction) -> None:
+        try:
+            while data := await reader.read(CHUNK):
+                await direction.open.wait()
+                if direction.delay_s:
+                    await asyncio.sleep(direction.delay_s)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.write_eof()
+
+
+class Network:
+    """Every directed link between `ports`' members, served by one event loop in a thread of its own."""
+
+    def __init__(self, peer_ports: dict[str, int]) -> None:
+        self.members = list(peer_ports)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
+        self._thread.start()
+        self.links = {(a, b): Link(a, b, peer_ports[b]) for a in peer_ports for b in peer_ports if a != b}
+        for link in self.links.values():
+            self._call(link.start)
+
+    def port(self, src: str, dst: str) -> int:
+        return self.links[src, dst].port
+
+    def close(self) -> None:
+        for link in self.links.values():
+            self._call(link.close)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
+
+    # -- faults (each replaces the last: heal() first, then this) ------------------------------------
+
+    def heal(self) -> None:
+        def heal() -> None:
+            for link in self.links.values():
+                for d in (link.up, link.down):
+                    d.open.set()
+                    d.delay_s = 0.0
+        self._run(heal)
+
+    def partition(self, *groups: set[str]) -> None:
+        """Members in different groups cannot reach each other, in either direction."""
+        where = {m: i for i, g in enumerate(groups) for m in g}
+        self._hold([(a, b) for a, b in self.links if where.get(a, -1) != where.get(b, -2)], both=True)
+
+    def cut(self, pairs: list[tuple[str, str]]) -> None:
+        """Cut these pairs of members apart, both ways (for rings and other shapes)."""
+        self._hold([lk for a, b in pairs for lk in ((a, b), (b, a))], both=True)
+
+    def lose(self, src: str, dst: str) -> None:
+        """Everything src sends to dst is lost, whoever opened the connection; dst -> src still works."""
+        def lose() -> None:
+            self.links[src, dst].up.open.clear()
+            self.links[dst, src].down.open.clear()
+        self._run(lose)
+
+    def slow(self, pairs: list[tuple[str, str]], delay_s: float) -> None:
+        def slow() -> None:
+            for a, b in pairs:
+                for link in (self.links[a, b], self.links[b, a]):
+                    link.up.delay_s = link.down.delay_s = delay_s
+        self._run(slow)
+
+    def _hold(self, links: list[tuple[str, str]], both: bool) -> None:
+        def hold() -> None:
+            for key in links:
+                self.links[key].up.open.clear()
+                if both:
+                    self.links[key].down.open.clear()
+        self._run(hold)
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        done: Future[None] = Future()
+
+        def call() -> None:
+            try:
+                fn()
+                done.set_result(None)
+            except BaseException as exc:  # pragma: no cover - reported to the caller
+                done.set_exception(exc)
+        self._loop.call_soon_threadsafe(call)
+        done.result(5)
+
+    def _call(self, coro_fn: Callable[[], Any]) -> None:
+        asyncio.run_coroutine_threadsafe(coro_fn(), self._loop).result(10)

@@ -1,0 +1,20 @@
+"""The bounded fault run of `make test`: fixed seeds, every kind of fault at least once per run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults.run import print_summary, run
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("seed", "nodes"), [(1, 3), (2, 5)])
+def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, capsys: pytest.CaptureFixture[str]) -> None:
+    lines: list[str] = []
+    summary = run(seed, 30, nodes, log=lines.append)
+    print("\n".join(lines))
+    print_summary(summary)
+    assert summary["acked"] > 100, "the workload made too little progress to judge"
+    assert set(summary["faults"]) >= {"kill_leader", "pause_leader", "isolate_leader", "one_way", "disk_full"}
+    assert not summary["violations"], f"replay: {summary['replay']}"
