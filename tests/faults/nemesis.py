@@ -39,9 +39,10 @@ class Nemesis:
         self.cluster.network.heal()
         try:
             self.cluster.wait_leader(RECOVERY_BOUND_S, among=self.cluster.running_ids())
-        except TimeoutError as exc:
-            self.problems.append(f"after {kind}: {exc}")
-            self.log(f"  no leader {RECOVERY_BOUND_S:.0f} s after healing {kind}")
+        except TimeoutError:
+            said = {m: self._readyz(m) for m in self.cluster.running_ids()}
+            self.problems.append(f"no leader {RECOVERY_BOUND_S:.0f} s after healing {kind}: {said}")
+            self.log(f"  no leader {RECOVERY_BOUND_S:.0f} s after healing {kind}: {said}")
 
     # -- the faults --------------------------------------------------------------------------------
 
@@ -124,6 +125,12 @@ class Nemesis:
         self.cluster.restart_with(victim, {})
 
     # -- helpers -----------------------------------------------------------------------------------
+
+    def _readyz(self, member_id: str) -> object:
+        try:
+            return httpx.get(f"{self.cluster.members[member_id].client_url}/readyz", timeout=1).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return type(exc).__name__
 
     def _leader(self) -> str:
         deadline = time.monotonic() + RECOVERY_BOUND_S

@@ -64,7 +64,10 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             verdict = check(history, logs, watcher.violations)
             for problem in nemesis.problems:
                 verdict.note(problem)
-            return _summary(seed, seconds, nodes, history, nemesis, verdict)
+            summary = _summary(seed, seconds, nodes, history, nemesis, verdict)
+            if summary["violations"]:
+                summary["node_logs"] = {m: cluster.tail(m, 60) for m in cluster.members}
+            return summary
         except BaseException:
             for member_id in cluster.members:
                 log(f"--- {member_id} log tail ---\n{cluster.tail(member_id, 40)}")

@@ -15,6 +15,8 @@ def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, capsys
     summary = run(seed, 30, nodes, log=lines.append)
     print("\n".join(lines))
     print_summary(summary)
+    for member, tail in summary.get("node_logs", {}).items():
+        print(f"--- {member} ---\n{tail}")
     assert summary["acked"] > 100, "the workload made too little progress to judge"
     assert set(summary["faults"]) >= {"kill_leader", "pause_leader", "isolate_leader", "one_way", "disk_full"}
     assert not summary["violations"], f"replay: {summary['replay']}"
