@@ -19,7 +19,7 @@ from api.service import LogService
 from app.admin import install_admin_page
 from app.settings import NodeSettings
 from raft.node import RaftNode
-from storage import Checkpoint, CleanService, Store
+from storage import Checkpoint, CleanService, CorruptLogError, Store
 
 log = logging.getLogger("raftlog.node")
 
@@ -38,7 +38,7 @@ class Node:
                                 wait_timeout_ms=config.max_wait_ack_ms + config.rpc_timeout_ms)
         self.raft = RaftNode(config, store, checkpoint, self.peers, term=state.current_term,
                              voted_for=state.voted_for, committed_index=state.committed_index,
-                             applied_index=state.applied_index)
+                             applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None)
         self.metrics = NodeMetrics(self.raft)
         self._lag_watch: asyncio.Task[None] | None = None
         self.peers.on_push = self.metrics.observe_push
@@ -61,9 +61,15 @@ class Node:
         fresh = not (data_dir / "store.json").exists()  # the checkpoint is made before the log
         checkpoint = Checkpoint.open(data_dir / CHECKPOINT_FILE, create=fresh,
                                      interval_ms=settings.checkpoint_interval_ms)
+        committed = checkpoint.state.committed_index
         try:
-            store = Store.open(data_dir, settings.store_config(),
-                               committed_index=checkpoint.state.committed_index)
+            try:
+                store = Store.open(data_dir, settings.store_config(), committed_index=committed)
+            except CorruptLogError as exc:
+                if not settings.repair_from_peers:
+                    raise
+                log.error("%s; cutting the log there and getting the rest from the peers", exc)
+                store = Store.open(data_dir, settings.store_config(), committed_index=committed, salvage=True)
         except BaseException:
             await checkpoint.close()
             raise

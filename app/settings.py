@@ -45,6 +45,9 @@ class NodeSettings(BaseSettings):
     advertise_client_url: str | None = None  # how clients reach this member (default: from client_host/port)
     preferred_leaders: str = ""  # DLedger's preferredLeaderIds, ';'-separated
     checkpoint_interval_ms: int = 3000  # how often committed/applied indices are written to SQLite
+    # a committed entry found damaged or missing on open: cut it away and get it again from the peers (the
+    # member neither votes nor stands until it has); false: refuse to start, for an operator to decide
+    repair_from_peers: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
 

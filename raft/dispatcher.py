@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftlog.raft.dispatcher")
 
+COMMIT_NOTICE_INTERVAL_S = 1.0  # DLedger's doCommit: at least this often when there is nothing to push
+
 
 class DispatcherState(Enum):
     COMPARE = "COMPARE"
@@ -68,6 +70,7 @@ class EntryDispatcher:
         self.pending: dict[int, float] = {}  # first index of a push in flight -> send time
         self.epoch = 0  # bumped whenever in-flight pushes are written off
         self.peer_commit_index = -1  # the commit index the follower was last told
+        self._last_notice = float("-inf")  # when the last COMMIT notice went out
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
@@ -215,8 +218,9 @@ class EntryDispatcher:
             return
         if (self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max
                 or self.inflight_bytes >= self.config.push_inflight_bytes_max):
-            if not self.pending and self.peer_commit_index < self.node.state.committed_index:
-                await self._commit_notice(term)
+            if not self.pending and (self.peer_commit_index < self.node.state.committed_index
+                                     or self.node.now() - self._last_notice >= COMMIT_NOTICE_INTERVAL_S):
+                await self._commit_notice(term)  # also now and then: a follower may have restarted
                 return
             await self._wait(self.config.max_push_timeout_ms / 1000)
             return
@@ -284,6 +288,7 @@ class EntryDispatcher:
             self._write_off_pending()
 
     async def _commit_notice(self, term: int) -> None:
+        self._last_notice = self.node.now()
         request = self._request(term, PushType.COMMIT)
         response = await self._call(request)
         if response.code is Code.SUCCESS:

@@ -68,7 +68,7 @@ class LeaderElector:
     async def run(self) -> None:
         while True:
             self.wake.clear()  # before looking at the state: a wake-up from now on is kept
-            if self.config.is_learner:
+            if self.node.passive:
                 await self._sleep_until(float("inf"))
             elif self.state.is_leader:
                 await self._maintain_as_leader()
@@ -241,6 +241,8 @@ class LeaderElector:
                          self.node.store.end_index, self.taking_leadership)
 
     async def handle_vote(self, request: VoteRequest, from_self: bool = False) -> VoteResponse:
+        if self.node.rejoining:
+            return VoteResponse(self.state.current_term, VoteResult.REJECT_REJOINING)
         async with self.state.lock:
             result = decide_vote(self._view(), request, from_self)
             if result is VoteResult.REJECT_TERM_NOT_READY:
@@ -263,7 +265,7 @@ class LeaderElector:
             return HeartbeatResponse(code, self.state.current_term)
         async with self.state.lock:
             code, action = decide_heartbeat(self._view(), request)
-            if action is HeartbeatAction.STEP_UP_TERM and self.config.is_learner:
+            if action is HeartbeatAction.STEP_UP_TERM and self.node.passive:
                 await self.state.adopt_term(request.term)
                 code, action = Code.SUCCESS, HeartbeatAction.FOLLOW
             if action is HeartbeatAction.REFRESH:

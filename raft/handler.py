@@ -204,6 +204,10 @@ class EntryHandler:
                 return await self._truncate(request)
             if request.type is PushType.INSTALL_SNAPSHOT:
                 return await self._install_snapshot(request)
+            if self.matched_end < request.commit_index:
+                # a COMMIT is sent once every push was acknowledged: a log that does not match up to it
+                # (restarted, or lost entries) has the leader compare again
+                return self._answer(request, Code.INCONSISTENT_STATE, end_index=self.store.end_index)
             self._follow_commit(request.commit_index)
             return self._answer(request, Code.SUCCESS)
 

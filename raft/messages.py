@@ -64,6 +64,7 @@ class VoteResult(Enum):
     REJECT_EXPIRED_LEDGER_TERM = "REJECT_EXPIRED_LEDGER_TERM"
     REJECT_SMALL_LEDGER_END_INDEX = "REJECT_SMALL_LEDGER_END_INDEX"
     REJECT_TAKING_LEADERSHIP = "REJECT_TAKING_LEADERSHIP"
+    REJECT_REJOINING = "REJECT_REJOINING"  # this member lost committed entries and is getting them back
     UNKNOWN = "UNKNOWN"  # no answer (network error, timeout)
 
 

@@ -77,7 +77,7 @@ class RaftNode:
     def __init__(self, config: RaftConfig, store: LogStore, progress: ProgressStore, transport: Transport,
                  *, term: int = 0, voted_for: str | None = None, committed_index: int = -1,
                  applied_index: int = -1, state_machine: StateMachine | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, rejoining: bool = False) -> None:
         self.config = config
         self.store = store
         self.progress = progress
@@ -96,6 +96,10 @@ class RaftNode:
         self._pending: OrderedDict[int, asyncio.Future[None]] = OrderedDict()
         self._term_first_index = -1  # the leader's NOOP: reads wait for it to commit
         self.leader_commit_index = -1  # a follower: the commit index its leader last told it
+        # A member that lost committed entries (a damaged disk, cut away on open) may not know what was
+        # committed: it neither votes nor stands until it holds what its first leader had committed.
+        self.rejoining = rejoining
+        self._rejoin_target: int | None = None
         self._apply_wake = asyncio.Event()
         self._commit_moved = Signal()  # the commit index advanced
         self._watermark_moved = Signal()  # a follower acknowledged more
@@ -254,6 +258,24 @@ class RaftNode:
         if not self.state.is_leader:
             self.leader_commit_index = max(self.leader_commit_index, leader_commit)
             self._commit(min(leader_commit, matched_end, self.store.end_index))
+            if self.rejoining:
+                self._check_rejoined()
+
+    @property
+    def passive(self) -> bool:
+        """Never a candidate and never a voter: a learner, or a member rejoining after losing data."""
+        return self.config.is_learner or self.rejoining
+
+    def _check_rejoined(self) -> None:
+        if self._rejoin_target is None:
+            self._rejoin_target = self.leader_commit_index
+            log.warning("%s rejoins: it votes again once it holds index %d", self.config.self_id,
+                        self._rejoin_target)
+        if self.state.committed_index >= self._rejoin_target:
+            self.rejoining = False
+            log.warning("%s holds everything committed up to %d again: it votes and stands again",
+                        self.config.self_id, self._rejoin_target)
+            self.elector.wake.set()
 
     @property
     def caught_up(self) -> bool:
@@ -413,7 +435,7 @@ class RaftNode:
         """The transfer's target: take leadership if the request is from the current leader."""
         async with self.state.lock:
             state = self.state
-            if request.transferee_id != self.config.self_id or self.config.is_learner:
+            if request.transferee_id != self.config.self_id or self.passive:
                 return TransferResponse(Code.UNEXPECTED_MEMBER, state.current_term)
             if request.term != state.current_term or state.leader_id != request.leader_id:
                 return TransferResponse(Code.INCONSISTENT_LEADER, state.current_term)

@@ -44,6 +44,7 @@ class RecoveryReport:
     truncated_at: int | None = None  # global pos where a torn tail was cut
     truncate_reason: str | None = None
     files_removed: int = 0
+    lost_from: int | None = None  # salvage: the first committed index that was damaged or missing
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -66,11 +67,13 @@ class _Cursor:
 
 
 def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
-            committed_index: int) -> tuple[LogEnd, RecoveryReport]:
+            committed_index: int, salvage: bool = False) -> tuple[LogEnd, RecoveryReport]:
     """Scan, verify, repair the tail and the index; raise CorruptLogError if committed data is bad.
 
     `committed_index` must be durable on this node (the caller checkpoints at
     most what it flushed): a damaged entry at or below it is not a torn tail.
+    With `salvage`, the log is cut before the first damaged or missing entry
+    all the same, and `report.lost_from` says where committed data was lost.
     """
     started = time.perf_counter()
     report = RecoveryReport()
@@ -78,26 +81,32 @@ def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
     _finish_cleaning(data, index, meta, report)
     if not data.segments:
         report.files_removed += _drop(index, index.reset())
-        _check_committed_present(data, base, committed_index)
+        _check_committed_present(data, base, committed_index, salvage, report)
         return base, report
     cursor = _scan_start(data, index, meta, report)
     end, stop = _scan(data, index, cursor, report)
     if stop is not None:
         reason, bad_pos, bad_index = stop
-        if bad_index <= committed_index:
+        if bad_index <= committed_index and not salvage:
             seg = data.find(bad_pos)
             raise CorruptLogError(str(seg.path), bad_pos - seg.start, bad_index, reason)
         report.truncated_at, report.truncate_reason = end.write_pos, reason
-    _check_committed_present(data, end, committed_index)
+    _check_committed_present(data, end, committed_index, salvage, report)
     _cut_tail(data, index, end, report)
     report.seconds = time.perf_counter() - started
     _log_report(report, end)
     return end, report
 
 
-def _check_committed_present(data: SegmentList, end: LogEnd, committed_index: int) -> None:
+def _check_committed_present(data: SegmentList, end: LogEnd, committed_index: int, salvage: bool,
+                             report: RecoveryReport) -> None:
     """Entries the checkpoint says are committed (and durable here) must all be found."""
     if end.end_index >= committed_index:
+        return
+    if salvage:
+        report.lost_from = end.end_index + 1
+        report.notes.append(f"committed entries {end.end_index + 1}..{committed_index} were damaged or missing "
+                            "and are cut away: this member must get them again from its peers")
         return
     pos = end.write_pos or 0
     path = str(data.find(pos).path) if data.covers(pos) else str(data.directory)

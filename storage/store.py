@@ -121,26 +121,28 @@ class Store:
 
     @classmethod
     def open(cls, data_dir: str | Path, config: StoreConfig | None = None, *,
-             committed_index: int = -1, executor: Executor | None = None) -> Store:
+             committed_index: int = -1, salvage: bool = False, executor: Executor | None = None) -> Store:
         """Open (or create) the log in `data_dir` and recover its end. Blocking.
 
         `committed_index` is the durable commit index from the checkpoint: a
         damaged entry at or below it raises CorruptLogError (file and offset)
-        instead of being cut away as a torn tail. `executor` runs the blocking
-        file work (default: one thread of the store's own).
+        instead of being cut away as a torn tail, unless `salvage` says to cut
+        it all the same (`store.recovery.lost_from` then says from where).
+        `executor` runs the blocking file work (default: one thread of the
+        store's own).
         """
         config = config or StoreConfig()
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         store = cls(data_dir, config, _lock_dir(data_dir), executor)
         try:
-            store._recover(committed_index)
+            store._recover(committed_index, salvage)
         except BaseException:
             store._release()
             raise
         return store
 
-    def _recover(self, committed_index: int) -> None:
+    def _recover(self, committed_index: int, salvage: bool) -> None:
         meta = load_meta(self.data_dir, self.config.data_file_size, self.config.index_file_size)
         notes = self.data.load() + self.index.load()
         if meta is None:
@@ -155,7 +157,7 @@ class Store:
             self.meta = replace(self.meta, resetting=False)
             save_meta(self.data_dir, self.meta)
             notes.append("finished an interrupted reset of the log")
-        end, report = recover(self.data, self.index, self.meta, committed_index)
+        end, report = recover(self.data, self.index, self.meta, committed_index, salvage)
         report.notes[:0] = notes
         self.recovery = report
         self.end_index, self.end_term = end.end_index, end.end_term

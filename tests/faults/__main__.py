@@ -8,6 +8,7 @@ import random
 import sys
 from pathlib import Path
 
+from tests.faults.nemesis import KINDS
 from tests.faults.run import print_summary, run
 
 
@@ -18,11 +19,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     parser.add_argument("--verbose", action="store_true", help="say each fault as it happens")
+    parser.add_argument("--only", help=f"these kinds of fault, comma-separated (of {', '.join(KINDS)})")
     parser.add_argument("--keep", type=Path, help="keep the nodes' data and logs in this directory")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else (lambda _: None)
-    summary = run(seed, args.seconds, args.nodes, root=args.keep, log=log)
+    kinds = args.only.split(",") if args.only else None
+    summary = run(seed, args.seconds, args.nodes, root=args.keep, kinds=kinds, log=log)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -6,9 +6,12 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
+from storage import read_checkpoint
+from storage.codec import ENTRY_MAGICS, HEADER, HEADER_SIZE
 from tests.faults.harness import FaultCluster
 from tests.faults.workload import History, Op, send_append
 
@@ -18,7 +21,7 @@ DISK_FULL = {"disk_space_ratio_to_check_expired": 0.01, "disk_space_ratio_to_for
              "enable_disk_force_clean": False}  # any real disk is "full" for a node started with these
 
 KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "halves", "ring", "one_way", "slow",
-         "disk_full"]
+         "disk_full", "tail_cut", "bit_flip"]
 
 
 @dataclass
@@ -124,6 +127,38 @@ class Nemesis:
         time.sleep(hold_s)
         self.cluster.restart_with(victim, {})
 
+    def tail_cut(self, hold_s: float) -> None:
+        """SIGKILL a member and cut its last data file at a random byte near its end (zeros after it)."""
+        victim = self.rng.choice(list(self.cluster.members))
+        self.cluster.kill_member(victim)
+        path, data = _last_data_file(self.cluster.members[victim].data_dir)
+        written = len(data.rstrip(b"\0"))
+        cut = self.rng.randint(max(0, written - 4096), written)
+        self.log(f"  {victim} killed, {path.name} cut at byte {cut} of {written} written")
+        path.write_bytes(data[:cut] + bytes(len(data) - cut))
+        time.sleep(hold_s)
+        self.cluster.start_member(victim)
+
+    def bit_flip(self, hold_s: float) -> None:
+        """SIGKILL a member and flip one bit of a committed entry in its last data file."""
+        victim = self.rng.choice(list(self.cluster.members))
+        self.cluster.kill_member(victim)
+        member = self.cluster.members[victim]
+        committed = read_checkpoint(member.data_dir / "checkpoint.db").committed_index
+        path, data = _last_data_file(member.data_dir)
+        entries = [e for e in _entries(data) if e[0] <= committed]
+        if entries:
+            index, start, size = self.rng.choice(entries)
+            bit = self.rng.randrange(size * 8)
+            flipped = bytearray(data)
+            flipped[start + bit // 8] ^= 1 << bit % 8
+            path.write_bytes(bytes(flipped))
+            self.log(f"  {victim} killed, bit {bit} of committed entry {index} flipped ({path.name})")
+        else:
+            self.log(f"  {victim} killed; its last data file holds no committed entry to flip")
+        time.sleep(hold_s)
+        self.cluster.start_member(victim)
+
     # -- helpers -----------------------------------------------------------------------------------
 
     def _readyz(self, member_id: str) -> object:
@@ -158,3 +193,20 @@ class Nemesis:
                         return
                 time.sleep(0.02)
         self.problems.append(f"no write succeeded within {FAILOVER_BOUND_S:.0f} s of losing the leader")
+
+
+def _last_data_file(data_dir: Path) -> tuple[Path, bytes]:
+    path = sorted((data_dir / "data").iterdir())[-1]
+    return path, path.read_bytes()
+
+
+def _entries(data: bytes) -> list[tuple[int, int, int]]:
+    """(index, offset, size) of the entries a data file starts with, up to the first that is not one."""
+    found, offset = [], 0
+    while offset + HEADER_SIZE <= len(data):
+        magic, size, index, *_ = HEADER.unpack_from(data, offset)
+        if magic not in ENTRY_MAGICS or size < HEADER_SIZE or offset + size > len(data):
+            break
+        found.append((index, offset, size))
+        offset += size
+    return found

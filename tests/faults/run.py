@@ -28,7 +28,7 @@ CONVERGE_S = 60.0
 
 
 def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, writers: int = 3, readers: int = 2,
-        log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+        kinds: list[str] | None = None, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run faults for about `seconds` and check the outcome; returns the summary."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="raftlog-faults-") as tmp:
@@ -44,7 +44,7 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             for thread in [*clients, watcher]:
                 thread.start()
             nemesis = Nemesis(cluster, history, rng, log)
-            kinds = list(KINDS)
+            kinds = list(kinds or KINDS)
             rng.shuffle(kinds)
             deadline = time.monotonic() + seconds
             turn = 0

@@ -23,7 +23,7 @@ from raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteRe
 from raft.node import RaftNode
 from storage import Store, StoreConfig
 from storage.codec import Entry, Magic
-from storage.memory import MemoryCheckpoint
+from storage.memory import MemoryCheckpoint, MemoryStore
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.vloop import InlineExecutor, run_virtual
 
@@ -338,3 +338,31 @@ async def run_until_leader(node: RaftNode) -> bool:
             return True
         await asyncio.sleep(0.01)
     return False
+
+
+@simulate
+async def test_a_member_that_lost_committed_entries_abstains_until_it_has_them_again() -> None:
+    """Its disk lost what it had acknowledged: until it holds what the leader had committed, its vote
+    could elect a leader without those entries, so it neither votes nor stands."""
+    cluster = SimCluster(seed=21)
+    try:
+        leader = await stable(cluster)
+        for i in range(30):
+            await leader.append([f"e{i}".encode()])
+        assert await run_until(cluster, cluster.converged, 5.0)  # the third member holds them all too
+        victim = next(n for n in cluster.running if n is not leader).config.self_id
+        await cluster.crash(victim)
+        cluster.members[victim].store = MemoryStore(cluster.members[victim].store.config)  # everything gone
+        cluster.start(victim, rejoining=True)
+        node = cluster.members[victim].node
+        assert node is not None and node.rejoining and node.passive
+        ask = VoteRequest("default", leader.config.self_id, leader.term + 5, leader.store.end_term,
+                          leader.store.end_index + 100)
+        assert (await node.handle_vote(ask)).result is VoteResult.REJECT_REJOINING
+        assert await run_until(cluster, lambda: not node.rejoining, 10.0)
+        assert node.store.end_index >= 30 and node.elector.elections == 0
+        assert [bytes(node.store.get(i).body) for i in range(1, 31)] == [f"e{i}".encode() for i in range(30)]
+        assert (await node.handle_vote(ask)).result is not VoteResult.REJECT_REJOINING
+        assert not cluster.violations
+    finally:
+        await cluster.stop()

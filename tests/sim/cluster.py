@@ -127,13 +127,13 @@ class SimCluster:
             return MemoryStore(SIM_STORE)
         return Store.open(self.tmp / node_id, SIM_STORE, executor=InlineExecutor())
 
-    def start(self, node_id: str) -> None:
+    def start(self, node_id: str, rejoining: bool = False) -> None:
         member = self.members[node_id]
         cp = member.checkpoint
         config = RaftConfig(self_id=node_id, peers=self.peers, rpc_timeout_ms=300, **self.overrides)
         node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
                         voted_for=cp.voted_for, committed_index=cp.committed_index,
-                        applied_index=cp.applied_index, rng=random.Random(self.rng.random()))
+                        applied_index=cp.applied_index, rng=random.Random(self.rng.random()), rejoining=rejoining)
         member.node, member.last_commit = node, node.committed_index
         self.network.register(node_id, node)
         node.start()

@@ -182,6 +182,24 @@ async def test_damage_at_or_below_the_commit_index_refuses_to_open(template, tmp
     store = Store.open(path, SMALL, committed_index=8)  # above the commit index: a torn tail
     try:
         _check_prefix(store, written, 8)
+        assert store.recovery.lost_from is None
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("damage", ["bit flip", "zeroed"])
+async def test_salvage_cuts_damaged_committed_entries_and_says_from_where(template, tmp_path: Path,
+                                                                          damage: str) -> None:
+    """What a node that gets lost entries back from its peers opens with (settings.repair_from_peers)."""
+    source, written = template
+    path = _copy(source, tmp_path)
+    victim = written[9]
+    _write_at(path, victim.pos + (HEADER_SIZE if damage == "bit flip" else 0),
+              b"\xff" if damage == "bit flip" else bytes(8))
+    store = Store.open(path, SMALL, committed_index=11, salvage=True)
+    try:
+        assert store.recovery.lost_from == 9 and store.end_index == 8
+        _check_prefix(store, written, 8)
     finally:
         await store.close()
 
