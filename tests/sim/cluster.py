@@ -47,12 +47,16 @@ class Faults:
 
 class PowerLossStore(MemoryStore):
     """The in-memory store with a disk behind it: a flush takes `fsync_s`, and a power
-    loss keeps only what the last completed flush covered."""
+    loss keeps only what the last completed flush covered. With flush_mode "async", as
+    the file store: entries are acknowledged at once and flushed every `flush_interval_s`."""
 
-    def __init__(self, fsync_s: float) -> None:
+    def __init__(self, fsync_s: float, flush_mode: str = "sync", flush_interval_s: float = 0.01) -> None:
         super().__init__(SIM_STORE)
         self.fsync_s = fsync_s
+        self.flush_mode = flush_mode
+        self.flush_interval_s = flush_interval_s
         self._durable = -1
+        self._periodic: asyncio.Task[None] | None = None
 
     @property
     def durable_end_index(self) -> int:
@@ -60,7 +64,7 @@ class PowerLossStore(MemoryStore):
 
     @property
     def ack_end_index(self) -> int:
-        return self.durable_end_index
+        return self.durable_end_index if self.flush_mode == "sync" else self.end_index
 
     async def flush(self) -> None:
         target = self.end_index
@@ -68,7 +72,17 @@ class PowerLossStore(MemoryStore):
         self._durable = max(self._durable, min(target, self.end_index))
 
     async def wait_durable(self) -> None:
-        await self.flush()
+        if self.flush_mode == "sync":
+            await self.flush()
+
+    def start(self) -> None:
+        if self.flush_mode == "async" and self._periodic is None:
+            self._periodic = asyncio.create_task(self._flush_periodically())
+
+    async def _flush_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            await self.flush()
 
     async def truncate(self, index: int) -> int:
         end = await super().truncate(index)
@@ -80,6 +94,9 @@ class PowerLossStore(MemoryStore):
         self._durable = index
 
     async def power_loss(self) -> None:
+        if self._periodic is not None:
+            self._periodic.cancel()
+            self._periodic = None
         await super().truncate(max(self._durable + 1, self.begin_index))
 
 
@@ -103,8 +120,10 @@ class History:
 
 class SimCluster:
     def __init__(self, seed: int, voters: int = 3, learners: int = 0, tmp: Path | None = None,
-                 config: dict[str, object] | None = None, power_loss: bool = False) -> None:
+                 config: dict[str, object] | None = None, power_loss: bool = False,
+                 flush_mode: str = "sync") -> None:
         self.power_loss = power_loss
+        self.flush_mode = flush_mode
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = Faults(random.Random(seed * 7919 + 1))
@@ -122,7 +141,7 @@ class SimCluster:
 
     def _new_store(self, node_id: str) -> Store | MemoryStore:
         if self.power_loss:
-            return PowerLossStore(fsync_s=0.002)
+            return PowerLossStore(fsync_s=0.002, flush_mode=self.flush_mode)
         if self.tmp is None:
             return MemoryStore(SIM_STORE)
         return Store.open(self.tmp / node_id, SIM_STORE, executor=InlineExecutor())
@@ -136,6 +155,8 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()), rejoining=rejoining)
         member.node, member.last_commit = node, node.committed_index
         self.network.register(node_id, node)
+        if isinstance(member.store, PowerLossStore):
+            member.store.start()
         node.start()
 
     def start_all(self) -> None:

@@ -2,6 +2,7 @@
 
     python -m tests.sim --seeds 2000            # many seeds
     python -m tests.sim --seed 17 --verbose     # replay one
+    python -m tests.sim --outage async --seeds 100   # what a power outage costs each flush mode
 """
 
 from __future__ import annotations
@@ -164,6 +165,34 @@ async def failover(seed: int, voters: int = 3) -> float:
         await cluster.stop()
 
 
+async def outage(seed: int, flush_mode: str, voters: int = 3) -> tuple[int, int]:
+    """Clients append, then every member loses power at once (unflushed writes are gone) and
+    restarts; returns (appends acknowledged, of those not in the log afterwards)."""
+    rng = random.Random(seed)
+    cluster = SimCluster(seed, voters=voters, power_loss=True, flush_mode=flush_mode)
+    stop = asyncio.Event()
+    try:
+        cluster.start_all()
+        await run_until(cluster, lambda: cluster.leader() is not None, 5.0)
+        clients = asyncio.create_task(_clients(cluster, rng, stop))
+        await asyncio.sleep(rng.uniform(0.5, 1.5))
+        for node_id in cluster.members:  # the same instant: no virtual time passes between them
+            await cluster.crash(node_id)
+        stop.set()
+        await clients
+        cluster.start_all()
+        assert await run_until(cluster, cluster.converged, 15.0), f"seed {seed}: no convergence"
+        leader = cluster.leader()
+        assert leader is not None
+        store = leader.store
+        lost = sum(1 for index, body in cluster.history.acked.items()
+                   if index > store.end_index or bytes(store.get(index).body) != body)
+        return len(cluster.history.acked), lost
+    finally:
+        stop.set()
+        await cluster.stop()
+
+
 def run_scenario(seed: int, **kwargs: object) -> Outcome:
     return run_virtual(scenario(seed, **kwargs))  # type: ignore[arg-type]
 
@@ -184,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--voters", type=int, default=3)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--failover", action="store_true", help="measure election time after a leader crash")
+    parser.add_argument("--outage", choices=["sync", "async"],
+                        help="every member loses power at once under this flush mode: count lost appends")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(name)s %(message)s")
@@ -193,6 +224,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"failover over {len(times)} seeds: median {statistics.median(times):.0f} ms, "
               f"worst {max(times):.0f} ms")
         return 0
+    if args.outage:
+        results = [run_virtual(outage(s, args.outage, args.voters)) for s in seeds]
+        acked, lost = sum(a for a, _ in results), sum(n for _, n in results)
+        hit = sum(1 for _, n in results if n)
+        print(f"power outage, flush_mode {args.outage}, {len(seeds)} seeds: {acked:,} appends acknowledged, "
+              f"{lost:,} lost ({lost / max(acked, 1):.2%}); {hit} seeds lost some")
+        return 1 if args.outage == "sync" and lost else 0
     failed = 0
     for seed in seeds:
         with contextlib.suppress(KeyboardInterrupt):

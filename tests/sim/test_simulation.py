@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.scenarios import run_failover, run_scenario
+from tests.sim.scenarios import outage, run_failover, run_scenario
+from tests.sim.vloop import run_virtual
 
 THREE = range(1, 181)
 FIVE = range(1001, 1041)
@@ -35,3 +36,19 @@ def test_five_members(seed: int) -> None:
 def test_a_killed_leader_is_replaced(seed: int) -> None:
     # the figure itself is measured by `python -m tests.sim --failover --seeds 200`
     assert run_failover(seed) > 0
+
+
+OUTAGE_SEEDS = range(1, 31)
+
+
+def test_a_power_outage_of_every_member_loses_nothing_acknowledged_in_sync_mode() -> None:
+    results = [run_virtual(outage(seed, "sync")) for seed in OUTAGE_SEEDS]
+    assert sum(acked for acked, _ in results) > 500
+    assert [lost for _, lost in results] == [0] * len(results)
+
+
+def test_in_async_mode_a_power_outage_loses_what_was_acknowledged_since_the_last_flush() -> None:
+    """The price of flush_mode "async", as the README states it: the outage harness sees it."""
+    results = [run_virtual(outage(seed, "async")) for seed in OUTAGE_SEEDS]
+    acked, lost = sum(a for a, _ in results), sum(n for _, n in results)
+    assert 0 < lost < acked * 0.05
