@@ -28,12 +28,15 @@ class Verdict:
     wrong_reads: int = 0  # a read that returned other bytes than the log holds
     commit_fell: int = 0
     problems: list[str] = field(default_factory=list)
+    suspects: list[Op] = field(default_factory=list)  # the operations the problems are about
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
-    def note(self, problem: str) -> None:
+    def note(self, problem: str, op: Op | None = None) -> None:
+        if op is not None:
+            self.suspects.append(op)
         if len(self.problems) < 20:
             self.problems.append(problem)
         elif len(self.problems) == 20:
@@ -54,19 +57,19 @@ def check(history: History, logs: dict[str, list[Stored]], commit_violations: li
             found = where.get(body, [])
             if len(found) > 1:
                 verdict.duplicated += 1
-                verdict.note(f"{body!r} is in the log {len(found)} times, at {found} ({_describe(op)})")
+                verdict.note(f"{body!r} is in the log {len(found)} times, at {found} ({_describe(op)})", op)
             if op.outcome == "ok":
                 verdict.acked += 1
                 assert op.index is not None
                 if not found:
                     verdict.lost += 1
-                    verdict.note(f"acknowledged {body!r} at {op.index + k} is not in the log ({_describe(op)})")
+                    verdict.note(f"acknowledged {body!r} at {op.index + k} is not in the log ({_describe(op)})", op)
                 elif found[0] != op.index + k:
                     verdict.misplaced += 1
-                    verdict.note(f"acknowledged {body!r} at {op.index + k} is at {found} ({_describe(op)})")
+                    verdict.note(f"acknowledged {body!r} at {op.index + k} is at {found} ({_describe(op)})", op)
             elif op.outcome == "fail" and found:
                 verdict.failed_present += 1
-                verdict.note(f"refused {body!r} ({op.code}) is in the log at {found} ({_describe(op)})")
+                verdict.note(f"refused {body!r} ({op.code}) is in the log at {found} ({_describe(op)})", op)
     _check_reads(history, appends, by_index, verdict)
     verdict.commit_fell = len(commit_violations)
     for violation in commit_violations:
@@ -106,15 +109,25 @@ def _check_reads(history: History, appends: list[Op], by_index: dict[int, Stored
             if known and highest[known - 1] >= op.index:
                 verdict.stale_reads += 1
                 verdict.note(f"{op.member} said {op.index} is not there, acknowledged before the read began "
-                             f"({_describe(op)})")
+                             f"({_describe(op)})", op)
             continue
         stored = by_index.get(op.index)
         if stored is None or stored.body != op.value:
             verdict.wrong_reads += 1
             verdict.note(f"{op.member} returned {op.value!r} for {op.index}; the log holds "
-                         f"{stored.body if stored else 'nothing'!r} ({_describe(op)})")
+                         f"{stored.body if stored else 'nothing'!r} ({_describe(op)})", op)
 
 
 def _describe(op: Op) -> str:
     took = f"{op.complete - op.invoke:.3f}s" if op.complete is not None else "?"
     return f"{op.kind} by {op.client} via {op.member} at t={op.invoke:.3f} took {took}: {op.outcome} {op.code or ''}"
+
+
+def history_around(history: History, op: Op, seconds: float = 1.0, most: int = 40) -> list[str]:
+    """The operations that ran within `seconds` of `op`, for the report of a violation."""
+    end = op.complete if op.complete is not None else op.invoke
+    near = [o for o in history.ops if o.invoke <= end + seconds
+            and (o.complete if o.complete is not None else o.invoke) >= op.invoke - seconds]
+    near.sort(key=lambda o: o.invoke)
+    return [("=> " if o is op else "   ") + _describe(o) + (f" index {o.index}" if o.index is not None else "")
+            for o in near[:most]]

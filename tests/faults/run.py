@@ -18,7 +18,7 @@ import httpx
 
 from app.launcher import SMALL_FILES
 from storage.codec import iter_entries
-from tests.faults.checker import Stored, Verdict, check
+from tests.faults.checker import Stored, Verdict, check, history_around
 from tests.faults.harness import FaultCluster
 from tests.faults.nemesis import KINDS, Nemesis
 from tests.faults.workload import CommitWatcher, History, Reader, Writer
@@ -67,6 +67,8 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             summary = _summary(seed, seconds, nodes, history, nemesis, verdict)
             if summary["violations"]:
                 summary["node_logs"] = {m: cluster.tail(m, 60) for m in cluster.members}
+                if verdict.suspects:
+                    summary["history"] = history_around(history, verdict.suspects[0])
             return summary
         except BaseException:
             for member_id in cluster.members:
@@ -142,6 +144,10 @@ def print_summary(summary: dict[str, Any], out: Any = sys.stdout) -> None:
         print("VIOLATIONS:", file=out)
         for v in summary["violations"]:
             print(f"  {v}", file=out)
+        if summary.get("history"):
+            print("history around the first:", file=out)
+            for line in summary["history"]:
+                print(f"  {line}", file=out)
         print(f"replay: {summary['replay']}", file=out)
     else:
         print("no violations", file=out)
