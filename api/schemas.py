@@ -79,6 +79,8 @@ class Member(BaseModel):
     lag_bytes: int | None = Field(description="Log bytes this member is behind the leader's log end")
     inflight_bytes: int | None = Field(description="Log bytes the leader has pushed to it, unanswered")
     last_contact_ms: int | None = Field(description="Milliseconds since the leader last heard from it")
+    rejoining: bool | None = Field(description="It lost committed entries (a damaged disk) and gets them back "
+                                   "from the others; until then it neither votes nor stands")
     reachable: bool = Field(description="Whether it answered this status request")
 
 

@@ -186,7 +186,8 @@ class LogService:
         status: dict[str, Any] = {
             "id": node.config.self_id, "client_url": self.client_url, "role": node.role.value,
             "term": node.term, "leader": node.leader_id, "end_index": store.end_index,
-            "committed_index": node.committed_index, "applied_index": node.applied_index}
+            "committed_index": node.committed_index, "applied_index": node.applied_index,
+            "rejoining": node.rejoining}
         if node.role is Role.LEADER:
             now = time.monotonic()
             status["progress"] = {
@@ -229,7 +230,7 @@ class LogService:
                 "lag_bytes": 0 if peer.id == leader else follower.get("lag_bytes"),
                 "inflight_bytes": follower.get("inflight_bytes"),
                 "last_contact_ms": 0 if peer.id == leader else follower.get("last_contact_ms"),
-                "reachable": bool(answer)})
+                "rejoining": answer.get("rejoining"), "reachable": bool(answer)})
         return {
             "group": node.config.group, "self": node.config.self_id, "role": node.role.value,
             "term": node.term, "leader": leader, "members": members,

@@ -160,7 +160,10 @@ class LocalCluster:
             leaders[:] = [a.get("leader") if a and a.get("status") == "ready" else None for a in answers]
             return leaders[0] is not None and len(set(leaders)) == 1
 
-        self._wait(agreed, timeout_s, f"one leader among {ids} (last seen {leaders})")
+        try:
+            self._wait(agreed, timeout_s, f"one leader among {ids}")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc} (last seen {leaders})") from None
         assert leaders[0] is not None
         return leaders[0]
 
