@@ -37,6 +37,8 @@ from raft.transport import PeerUnavailable
 
 log = logging.getLogger("raftlog.api.peers")
 
+UNREACHABLE_WARN_S = 10.0
+
 M = TypeVar("M")
 CHUNK_BYTES = 64 << 10  # httpx sends one large bytes body in quadratic time: stream it in chunks
 PEER_ERROR_STATUS = 409  # a peer route's answer that is an error of the call, not of the transport
@@ -53,6 +55,8 @@ class PeerClient:
         self._control = {peer: _client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
         self._data = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
+        self._warned: dict[str, float] = {}  # when each silent peer was last warned about
+        self._started = time.monotonic()
 
     async def close(self) -> None:
         for client in (*self._control.values(), *self._data.values()):
@@ -143,12 +147,23 @@ class PeerClient:
         try:
             response = await client.request(method, path, content=content, headers=headers, timeout=timeout)
         except (httpx.HTTPError, OSError) as exc:  # refused, reset, timed out, an HTTP/2 protocol error
+            self._note_failure(peer_id, path, exc)
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
         except Exception as exc:  # h2 state errors surface as other types: still only a failed call
             log.debug("peer call %s %s failed", peer_id, path, exc_info=True)
+            self._note_failure(peer_id, path, exc)
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
         self.last_contact[peer_id] = time.monotonic()
         return response
+
+    def _note_failure(self, peer_id: str, path: str, exc: Exception) -> None:
+        """A peer silent for a while is worth a warning, once per UNREACHABLE_WARN_S, with the last error."""
+        now = time.monotonic()
+        silent = now - self.last_contact.get(peer_id, self._started)
+        if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
+            self._warned[peer_id] = now
+            log.warning("%s has not answered for %.0f s; last error (%s): %s: %s", peer_id, silent, path,
+                        type(exc).__name__, exc)
 
 
 def peer_error_body(error: ApiError) -> dict[str, Any]:
