@@ -10,6 +10,8 @@ call the caller retries on its own timer.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -38,6 +40,7 @@ from raft.transport import PeerUnavailable
 log = logging.getLogger("raftlog.api.peers")
 
 UNREACHABLE_WARN_S = 10.0
+RECONNECT_AFTER_S = 3.0
 
 M = TypeVar("M")
 CHUNK_BYTES = 64 << 10  # httpx sends one large bytes body in quadratic time: stream it in chunks
@@ -52,15 +55,26 @@ class PeerClient:
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
         self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
         self.addresses = {p.id: p.address for p in peers if p.id != self_id}
-        self._control = {peer: _client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
-        self._data = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
+        self._timeouts_ms = (rpc_timeout_ms, push_timeout_ms)
+        self._control: dict[str, httpx.AsyncClient] = {}
+        self._data: dict[str, httpx.AsyncClient] = {}
+        for peer in self.addresses:
+            self._connect(peer)
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
+        self._reconnected: dict[str, float] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
+
+    def _connect(self, peer_id: str) -> None:
+        address = self.addresses[peer_id]
+        self._control[peer_id] = _client(address, self._timeouts_ms[0])
+        self._data[peer_id] = _client(address, self._timeouts_ms[1])
 
     async def close(self) -> None:
         for client in (*self._control.values(), *self._data.values()):
             await client.aclose()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- raft.transport.Transport ------------------------------------------------------
 
@@ -157,13 +171,28 @@ class PeerClient:
         return response
 
     def _note_failure(self, peer_id: str, path: str, exc: Exception) -> None:
-        """A peer silent for a while is worth a warning, once per UNREACHABLE_WARN_S, with the last error."""
+        """A peer silent for RECONNECT_AFTER_S gets new connections: after a partition heals, an HTTP/2
+        connection whose calls all timed out can stay wedged (its streams are never released) while
+        the peer is back. A peer silent for longer is worth a warning, once per UNREACHABLE_WARN_S."""
         now = time.monotonic()
         silent = now - self.last_contact.get(peer_id, self._started)
+        if silent >= RECONNECT_AFTER_S and now - self._reconnected.get(peer_id, -RECONNECT_AFTER_S) >= RECONNECT_AFTER_S:
+            self._reconnected[peer_id] = now
+            old = (self._control[peer_id], self._data[peer_id])
+            self._connect(peer_id)
+            task = asyncio.get_running_loop().create_task(_close_all(old))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now
             log.warning("%s has not answered for %.0f s; last error (%s): %s: %s", peer_id, silent, path,
                         type(exc).__name__, exc)
+
+
+async def _close_all(clients: Sequence[httpx.AsyncClient]) -> None:
+    for client in clients:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.aclose(), 5.0)
 
 
 def peer_error_body(error: ApiError) -> dict[str, Any]:

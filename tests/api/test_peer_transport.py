@@ -4,6 +4,7 @@ failed call (PeerUnavailable), never a crash; HTTP/2 connections outlive hyperco
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from hypercorn.asyncio import serve
 
 from api.errors import ApiError
-from api.peer_client import PeerClient
+from api.peer_client import RECONNECT_AFTER_S, PeerClient
 from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push
 from app.launcher import free_ports
 from app.server import bind, peer_server_config
@@ -135,6 +136,25 @@ async def test_a_peer_that_is_down_or_silent_is_a_failed_call(call: Any) -> None
             await call(slow)
         hold.set()
         await slow.close()
+
+
+async def test_a_peer_silent_for_seconds_gets_new_connections_and_is_reached_again() -> None:
+    """After a partition heals, a connection whose calls all timed out may stay wedged: a peer that has
+    not answered for RECONNECT_AFTER_S is called over new connections."""
+    hold = asyncio.Event()
+    async for address in running(answering(200, encode_message(HeartbeatResponse(Code.SUCCESS, 1)), hold=hold)):
+        client = client_for(address, timeout_ms=100)
+        first = client._control["n2"]
+        with pytest.raises(PeerUnavailable):
+            await CALLS[1](client)
+        assert client._control["n2"] is first  # silent for a moment only: same connections
+        client.last_contact["n2"] = time.monotonic() - RECONNECT_AFTER_S - 1
+        with pytest.raises(PeerUnavailable):
+            await CALLS[1](client)
+        assert client._control["n2"] is not first
+        hold.set()
+        assert (await CALLS[1](client)).code is Code.SUCCESS
+        await client.close()
 
 
 async def test_one_peer_connection_carries_thousands_of_calls() -> None:
