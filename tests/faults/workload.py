@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tests.faults.harness import FaultCluster
+
 # answers that mean "not appended": refused before anything was written
 DEFINITE = {"UNEXPECTED_ARGUMENT", "REQUEST_WITH_EMPTY_BODYS", "NOT_LEADER", "LEADER_PENDING_FULL",
             "LEADER_TRANSFERRING", "LEADER_NOT_READY", "DISK_FULL"}
@@ -143,7 +145,7 @@ class Reader(Client):
 class CommitWatcher(threading.Thread):
     """Polls every member's commit index; it must never fall within one run of a process."""
 
-    def __init__(self, cluster: object, interval_s: float = 0.2) -> None:
+    def __init__(self, cluster: FaultCluster, interval_s: float = 0.2) -> None:
         super().__init__(name="commit-watcher", daemon=True)
         self.cluster = cluster
         self.interval_s = interval_s
@@ -152,10 +154,7 @@ class CommitWatcher(threading.Thread):
         self._seen: dict[tuple[str, int], int] = {}  # (member, pid) -> highest commit index seen
 
     def run(self) -> None:
-        from tests.faults.harness import FaultCluster
-
         cluster = self.cluster
-        assert isinstance(cluster, FaultCluster)
         with httpx.Client(timeout=0.5) as http:
             while not self.stopping.wait(self.interval_s):
                 for member_id, member in cluster.members.items():
