@@ -55,21 +55,15 @@ class PeerClient:
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
         self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
         self.addresses = {p.id: p.address for p in peers if p.id != self_id}
-        self._timeouts_ms = (rpc_timeout_ms, push_timeout_ms)
-        self._control: dict[str, httpx.AsyncClient] = {}
-        self._data: dict[str, httpx.AsyncClient] = {}
-        for peer in self.addresses:
-            self._connect(peer)
+        self._timeouts_ms = (rpc_timeout_ms, push_timeout_ms)  # control, data
+        self._control = {peer: _client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
+        self._data = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
+        self._answered: dict[tuple[str, str], float] = {}  # ... over each of its two connections
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
-        self._reconnected: dict[str, float] = {}
+        self._reconnected: dict[tuple[str, str], float] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
-
-    def _connect(self, peer_id: str) -> None:
-        address = self.addresses[peer_id]
-        self._control[peer_id] = _client(address, self._timeouts_ms[0])
-        self._data[peer_id] = _client(address, self._timeouts_ms[1])
 
     async def close(self) -> None:
         for client in (*self._control.values(), *self._data.values()):
@@ -161,38 +155,42 @@ class PeerClient:
         try:
             response = await client.request(method, path, content=content, headers=headers, timeout=timeout)
         except (httpx.HTTPError, OSError) as exc:  # refused, reset, timed out, an HTTP/2 protocol error
-            self._note_failure(peer_id, path, exc)
+            self._note_failure(peer_id, path, exc, client)
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
         except Exception as exc:  # h2 state errors surface as other types: still only a failed call
             log.debug("peer call %s %s failed", peer_id, path, exc_info=True)
-            self._note_failure(peer_id, path, exc)
+            self._note_failure(peer_id, path, exc, client)
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
-        self.last_contact[peer_id] = time.monotonic()
+        now = time.monotonic()
+        self.last_contact[peer_id] = now
+        self._answered[(peer_id, "data" if client is self._data.get(peer_id) else "control")] = now
         return response
 
-    def _note_failure(self, peer_id: str, path: str, exc: Exception) -> None:
-        """A peer silent for RECONNECT_AFTER_S gets new connections: after a partition heals, an HTTP/2
-        connection whose calls all timed out can stay wedged (its streams are never released) while
-        the peer is back. A peer silent for longer is worth a warning, once per UNREACHABLE_WARN_S."""
+    def _note_failure(self, peer_id: str, path: str, exc: Exception, client: httpx.AsyncClient) -> None:
+        """A connection that has not carried an answer for RECONNECT_AFTER_S is replaced: after a partition
+        heals, an HTTP/2 connection whose calls all timed out can stay wedged while the peer is back (and
+        the peer's other connection may be fine meanwhile). A peer silent for longer gets a warning, once
+        per UNREACHABLE_WARN_S."""
         now = time.monotonic()
-        silent = now - self.last_contact.get(peer_id, self._started)
-        if silent >= RECONNECT_AFTER_S and now - self._reconnected.get(peer_id, -RECONNECT_AFTER_S) >= RECONNECT_AFTER_S:
-            self._reconnected[peer_id] = now
-            old = (self._control[peer_id], self._data[peer_id])
-            self._connect(peer_id)
-            task = asyncio.get_running_loop().create_task(_close_all(old))
+        pool = self._data if client is self._data.get(peer_id) else self._control
+        key = (peer_id, "data" if pool is self._data else "control")
+        if (pool.get(peer_id) is client and now - self._answered.get(key, self._started) >= RECONNECT_AFTER_S
+                and now - self._reconnected.get(key, -RECONNECT_AFTER_S) >= RECONNECT_AFTER_S):
+            self._reconnected[key] = now
+            pool[peer_id] = _client(self.addresses[peer_id], self._timeouts_ms[pool is self._data])
+            task = asyncio.get_running_loop().create_task(_close(client))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
+        silent = now - self.last_contact.get(peer_id, self._started)
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now
             log.warning("%s has not answered for %.0f s; last error (%s): %s: %s", peer_id, silent, path,
                         type(exc).__name__, exc)
 
 
-async def _close_all(clients: Sequence[httpx.AsyncClient]) -> None:
-    for client in clients:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(client.aclose(), 5.0)
+async def _close(client: httpx.AsyncClient) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.aclose(), 5.0)
 
 
 def peer_error_body(error: ApiError) -> dict[str, Any]:

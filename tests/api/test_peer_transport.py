@@ -138,20 +138,21 @@ async def test_a_peer_that_is_down_or_silent_is_a_failed_call(call: Any) -> None
         await slow.close()
 
 
-async def test_a_peer_silent_for_seconds_gets_new_connections_and_is_reached_again() -> None:
-    """After a partition heals, a connection whose calls all timed out may stay wedged: a peer that has
-    not answered for RECONNECT_AFTER_S is called over new connections."""
+async def test_a_connection_silent_for_seconds_is_replaced_and_the_peer_reached_again() -> None:
+    """After a partition heals, a connection whose calls all timed out may stay wedged: one that has
+    carried no answer for RECONNECT_AFTER_S is replaced."""
     hold = asyncio.Event()
     async for address in running(answering(200, encode_message(HeartbeatResponse(Code.SUCCESS, 1)), hold=hold)):
         client = client_for(address, timeout_ms=100)
-        first = client._control["n2"]
+        first, data = client._control["n2"], client._data["n2"]
         with pytest.raises(PeerUnavailable):
             await CALLS[1](client)
         assert client._control["n2"] is first  # silent for a moment only: same connections
-        client.last_contact["n2"] = time.monotonic() - RECONNECT_AFTER_S - 1
+        client._answered["n2", "control"] = time.monotonic() - RECONNECT_AFTER_S - 1
         with pytest.raises(PeerUnavailable):
             await CALLS[1](client)
         assert client._control["n2"] is not first
+        assert client._data["n2"] is data  # the other connection is judged on its own answers
         hold.set()
         assert (await CALLS[1](client)).code is Code.SUCCESS
         await client.close()
