@@ -97,7 +97,8 @@ class RaftNode:
         self._term_first_index = -1  # the leader's NOOP: reads wait for it to commit
         self.leader_commit_index = -1  # a follower: the commit index its leader last told it
         # A member that lost committed entries (a damaged disk, cut away on open) may not know what was
-        # committed: it neither votes nor stands until it holds what its first leader had committed.
+        # committed: it neither votes nor stands until it holds what its first leader had committed, up
+        # to an entry of that leader's own term (so every entry committed before is included).
         self.rejoining = rejoining
         self._rejoin_target: int | None = None
         self._apply_wake = asyncio.Event()
@@ -271,7 +272,9 @@ class RaftNode:
             self._rejoin_target = self.leader_commit_index
             log.warning("%s rejoins: it votes again once it holds index %d", self.config.self_id,
                         self._rejoin_target)
-        if self.state.committed_index >= self._rejoin_target:
+        committed = self.state.committed_index
+        # an entry of the leader's own term committed: every entry committed before it is at or below it
+        if committed >= self._rejoin_target and self.store.term_at(committed) == self.state.current_term:
             self.rejoining = False
             log.warning("%s holds everything committed up to %d again: it votes and stands again",
                         self.config.self_id, self._rejoin_target)
