@@ -118,11 +118,11 @@ class Network:
     def partition(self, *groups: set[str]) -> None:
         """Members in different groups cannot reach each other, in either direction."""
         where = {m: i for i, g in enumerate(groups) for m in g}
-        self._hold([(a, b) for a, b in self.links if where.get(a, -1) != where.get(b, -2)], both=True)
+        self._hold([(a, b) for a, b in self.links if where.get(a, -1) != where.get(b, -2)])
 
     def cut(self, pairs: list[tuple[str, str]]) -> None:
         """Cut these pairs of members apart, both ways (for rings and other shapes)."""
-        self._hold([lk for a, b in pairs for lk in ((a, b), (b, a))], both=True)
+        self._hold([lk for a, b in pairs for lk in ((a, b), (b, a))])
 
     def lose(self, src: str, dst: str) -> None:
         """Everything src sends to dst is lost, whoever opened the connection; dst -> src still works."""
@@ -138,12 +138,12 @@ class Network:
                     link.up.delay_s = link.down.delay_s = delay_s
         self._run(slow)
 
-    def _hold(self, links: list[tuple[str, str]], both: bool) -> None:
+    def _hold(self, links: list[tuple[str, str]]) -> None:
+        """Hold both directions of these links."""
         def hold() -> None:
             for key in links:
                 self.links[key].up.open.clear()
-                if both:
-                    self.links[key].down.open.clear()
+                self.links[key].down.open.clear()
         self._run(hold)
 
     def _run(self, fn: Callable[[], None]) -> None:
