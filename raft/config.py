@@ -15,7 +15,7 @@ Together a killed leader is replaced, and the new one has committed its NOOP,
 in about 400-550 ms.
 
 - max_push_timeout_ms 1000, max_wait_ack_ms 2500, max_pending_requests 10000:
-  DLedger's values (re-push, client wait, pending appends).
+  DLedger's values (compare again after an unanswered push, client wait, pending appends).
 - push_bytes_max 1 MiB: one push carries at most this much raw log.
 - push_window_max 64: pushes in flight per follower (DLedger's 1000 counts
   single entries; a raftlog push carries up to a MiB).

@@ -3,9 +3,8 @@
 COMPARE finds the last index both logs share, using the follower's hints
 (x_term / x_index: the first index of the term it holds there; end_index when
 it is shorter); TRUNCATE drops the follower's entries after it; APPEND streams
-raw stored bytes with up to `push_window_max` pushes in flight, re-pushing
-from the follower's watermark + 1 when the oldest push waited longer than
-`max_push_timeout_ms`; COMMIT notices carry the commit index when there is
+raw stored bytes with up to `push_window_max` pushes in flight, comparing
+again when the oldest push waited longer than `max_push_timeout_ms`; COMMIT notices carry the commit index when there is
 nothing to append; INSTALL_SNAPSHOT restarts a follower whose log ends below
 the leader's first kept index. Reference: seeds/dledger-log-replication-zh.txt, 3.3.
 """
@@ -212,7 +211,10 @@ class EntryDispatcher:
 
     async def _append(self, term: int) -> None:
         store = self.node.store
-        self._check_push_timeout(term)
+        if self._push_timed_out():
+            log.info("a push to %s timed out: comparing again", self.peer_id)
+            self._change_state(DispatcherState.COMPARE)
+            return
         if self.write_index <= store.before_begin_index:
             self._change_state(DispatcherState.INSTALL_SNAPSHOT)
             return
@@ -277,15 +279,16 @@ class EntryDispatcher:
             log.debug("push to %s: %s", self.peer_id, response.code.name)
         self.wake.set()
 
-    def _check_push_timeout(self, term: int) -> None:
-        """Re-push from watermark + 1 when a push waited longer than max_push_timeout_ms."""
-        if not self.pending:
-            return
-        if self.node.now() - min(self.pending.values()) > self.config.max_push_timeout_ms / 1000:
-            watermark = self.node.watermark(term, self.peer_id)
-            log.info("a push to %s timed out: re-pushing from %d", self.peer_id, watermark + 1)
-            self.write_index = watermark + 1
-            self._write_off_pending()
+    def _push_timed_out(self) -> bool:
+        """A push waited longer than max_push_timeout_ms: the leader compares again.
+
+        DLedger re-pushes from the follower's watermark + 1, but a follower that lost its tail
+        (a restart after a torn or damaged file) holds less than that watermark: it keeps every
+        such push waiting behind its gap, and its own answer to that comes when the re-push has
+        already written the push off. A compare finds where it really ends.
+        """
+        return bool(self.pending) and (self.node.now() - min(self.pending.values())
+                                       > self.config.max_push_timeout_ms / 1000)
 
     async def _commit_notice(self, term: int) -> None:
         self._last_notice = self.node.now()

@@ -366,3 +366,38 @@ async def test_a_member_that_lost_committed_entries_abstains_until_it_has_them_a
         assert not cluster.violations
     finally:
         await cluster.stop()
+
+
+@simulate
+async def test_a_member_that_lost_its_tail_catches_up_while_writes_keep_coming() -> None:
+    """The leader still counts the entries the member had acknowledged before its disk lost them:
+    its pushes start above the member's end and wait there, so a push that times out must make
+    the leader compare again rather than re-send from the old watermark."""
+    cluster = SimCluster(seed=22)
+    try:
+        leader = await stable(cluster)
+        for i in range(30):
+            await leader.append([f"e{i}".encode()])
+        assert await run_until(cluster, cluster.converged, 5.0)
+        victim = next(n for n in cluster.running if n is not leader).config.self_id
+        await cluster.crash(victim)
+        await cluster.members[victim].store.truncate(10)  # the disk kept entries up to 9
+
+        async def keep_writing() -> None:
+            i = 0
+            while True:
+                await leader.append([f"more{i}".encode()])
+                i += 1
+
+        writer = asyncio.create_task(keep_writing())
+        try:
+            cluster.start(victim, rejoining=True)
+            node = cluster.members[victim].node
+            assert node is not None
+            assert await run_until(cluster, lambda: not node.rejoining, 10.0)
+            assert [bytes(node.store.get(i).body) for i in range(1, 31)] == [f"e{i}".encode() for i in range(30)]
+        finally:
+            writer.cancel()
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
