@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 12, "max_entr
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
+PORTS_FROM = 20000  # test clusters' ports: from here up to the ephemeral range
 
 
 @dataclass
@@ -49,16 +51,30 @@ class Member:
         return self.process is not None and self.process.poll() is None
 
 
+_handed_out: set[int] = set()
+
+
 def free_ports(count: int) -> list[int]:
-    """Ports the kernel has just handed out, so unlikely to be taken by the time a node binds them."""
-    socks = []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
+    """Free ports below the kernel's ephemeral range, never the same one twice in a process.
+
+    A port the kernel hands out for port 0 may be handed out again, or taken by an outgoing
+    connection's local end, before a node binds it: below the ephemeral range neither happens.
+    """
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+        ephemeral_low = int(ranges.read().split()[0])
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(PORTS_FROM, ephemeral_low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        ports.append(port)
     return ports
 
 

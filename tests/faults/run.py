@@ -70,9 +70,9 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
                 if verdict.suspects:
                     summary["history"] = history_around(history, verdict.suspects[0])
             return summary
-        except BaseException:
+        except BaseException:  # the harness itself failed: say why, whatever the verbosity
             for member_id in cluster.members:
-                log(f"--- {member_id} log tail ---\n{cluster.tail(member_id, 40)}")
+                print(f"--- {member_id} log tail ---\n{cluster.tail(member_id, 40)}", file=sys.stderr)
             raise
         finally:
             cluster.stop()
