@@ -79,10 +79,16 @@ class _StateCollector(Collector):
                 ("raftlog_applied_index", node.applied_index, "Applied index"),
                 ("raftlog_pending_appends", node.pending_appends, "Client appends waiting for a quorum"),
                 ("raftlog_disk_usage_ratio", store.disk_usage_ratio(), "Used fraction of the data directory's disk"),
-                ("raftlog_disk_full", float(store.disk_full), "1 while appends are refused for a full disk")):
+                ("raftlog_disk_full", float(store.disk_full), "1 while appends are refused for a full disk"),
+                ("raftlog_damaged_entries", len(node.repairer.damaged),
+                 "Committed entries found damaged here and not yet repaired (reads of them fail)")):
             yield GaugeMetricFamily(name, doc, value=value)
         yield CounterMetricFamily("raftlog_elections_won", "Elections this member has won",
                                   value=node.elector.elections)
+        yield CounterMetricFamily("raftlog_repaired_entries", "Damaged entries rewritten from a replica's copy",
+                                  value=node.repairer.repaired)
+        yield CounterMetricFamily("raftlog_scrub_passes", "Completed scrubs of the committed log",
+                                  value=node.repairer.scrubs)
         lag = GaugeMetricFamily("raftlog_follower_lag", "Entries a follower is behind (on the leader)",
                                 labels=["peer"])
         inflight = GaugeMetricFamily("raftlog_push_inflight_bytes", "Log bytes pushed and not yet answered",

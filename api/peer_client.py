@@ -26,6 +26,7 @@ from api.peer_codec import PeerMessageError, decode_message, encode_message, enc
 from raft.config import Peer
 from raft.messages import (
     Code,
+    FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     PushRequest,
@@ -90,6 +91,9 @@ class PeerClient:
     async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse:
         data = await self._post(peer_id, "/raft/transfer", encode_message(request))
         return self._decode(TransferResponse, data)
+
+    async def fetch(self, peer_id: str, request: FetchRequest) -> bytes:
+        return await self._post(peer_id, "/raft/fetch", encode_message(request))
 
     # -- the public API's calls to other members ----------------------------------------
 

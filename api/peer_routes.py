@@ -19,8 +19,9 @@ from api.bodies import BatchFormatError, decode_bodies
 from api.errors import ApiError, bad_request
 from api.peer_client import PEER_ERROR_STATUS, peer_error_body
 from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message
+from api.public import ENTRIES_CONTENT_TYPE
 from api.service import LogService
-from raft.messages import Code, HeartbeatRequest, TransferRequest, VoteRequest
+from raft.messages import Code, FetchRequest, HeartbeatRequest, TransferRequest, VoteRequest
 from raft.node import RaftNode
 
 JSON = "application/json"
@@ -29,12 +30,12 @@ JSON = "application/json"
 def create_peer_app(node: RaftNode, service: LogService) -> FastAPI:
     app = FastAPI(title="raftlog peer routes", openapi_url=None, docs_url=None, redoc_url=None)
 
-    def route(path: str, method: str = "POST") -> Callable[[Handler], Handler]:
+    def route(path: str, method: str = "POST", media_type: str = JSON) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             async def endpoint(request: Request) -> Response:
                 body = await request.body()
                 try:
-                    return Response(await handler(body), media_type=JSON)
+                    return Response(await handler(body), media_type=media_type)
                 except (PeerMessageError, BatchFormatError) as exc:
                     return Response(json.dumps({"error": str(exc)}), status_code=400, media_type=JSON)
                 except ApiError as exc:
@@ -60,6 +61,10 @@ def create_peer_app(node: RaftNode, service: LogService) -> FastAPI:
     @route("/raft/transfer")
     async def transfer(body: bytes) -> bytes:
         return encode_message(await node.handle_transfer(decode_message(TransferRequest, body)))
+
+    @route("/raft/fetch", media_type=ENTRIES_CONTENT_TYPE)
+    async def fetch(body: bytes) -> bytes:
+        return await node.handle_fetch(decode_message(FetchRequest, body))
 
     @route("/raft/append")
     async def append(body: bytes) -> bytes:

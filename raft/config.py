@@ -23,6 +23,10 @@ in about 400-550 ms.
   MaxInflightBytes). More only queues on the peer connection: under load the
   queue outgrew the push timeout, every push was re-sent, and a follower
   never caught up.
+- scrub_interval_ms 1 h: a pause between passes of the scrub, which verifies
+  the committed log (each pass starts on open) with a tenth of the event
+  loop's time, so damage in files that recovery does not rescan is found
+  and repaired from a replica while the replicas still hold good copies.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ class RaftConfig:
     leadership_transfer_wait_timeout_ms: int = 1000
     preferred_leader_ids: tuple[str, ...] = field(default=())
     apply_batch_max: int = 1000
+    scrub_interval_ms: int = 3_600_000  # 0: no scrub (reads still find and repair damage)
 
     def __post_init__(self) -> None:
         ids = {p.id for p in self.peers}
@@ -99,6 +104,8 @@ class RaftConfig:
                      "rpc_timeout_ms", "apply_batch_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.scrub_interval_ms < 0:
+            raise ValueError("scrub_interval_ms must be 0 (off) or positive")
         if self.max_vote_interval_ms < self.min_vote_interval_ms:
             raise ValueError("max_vote_interval_ms must be at least min_vote_interval_ms")
         unknown = set(self.preferred_leader_ids) - set(self.voters)

@@ -20,6 +20,7 @@ from raft.messages import Code, PushRequest, PushResponse, PushType
 from raft.transport import PeerUnavailable
 from raft.waiting import wait_event
 from storage.codec import POS_OFFSET
+from storage.errors import StorageError
 
 if TYPE_CHECKING:
     from raft.node import RaftNode
@@ -90,7 +91,8 @@ class EntryDispatcher:
             while self.node.state.is_leader and self.node.state.current_term == term:
                 try:
                     await self._step(term)
-                except (PeerUnavailable, PushRejected) as exc:
+                except (PeerUnavailable, PushRejected, StorageError) as exc:
+                    # StorageError: an entry to send is damaged here; the repairer was told of it
                     log.debug("push to %s failed: %s", self.peer_id, exc)
                     self._change_state(DispatcherState.COMPARE)
                     await self._wait(self.config.heartbeat_interval_ms / 1000)

@@ -195,6 +195,13 @@ class EntryHandler:
             future.set_result(self._answer(request, Code.SUCCESS))
 
     async def _control(self, request: PushRequest) -> PushResponse:
+        try:
+            return await self._control_locked(request)
+        except StorageError as exc:  # a damaged entry here (the repairer was told): the leader asks again later
+            log.warning("%s from %s: %s", request.type.name, request.leader_id, exc)
+            return self._answer(request, Code.DISK_ERROR)
+
+    async def _control_locked(self, request: PushRequest) -> PushResponse:
         async with self.node.state.lock:
             if not self._current(request):
                 return self._answer(request, Code.INCONSISTENT_LEADER)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raft.messages import (
+    FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     PushRequest,
@@ -114,3 +115,6 @@ class InMemoryTransport:
 
     async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse:
         return await self.network.deliver(self.node_id, peer_id, "transfer", request)
+
+    async def fetch(self, peer_id: str, request: FetchRequest) -> bytes:
+        return await self.network.deliver(self.node_id, peer_id, "fetch", request)

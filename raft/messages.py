@@ -156,6 +156,14 @@ class PushResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """A repair asks for a member's stored copy of one committed entry (raftlog's own call)."""
+
+    group: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
 class TransferRequest:
     group: str
     leader_id: str

@@ -32,6 +32,7 @@ from raft.handler import EntryHandler
 from raft.member_state import MemberState, TermStore
 from raft.messages import (
     Code,
+    FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     PushRequest,
@@ -43,6 +44,7 @@ from raft.messages import (
     VoteResponse,
 )
 from raft.quorum import quorum_index
+from raft.repair import Repairer
 from raft.transport import PeerUnavailable, Transport
 from raft.waiting import Signal, wait_event
 from storage.codec import Entry, Magic
@@ -91,6 +93,7 @@ class RaftNode:
         self.elector = LeaderElector(self)
         self.handler = EntryHandler(self)
         self.dispatchers = {peer: EntryDispatcher(self, peer) for peer in config.others}
+        self.repairer = Repairer(self)
         self._watermarks: dict[str, int] = {}
         self._watermark_term = -1
         self._pending: OrderedDict[int, asyncio.Future[None]] = OrderedDict()
@@ -119,6 +122,9 @@ class RaftNode:
     def start(self) -> None:
         loop_tasks = [self.elector.run(), self.handler.run(), self._apply_loop(), self._leader_flush_loop()]
         loop_tasks += [d.run() for d in self.dispatchers.values()]
+        loop_tasks.append(self.repairer.run_repairs())
+        if self.config.scrub_interval_ms:
+            loop_tasks.append(self.repairer.run_scrub(self.config.scrub_interval_ms / 1000))
         self._tasks = [asyncio.create_task(t, name=f"raft-{self.config.self_id}") for t in loop_tasks]
         self._apply_wake.set()  # entries committed before a restart may still wait to be applied
 
@@ -444,6 +450,12 @@ class RaftNode:
                 return TransferResponse(Code.INCONSISTENT_LEADER, state.current_term)
             self.elector.take_leadership()
             return TransferResponse(Code.SUCCESS, state.current_term)
+
+    async def handle_fetch(self, request: FetchRequest) -> bytes:
+        """This member's stored copy of a committed entry, for another's repair; empty if none."""
+        if request.group != self.config.group:
+            return b""
+        return self.repairer.copy_of(request.index)
 
     # -- status ------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ is durable at once.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from storage.batch import Batch, encode_leader_batch, validate_follower_batch
 from storage.checkpoint import check_vote
@@ -22,7 +22,7 @@ from storage.errors import (
     StorageError,
     check_in_log,
 )
-from storage.store import AppendResult, RawEntries
+from storage.store import AppendResult, RawEntries, Verified
 
 
 class MemoryStore:
@@ -38,6 +38,7 @@ class MemoryStore:
         self._end_chain: int | None = 0
         self.end_term = -1
         self.disk_full = False
+        self.on_damage: Callable[[int], None] | None = None  # never called: entries here cannot rot
 
     # -- state ---------------------------------------------------------------------
 
@@ -131,6 +132,15 @@ class MemoryStore:
         if zlib.crc32(entry.body) != entry.body_crc:
             raise CorruptEntryError(index, entry.pos, "body CRC mismatch")
         return entry
+
+    def verify(self, start: int, max_entries: int, chain: int | None) -> Verified:
+        """Entries held in memory are the bytes checked on append: nothing to find."""
+        start = max(start, self.begin_index)
+        last = min(self.end_index, start + max_entries - 1)
+        return Verified(max(start, last + 1), [], self.get(last).chain_crc if last >= start else chain)
+
+    async def repair(self, index: int, raw: bytes) -> None:
+        raise StorageError(f"entry {index} of an in-memory log cannot be damaged, so not repaired")
 
     def pos_at(self, index: int) -> int:
         check_in_log(index, self.begin_index, self.end_index)

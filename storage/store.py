@@ -41,6 +41,8 @@ from storage.codec import (
     MIN_BLANK_LEN,
     Entry,
     Magic,
+    chain_crc,
+    decode_entry,
     encode_blank,
 )
 from storage.config import StoreConfig
@@ -68,6 +70,14 @@ T = TypeVar("T")
 class AppendResult(NamedTuple):
     first_index: int
     positions: list[int]
+
+
+class Verified(NamedTuple):
+    """What `Store.verify` found: where to go on, with the chain CRC to link from."""
+
+    next_index: int
+    damaged: list[int]
+    chain: int | None
 
 
 class RawEntries(NamedTuple):
@@ -116,6 +126,7 @@ class Store:
         self._owns_io = executor is None
         self._periodic: asyncio.Task[None] | None = None
         self.on_flush: Callable[[float], None] | None = None  # seconds of each sync round, for metrics
+        self.on_damage: Callable[[int], None] | None = None  # the index of each damaged entry a read finds
 
     # -- opening and closing ---------------------------------------------------
 
@@ -314,13 +325,13 @@ class Store:
         seg = self.data.find(pos)
         off = pos - seg.start
         view = seg.read_view
-        h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, _bsize = \
+        h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, bsize = \
             HEADER.unpack_from(view, off)
         body = view[off + HEADER_SIZE:off + h_size]
-        if (h_magic, h_size, h_index, h_term, h_pos) != (magic, size, index, term, pos):
-            raise CorruptEntryError(index, pos, "entry header disagrees with its index record")
+        if (h_magic, h_size, h_index, h_term, h_pos, bsize) != (magic, size, index, term, pos, size - HEADER_SIZE):
+            raise self._damaged(index, pos, "entry header disagrees with its index record")
         if zlib.crc32(body) != bcrc:
-            raise CorruptEntryError(index, pos, "body CRC mismatch")
+            raise self._damaged(index, pos, "body CRC mismatch")
         return Entry(magic, index, term, pos, channel, chain, bcrc, body)
 
     def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
@@ -342,18 +353,77 @@ class Store:
         file_size = self.config.data_file_size
         index = start
         while index <= limit and off + HEADER_SIZE <= file_size:
-            magic, size, h_index, _t, h_pos, _c, _chain, bcrc, _b = unpack_header(view, off)
+            magic, size, h_index, _t, h_pos, _c, _chain, bcrc, bsize = unpack_header(view, off)
             if magic == BLANK_MAGIC:
                 break
             if index > start and off + size - first > max_bytes:
                 break
-            if magic not in ENTRY_MAGICS or h_index != index or h_pos != seg.start + off:
-                raise CorruptEntryError(index, seg.start + off, "bad entry header")
+            if (magic not in ENTRY_MAGICS or h_index != index or h_pos != seg.start + off
+                    or bsize != size - HEADER_SIZE):
+                raise self._damaged(index, seg.start + off, "bad entry header")
             if crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
-                raise CorruptEntryError(index, seg.start + off, "body CRC mismatch")
+                raise self._damaged(index, seg.start + off, "body CRC mismatch")
             off += size
             index += 1
         return RawEntries(start, index - start, view[first:off])
+
+    def verify(self, start: int, max_entries: int, chain: int | None) -> Verified:
+        """Check up to `max_entries` from `start` as a scrub does: each header against its index
+        record, each body CRC, and each chain CRC from the entry before it (the one check that
+        also covers a flipped term or chain field). `chain` is the verified chain CRC of the entry
+        before `start` (None: not known, its link is not checked); so is the result's, for the
+        next call. An entry after a damaged one is checked without its link to it.
+        """
+        if start <= self.begin_index:
+            start, chain = self.begin_index, self.meta.base_chain_crc
+        last = min(self.end_index, start + max_entries - 1)
+        damaged = []
+        for index in range(start, last + 1):
+            try:
+                entry = self.get(index)
+            except CorruptEntryError:
+                damaged.append(index)
+                chain = None
+                continue
+            if chain is not None and entry.chain_crc != chain_crc(chain, index, entry.term, entry.body_crc):
+                self._damaged(index, entry.pos, "chain CRC does not follow from the entry before")
+                damaged.append(index)
+                chain = None
+                continue
+            chain = entry.chain_crc
+        return Verified(max(start, last + 1), damaged, chain)
+
+    async def repair(self, index: int, raw: bytes) -> None:
+        """Overwrite the damaged entry at `index` with `raw`, a replica's stored copy of it.
+
+        The copy must be that entry: the same size, index, term, position and type as its
+        index record, a sound body, and a chain CRC that follows from the entry before (and
+        leads to the one after, when that one is sound). Written in place and made durable.
+        """
+        async with self._lock:
+            check_in_log(index, self.begin_index, self.end_index)
+            magic, pos, size, _index, term = self._record(index)
+            copy = decode_entry(memoryview(raw)) if len(raw) >= HEADER_SIZE else None
+            if (copy is None or len(raw) != size or HEADER_SIZE + len(copy.body) != size
+                    or (copy.magic, copy.index, copy.term, copy.pos) != (magic, index, term, pos)
+                    or zlib.crc32(copy.body) != copy.body_crc):
+                raise StorageError(f"the copy offered for entry {index} is not that entry")
+            before = (self.meta.base_chain_crc if index == self.begin_index
+                      else self.get(index - 1).chain_crc)  # a damaged one before is repaired first
+            if before is not None and copy.chain_crc != chain_crc(before, index, term, copy.body_crc):
+                raise StorageError(f"the copy offered for entry {index} does not follow the entry before it")
+            if index < self.end_index:
+                try:
+                    after = self.get(index + 1)
+                except CorruptEntryError:
+                    pass  # damaged too: repaired next
+                else:
+                    if after.chain_crc != chain_crc(copy.chain_crc, index + 1, after.term, after.body_crc):
+                        raise StorageError(f"the copy offered for entry {index} does not lead to the one after")
+            self._dirty.add(self.data.write(pos, raw))
+            self._changes += 1
+        await self.flush()
+        log.warning("entry %d repaired in place from a replica's copy", index)
 
     def pos_at(self, index: int) -> int:
         """The global byte position of the entry at `index`, from its index record alone."""
@@ -384,12 +454,18 @@ class Store:
             return lo
         return None
 
+    def _damaged(self, index: int, pos: int, reason: str) -> CorruptEntryError:
+        """Tell the owner (who repairs) about a damaged entry; the error for the reader."""
+        if self.on_damage is not None:
+            self.on_damage(index)
+        return CorruptEntryError(index, pos, reason)
+
     def _record(self, index: int) -> tuple[int, int, int, int, int]:
         pos = index * INDEX_RECORD_SIZE
         seg = self.index.find(pos)
         record = INDEX_RECORD.unpack_from(seg.view, pos - seg.start)
         if record[3] != index or record[0] not in ENTRY_MAGICS or not self.data.covers(record[1]):
-            raise CorruptEntryError(index, record[1], "index record does not match")
+            raise self._damaged(index, record[1], "index record does not match")
         return record
 
     # -- truncation and reset ------------------------------------------------------------

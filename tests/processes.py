@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.launcher import SMALL_FILES, LocalCluster
+from app.launcher import PORTS_FROM, SMALL_FILES, LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]
 
@@ -44,9 +44,10 @@ def eventually(condition: Callable[[], Any], what: str, timeout_s: float = 30.0)
         time.sleep(0.05)
 
 
-def free_port_run(count: int, start: int = 20000, stop: int = 60000) -> int:
-    """The first of `count` consecutive ports that are free now (for `raftlog cluster`'s port numbering)."""
-    for base in range(start + os.getpid() % 1000 * 10, stop, count):
+def free_port_run(count: int, start: int = 10000) -> int:
+    """The first of `count` consecutive ports that are free now (for `raftlog cluster`'s port numbering),
+    below the ports `free_ports` hands out."""
+    for base in range(start + os.getpid() % 500 * 10, PORTS_FROM - count, count):
         socks = []
         try:
             for port in range(base, base + count):

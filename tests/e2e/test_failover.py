@@ -154,3 +154,36 @@ def test_a_member_without_a_quorum_answers_503_not_leader(make_cluster: ClusterF
     cluster.start_member(other)
     cluster.wait_leader()
     assert httpx.post(f"{url}/v1/entries", content=b"quorum again", timeout=10.0).status_code == 201
+
+
+def test_a_damaged_committed_entry_is_refused_then_repaired_from_a_peer(make_cluster: ClusterFactory) -> None:
+    """A bit flipped in a data file that recovery does not rescan: the member never serves the damaged
+    entry, and the read that finds it gets it rewritten from a peer's copy (over the peer port)."""
+    cluster = make_cluster(3, data_file_size=64 << 10, max_entry_bytes=16 << 10, scrub_interval_ms=0)
+    leader = cluster.wait_leader()
+    leader_url = cluster.members[leader].client_url
+    for batch in range(6):  # 300 entries of 1 KiB: five data files
+        answer = httpx.post(f"{leader_url}/v1/entries/batch",
+                            json={"entries": [{"body": f"{batch}-{i}-" + "x" * 1000} for i in range(50)]})
+        assert answer.status_code == 201
+    last = answer.json()["last_index"]
+    victim = next(m for m in cluster.members if m != leader)
+    url = cluster.members[victim].client_url
+    eventually(lambda: status(url)["committed_index"] >= last, f"{victim} to commit {last}")
+    cluster.stop_member(victim)
+    first_file = sorted((cluster.members[victim].data_dir / "data").iterdir())[0]
+    data = bytearray(first_file.read_bytes())
+    # entry 0 is the leader's NOOP (a bare header), entries 1 to 10 are 48 + 1004 bytes: flip a bit of 6's body
+    data[48 + 5 * (48 + 1004) + 48 + 100] ^= 0x20
+    first_file.write_bytes(bytes(data))
+    cluster.start_member(victim)
+    cluster.wait_leader()
+
+    good = httpx.get(f"{leader_url}/v1/entries/6").json()["body"]
+    refused = httpx.get(f"{url}/v1/entries/6", params={"consistency": "local"})
+    assert refused.status_code == 500 and refused.json()["error"]["code"] == "DISK_ERROR"
+    repaired = eventually(lambda: httpx.get(f"{url}/v1/entries/6", params={"consistency": "local"}).status_code == 200,
+                          "the damaged entry to be repaired")
+    assert repaired and httpx.get(f"{url}/v1/entries/6", params={"consistency": "local"}).json()["body"] == good
+    assert "raftlog_repaired_entries_total 1.0" in httpx.get(f"{url}/metrics").text
+    assert read_all(url, 0, last) == read_all(leader_url, 0, last)

@@ -23,7 +23,8 @@ from tests.faults.harness import FaultCluster
 from tests.faults.nemesis import KINDS, Nemesis
 from tests.faults.workload import CommitWatcher, History, Reader, Writer
 
-SETTINGS = {**SMALL_FILES, "checkpoint_interval_ms": 200}
+# 64 KiB data files: a run writes many, so damage lands both where recovery rescans and below
+SETTINGS = {**SMALL_FILES, "data_file_size": 64 << 10, "max_entry_bytes": 16 << 10, "checkpoint_interval_ms": 200}
 CONVERGE_S = 60.0
 
 

@@ -21,7 +21,7 @@ from raft.errors import (
 from raft.inmem_transport import Network
 from raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteResult
 from raft.node import RaftNode
-from storage import Store, StoreConfig
+from storage import CorruptEntryError, Store, StoreConfig
 from storage.codec import Entry, Magic
 from storage.memory import MemoryCheckpoint, MemoryStore
 from tests.sim.cluster import SimCluster, run_until
@@ -398,6 +398,37 @@ async def test_a_member_that_lost_its_tail_catches_up_while_writes_keep_coming()
             assert [bytes(node.store.get(i).body) for i in range(1, 31)] == [f"e{i}".encode() for i in range(30)]
         finally:
             writer.cancel()
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
+
+
+@pytest.mark.parametrize("scrub", [False, True], ids=["found by a read", "found by the scrub"])
+@simulate
+async def test_a_damaged_committed_entry_is_repaired_in_place_from_a_replica(tmp_path: Path, scrub: bool) -> None:
+    """Damage in a file that recovery does not rescan: reads refuse the entry (never its bytes) until
+    the repairer has rewritten it from another member's copy."""
+    cluster = SimCluster(seed=24, tmp=tmp_path, config={"scrub_interval_ms": 3_600_000 if scrub else 0})
+    try:
+        leader = await stable(cluster)
+        for i in range(120):  # some five data files
+            await leader.append([f"entry-{i:03}".encode() * 8])
+        assert await run_until(cluster, cluster.converged, 5.0)
+        victim = next(n for n in cluster.running if n is not leader).config.self_id
+        await cluster.crash(victim)
+        store = cluster.members[victim].store
+        assert isinstance(store, Store) and store.data.find(store.pos_at(5)) is store.data.segments[0]
+        pos = store.pos_at(5)
+        store.data.find(pos).view[pos + 60] ^= 0x04  # a bit of entry 5's body, in the first data file
+        cluster.start(victim)
+        node = cluster.members[victim].node
+        assert node is not None
+        if not scrub:
+            with pytest.raises(CorruptEntryError):
+                node.store.get(5)
+        assert await run_until(cluster, lambda: node.repairer.repaired == 1 and not node.repairer.damaged, 10.0)
+        assert bytes(node.store.get(5).body) == bytes(leader.store.get(5).body)
+        assert node.store.verify(0, 1000, None).damaged == []
         assert not cluster.violations
     finally:
         await cluster.stop()

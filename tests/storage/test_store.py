@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import zlib
 from pathlib import Path
 
 import pytest
@@ -428,3 +429,41 @@ async def test_a_failed_flush_stops_the_store(store: Store, monkeypatch: pytest.
         await store.append_as_leader([b"y"], term=1)
     with pytest.raises(StorageError, match="flush failed"):
         await store.flush()
+
+
+# field offsets in an entry's header: term 16, chain CRC 36, body size 44; the body starts at 48
+@pytest.mark.parametrize("offset", [16 + 7, 36, 44 + 3, 48 + 10], ids=["term", "chain CRC", "body size", "body"])
+async def test_a_damaged_entry_is_found_by_verify_and_repaired_from_a_replicas_copy(
+        tmp_path: Path, store: Store, offset: int) -> None:
+    await store.append_as_leader([body(i) for i in range(20)], term=1)
+    replica = Store.open(tmp_path / "replica", SMALL)
+    try:
+        await copy_log(store, replica)
+        reported: list[int] = []
+        store.on_damage = reported.append
+        victim = 8  # in the second data file
+        pos = store.pos_at(victim)
+        seg = store.data.find(pos)
+        seg.view[pos - seg.start + offset] ^= 0x10
+        assert store.verify(0, 100, None) == (20, [victim], store.get(19).chain_crc)
+        assert reported == [victim]
+        in_steps = [store.verify(0, victim + 1, None), store.verify(victim + 1, 100, None)]
+        assert in_steps[0].damaged == [victim] and in_steps[0].chain is None and in_steps[1].damaged == []
+
+        with pytest.raises(StorageError, match="not that entry"):
+            await store.repair(victim, bytes(replica.read_range(victim + 1, 1, 0).data))
+        wrong = bytearray(replica.read_range(victim, 1, 0).data)
+        wrong[-1] ^= 0x01  # a copy whose body CRC field was made to fit, but whose chain then does not
+        wrong[40:44] = zlib.crc32(wrong[48:]).to_bytes(4, "big")
+        with pytest.raises(StorageError, match="does not follow"):
+            await store.repair(victim, bytes(wrong))
+
+        await store.repair(victim, bytes(replica.read_range(victim, 1, 0).data))
+        assert store.verify(0, 100, None).damaged == []
+        assert bytes(store.get(victim).body) == body(victim)
+        await store.close()
+        reopened = Store.open(tmp_path / "node", SMALL, committed_index=19)  # the repair is on disk
+        assert file_bytes(tmp_path / "node" / "data") == file_bytes(tmp_path / "replica" / "data")
+        await reopened.close()
+    finally:
+        await replica.close()
