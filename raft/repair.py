@@ -54,8 +54,12 @@ class Repairer:
             for index in sorted(self.damaged):
                 if index < self.store.begin_index or index > self.node.state.committed_index:
                     self.damaged.discard(index)  # cleaned, or replication's to overwrite
-                elif await self._repair(index):
-                    self.damaged.discard(index)
+                    continue
+                try:
+                    if await self._repair(index):
+                        self.damaged.discard(index)
+                except Exception:  # the loop must outlive any one repair
+                    log.exception("repair of entry %d failed", index)
             if self.damaged:
                 await asyncio.sleep(RETRY_S)
                 self.wake.set()

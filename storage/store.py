@@ -423,7 +423,6 @@ class Store:
             self._dirty.add(self.data.write(pos, raw))
             self._changes += 1
         await self.flush()
-        log.warning("entry %d repaired in place from a replica's copy", index)
 
     def pos_at(self, index: int) -> int:
         """The global byte position of the entry at `index`, from its index record alone."""
