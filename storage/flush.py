@@ -33,8 +33,7 @@ class GroupFlusher:
             try:
                 await self._sync()
             except BaseException as exc:  # every waiter of the round sees the failure
-                round_.set_exception(exc if isinstance(exc, Exception) else
-                                     RuntimeError("the flush was cancelled"))
+                _fail(round_, exc if isinstance(exc, Exception) else RuntimeError("the flush was cancelled"))
                 if not isinstance(exc, Exception):
                     self._cancel_next()
                     raise
@@ -43,9 +42,16 @@ class GroupFlusher:
 
     def _cancel_next(self) -> None:
         if self._next is not None:
-            self._next.set_exception(RuntimeError("the flush was cancelled"))
+            _fail(self._next, RuntimeError("the flush was cancelled"))
             self._next = None
 
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner
+
+
+def _fail(round_: asyncio.Future[None], exc: Exception) -> None:
+    """Fail a round. Its waiters see the error; a round whose waiters were all cancelled
+    (a store released mid-flush) must not log it again when collected."""
+    round_.set_exception(exc)
+    round_.exception()

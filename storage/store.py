@@ -207,6 +207,9 @@ class Store:
         self.index.close()
 
     def _release(self) -> None:
+        if self._periodic is not None:
+            self._periodic.cancel()
+            self._periodic = None
         self._close_files()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -613,7 +616,7 @@ class Store:
             self._dirty |= dirty
             if not isinstance(exc, asyncio.CancelledError):
                 self._failed = exc
-                log.error("flush failed: %s; the store refuses appends from now on", exc)
+                log.error("flush failed: %r; the store refuses appends from now on", exc)
             raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)

@@ -3,7 +3,9 @@
 Stores are the real file store (on a temporary directory, its blocking work
 run inline so the clock stays virtual) or the in-memory store. A crash stops
 a node's tasks and drops its process state; what survives is what a killed
-process leaves: its files (page cache included) and its checkpoint.
+process leaves: its files (page cache included) and its checkpoint. With
+`power_loss`, a crash is a power loss instead: the in-memory store keeps what
+its last flush covered, the file store what fsync covered (`tests.sim.disk`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from raft.config import RaftConfig, parse_peers
@@ -22,9 +24,11 @@ from raft.messages import Role
 from raft.node import RaftNode
 from storage import Store, StoreConfig
 from storage.memory import MemoryCheckpoint, MemoryStore
+from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
 from tests.sim.vloop import InlineExecutor
 
 SIM_STORE = StoreConfig(data_file_size=4096, index_file_size=32 * 64)
+FSYNC_S = 0.002  # how long a flush takes on the simulated slow disks
 
 
 @dataclass
@@ -133,18 +137,26 @@ class SimCluster:
         self.peers = parse_peers(spec)
         self.tmp = tmp
         self.overrides = config or {}
+        self.disk: PowerLossDisk | None = None
+        if power_loss and tmp is not None:
+            self.disk = PowerLossDisk(tmp)
+            self.disk.install()
+        self.executors: dict[str, InlineExecutor | SlowDiskExecutor] = {
+            p.id: SlowDiskExecutor(FSYNC_S) if self.disk else InlineExecutor() for p in self.peers}
         self.members = {p.id: Member(p.id, MemoryCheckpoint(), self._new_store(p.id)) for p in self.peers}
         self.history = History()
         self.violations: list[str] = []
 
     # -- members -----------------------------------------------------------------------
 
-    def _new_store(self, node_id: str) -> Store | MemoryStore:
+    def _new_store(self, node_id: str, committed_index: int = -1) -> Store | MemoryStore:
+        if self.tmp is not None:
+            config = replace(SIM_STORE, flush_mode=self.flush_mode, flush_interval_ms=10)
+            return Store.open(self.tmp / node_id, config, committed_index=committed_index,
+                              executor=self.executors[node_id])
         if self.power_loss:
-            return PowerLossStore(fsync_s=0.002, flush_mode=self.flush_mode)
-        if self.tmp is None:
-            return MemoryStore(SIM_STORE)
-        return Store.open(self.tmp / node_id, SIM_STORE, executor=InlineExecutor())
+            return PowerLossStore(fsync_s=FSYNC_S, flush_mode=self.flush_mode)
+        return MemoryStore(SIM_STORE)
 
     def start(self, node_id: str, rejoining: bool = False) -> None:
         member = self.members[node_id]
@@ -155,8 +167,7 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()), rejoining=rejoining)
         member.node, member.last_commit = node, node.committed_index
         self.network.register(node_id, node)
-        if isinstance(member.store, PowerLossStore):
-            member.store.start()
+        member.store.start()
         node.start()
 
     def start_all(self) -> None:
@@ -164,7 +175,8 @@ class SimCluster:
             self.start(node_id)
 
     async def crash(self, node_id: str) -> None:
-        """Kill the process: tasks gone, memory gone; files and checkpoint stay."""
+        """Kill the process (or, with `power_loss`, the machine): tasks gone, memory gone;
+        the checkpoint stays, and the files (all of them, or what fsync covered)."""
         member = self.members[node_id]
         if member.node is None:
             return
@@ -174,10 +186,13 @@ class SimCluster:
         if isinstance(member.store, PowerLossStore):
             await member.store.power_loss()  # the whole machine went down: unflushed data is gone
         if isinstance(member.store, Store):
+            executor = self.executors[node_id]
+            if isinstance(executor, SlowDiskExecutor):
+                executor.drop()
             member.store._release()  # no flush: the page cache survives a process kill
-            member.store = Store.open(self.tmp / node_id, SIM_STORE,  # type: ignore[operator]
-                                      committed_index=member.checkpoint.committed_index,
-                                      executor=InlineExecutor())
+            if self.disk is not None:
+                self.disk.power_loss(member.store.data_dir)  # but not a power loss
+            member.store = self._new_store(node_id, member.checkpoint.committed_index)
 
     async def stop(self) -> None:
         for node_id in list(self.members):
@@ -185,6 +200,8 @@ class SimCluster:
         for member in self.members.values():
             if isinstance(member.store, Store):
                 await member.store.close()
+        if self.disk is not None:
+            self.disk.uninstall()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

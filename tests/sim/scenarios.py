@@ -3,6 +3,7 @@
     python -m tests.sim --seeds 2000            # many seeds
     python -m tests.sim --seed 17 --verbose     # replay one
     python -m tests.sim --outage async --seeds 100   # what a power outage costs each flush mode
+    python -m tests.sim --outage sync --disk file     # the same on the real file store
 """
 
 from __future__ import annotations
@@ -39,15 +40,17 @@ class Outcome:
 
 
 def store_kind(seed: int) -> str:
-    """A third of the seeds each: the real file store (a crash kills the process), the
-    in-memory store, and the in-memory store behind a slow disk (a crash is a power loss)."""
-    return ("memory", "file", "power-loss")[seed % 3]
+    """A quarter of the seeds each: the in-memory store, the real file store (a crash kills
+    the process), and both behind a slow disk where a crash is a power loss."""
+    return ("memory", "file", "memory-power-loss", "file-power-loss")[seed % 4]
 
 
-def new_cluster(seed: int, voters: int, prefix: str) -> SimCluster:
-    kind = store_kind(seed)
-    tmp = Path(tempfile.mkdtemp(prefix=f"raftlog-{prefix}-{seed}-")) if kind == "file" else None
-    return SimCluster(seed, voters=voters, tmp=tmp, power_loss=kind == "power-loss")
+def new_cluster(seed: int, voters: int, prefix: str, kind: str | None = None,
+                flush_mode: str = "sync") -> SimCluster:
+    kind = kind or store_kind(seed)
+    tmp = Path(tempfile.mkdtemp(prefix=f"raftlog-{prefix}-{seed}-")) if kind.startswith("file") else None
+    return SimCluster(seed, voters=voters, tmp=tmp, power_loss=kind.endswith("power-loss"),
+                      flush_mode=flush_mode)
 
 
 async def _clients(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
@@ -165,11 +168,11 @@ async def failover(seed: int, voters: int = 3) -> float:
         await cluster.stop()
 
 
-async def outage(seed: int, flush_mode: str, voters: int = 3) -> tuple[int, int]:
+async def outage(seed: int, flush_mode: str, voters: int = 3, disk: str = "memory") -> tuple[int, int]:
     """Clients append, then every member loses power at once (unflushed writes are gone) and
     restarts; returns (appends acknowledged, of those not in the log afterwards)."""
     rng = random.Random(seed)
-    cluster = SimCluster(seed, voters=voters, power_loss=True, flush_mode=flush_mode)
+    cluster = new_cluster(seed, voters, "outage", f"{disk}-power-loss", flush_mode)
     stop = asyncio.Event()
     try:
         cluster.start_all()
@@ -215,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failover", action="store_true", help="measure election time after a leader crash")
     parser.add_argument("--outage", choices=["sync", "async"],
                         help="every member loses power at once under this flush mode: count lost appends")
+    parser.add_argument("--disk", choices=["memory", "file"], default="memory",
+                        help="the store behind --outage: in memory, or the real file store")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(name)s %(message)s")
@@ -225,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
               f"worst {max(times):.0f} ms")
         return 0
     if args.outage:
-        results = [run_virtual(outage(s, args.outage, args.voters)) for s in seeds]
+        results = [run_virtual(outage(s, args.outage, args.voters, args.disk)) for s in seeds]
         acked, lost = sum(a for a, _ in results), sum(n for _, n in results)
         hit = sum(1 for _, n in results if n)
-        print(f"power outage, flush_mode {args.outage}, {len(seeds)} seeds: {acked:,} appends acknowledged, "
-              f"{lost:,} lost ({lost / max(acked, 1):.2%}); {hit} seeds lost some")
+        print(f"power outage, flush_mode {args.outage}, {args.disk} store, {len(seeds)} seeds: "
+              f"{acked:,} appends acknowledged, {lost:,} lost ({lost / max(acked, 1):.2%}); {hit} seeds lost some")
         return 1 if args.outage == "sync" and lost else 0
     failed = 0
     for seed in seeds:
