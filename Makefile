@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench chaos openapi clean
+.PHONY: run test lint bench compare chaos openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,16 @@ bench: $(STAMP)
 	$(BIN)/python bench/storage_bench.py
 	$(BIN)/python bench/cluster_bench.py
 	$(BIN)/python bench/pipeline_bench.py
+
+# raftlog against etcd and PySyncObj in one run (about 15 minutes): make compare [ARGS=--quick]
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
+	touch $(BENCH_STAMP)
+
+compare: $(BENCH_STAMP)
+	command -v wrk >/dev/null && command -v etcd >/dev/null || (apt-get update && apt-get install -y wrk etcd-server)
+	$(BIN)/python bench/compare.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -39,9 +39,12 @@ BATCH_CLIENTS = 4
 TARGETS = {}  # issue 8 sets them
 
 
-def wrk(url: str, script: str, seconds: int, env: dict[str, str] | None = None) -> dict[str, float]:
+def wrk(url: str, script: str, seconds: int, env: dict[str, str] | None = None,
+        connections: int = CONNECTIONS) -> dict[str, float]:
+    """Run wrk with one of this folder's scripts; its report (requests, duration, percentiles)."""
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "--timeout", "10s", "-s", str(HERE / script), url],
+        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+         "-s", str(HERE / script), url],
         capture_output=True, text=True, check=True,
         env={**os.environ, "WRK_REPORT": str(HERE / "wrk_report.lua"), **(env or {})}).stdout
     line = next(line for line in out.splitlines() if line.startswith("WRK_JSON "))

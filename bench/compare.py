@@ -1,0 +1,531 @@
+"""raftlog against etcd and PySyncObj, side by side on this machine in one run.
+
+    python bench/compare.py [--seconds 10] [--rounds 3] [--kills 20] [--entries 10000000] [--quick] [--json]
+
+Both raftlog (defaults: flush_mode sync) and etcd (defaults: fsync per write)
+run as local 3-member clusters at the same time; each workload alternates
+between them, raftlog then etcd, for --rounds rounds, and each figure is the
+median of its rounds:
+
+1. single appends of 100-byte bodies with wrk at 1, 16, 64 and 256 connections, to the leader
+   (etcd: `POST /v3/kv/put`, a new key each time): requests/s and latency percentiles;
+2. batch appends of 100 and 1000 bodies of 100 bytes, 4 concurrent clients (etcd: a transaction of
+   puts, at most its `--max-txn-ops` of 128): entries/s;
+3. linearizable reads by index (etcd: by key, among 10,000 written) with wrk, 64 connections, from a
+   follower;
+4. failover: under a load of single appends, SIGKILL the leader; time until a write through another
+   member succeeds (--kills times each, the killed member restarted in between);
+5. raftlog alone: --entries entries appended in batches, each node's RSS sampled as the log grows,
+   then the whole cluster restarted: time from process start until all members serve;
+then PySyncObj's highest sustained rate, with its own benchmark's method (bench/pysyncobj_cluster.py).
+
+Prints a table with each figure, the ratio raftlog / peer and the target; --json prints one object.
+Writes PNG charts (throughput by connections, latency percentiles) and the JSON to bench/results/.
+Every process it starts is stopped at the end, and its data directories removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cluster_bench import wrk  # this folder's siblings: run as `python bench/compare.py`
+from etcd_cluster import EtcdCluster, b64
+from pysyncobj_cluster import max_rate
+
+from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from app.launcher import LocalCluster
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+BODY = b"x" * 100
+CONNECTIONS = (1, 16, 64, 256)
+BATCHES = (100, 1000)
+BATCH_CLIENTS = 4
+ETCD_TXN_OPS_MAX = 128  # etcd's default --max-txn-ops
+READ_KEYS = 10_000
+FAILOVER_LOAD_CONNECTIONS = 16
+RSS_SAMPLES = 10
+
+TARGETS = {  # figure: (comparison, bound), from issue 8
+    "single_append_rps_ratio_vs_etcd": (">=", 2.0),
+    "batch_append_eps": (">=", 300_000),
+    "batch_ratio_vs_etcd": (">=", 100.0),
+    "ratio_vs_pysyncobj": (">=", 10.0),
+    "failover_ms_p50": ("<", 1000.0),
+    "restart_s_1gib": ("<", 2.0),
+}
+
+Log = Callable[[str], None]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# -- clusters ------------------------------------------------------------------------------
+
+
+@contextmanager
+def clusters(root: Path, log: Log) -> Iterator[tuple[LocalCluster, EtcdCluster]]:
+    raftlog, etcd = LocalCluster(root / "raftlog", 3), EtcdCluster(root / "etcd", 3)
+    try:
+        raftlog.start()
+        etcd.start()
+        log(f"raftlog leader {raftlog.wait_leader()}, etcd leader {etcd.wait_leader()}")
+        yield raftlog, etcd
+    finally:
+        raftlog.stop()
+        etcd.stop()
+
+
+def raftlog_urls(cluster: LocalCluster) -> tuple[str, str]:
+    """(leader's client URL, a follower's)."""
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m != leader and cluster.members[m].running)
+    return cluster.members[leader].client_url, cluster.members[follower].client_url
+
+
+def etcd_urls(cluster: EtcdCluster) -> tuple[str, str]:
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m != leader)
+    return cluster.members[leader].client_url, cluster.members[follower].client_url
+
+
+# -- 1. single appends ---------------------------------------------------------------------
+
+
+def rate(report: dict[str, float]) -> float:
+    return report["requests"] / report["duration_us"] * 1e6
+
+
+def single_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, rounds: int,
+                   log: Log) -> dict[str, dict[int, dict[str, float]]]:
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {"raftlog": {}, "etcd": {}}
+    value = {"WRK_VALUE_B64": b64(BODY)}
+    for _ in range(rounds):
+        for connections in CONNECTIONS:
+            raftlog_leader, _ = raftlog_urls(raftlog)
+            etcd_leader, _ = etcd_urls(etcd)
+            a = wrk(f"{raftlog_leader}/v1/entries", "wrk_append.lua", seconds, connections=connections)
+            b = wrk(etcd_leader, "wrk_etcd_put.lua", seconds, value, connections=connections)
+            runs["raftlog"].setdefault(connections, []).append(a)
+            runs["etcd"].setdefault(connections, []).append(b)
+            log(f"  single appends, {connections} connections: raftlog {rate(a):,.0f}/s, etcd {rate(b):,.0f}/s")
+    return {system: {c: {"rps": median([rate(r) for r in reports]),
+                         **{p: median([r[f"{p}_us"] / 1000 for r in reports]) for p in ("p50", "p90", "p99", "p999")}}
+                     for c, reports in by_connections.items()}
+            for system, by_connections in runs.items()}
+
+
+# -- 2. batch appends ----------------------------------------------------------------------
+
+
+async def drive(send: Callable[[httpx.AsyncClient], Awaitable[int]], seconds: float, clients: int) -> float:
+    """Entries per second that `clients` loops of `send` (returning entries written) achieve."""
+    deadline = time.monotonic() + seconds
+    done = 0
+
+    async def client() -> None:
+        nonlocal done
+        async with httpx.AsyncClient(timeout=30.0) as http:
+            while time.monotonic() < deadline:
+                done += await send(http)
+
+    started = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done / (time.monotonic() - started)
+
+
+def raftlog_batch(url: str, size: int) -> Callable[[httpx.AsyncClient], Awaitable[int]]:
+    payload = encode_bodies([BODY] * size)
+
+    async def send(http: httpx.AsyncClient) -> int:
+        response = await http.post(f"{url}/v1/entries/batch", content=payload,
+                                   headers={"content-type": BATCH_CONTENT_TYPE})
+        response.raise_for_status()
+        return size
+
+    return send
+
+
+def etcd_txn(url: str, size: int, key_prefix: str) -> Callable[[httpx.AsyncClient], Awaitable[int]]:
+    size = min(size, ETCD_TXN_OPS_MAX)
+    value = b64(BODY)
+    counter = 0
+
+    async def send(http: httpx.AsyncClient) -> int:
+        nonlocal counter
+        counter += 1
+        puts = [{"requestPut": {"key": b64(f"{key_prefix}{counter}-{i}".encode()), "value": value}}
+                for i in range(size)]
+        response = await http.post(f"{url}/v3/kv/txn", json={"success": puts})
+        response.raise_for_status()
+        return size
+
+    return send
+
+
+def batch_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, rounds: int,
+                  log: Log) -> dict[str, dict[int, float]]:
+    runs: dict[str, dict[int, list[float]]] = {"raftlog": {}, "etcd": {}}
+    for round_ in range(rounds):
+        for size in BATCHES:
+            raftlog_leader, _ = raftlog_urls(raftlog)
+            etcd_leader, _ = etcd_urls(etcd)
+            a = asyncio.run(drive(raftlog_batch(raftlog_leader, size), seconds, BATCH_CLIENTS))
+            b = asyncio.run(drive(etcd_txn(etcd_leader, size, f"b{round_}-{size}-"), seconds, BATCH_CLIENTS))
+            runs["raftlog"].setdefault(size, []).append(a)
+            runs["etcd"].setdefault(size, []).append(b)
+            log(f"  batches of {size}: raftlog {a:,.0f} entries/s, etcd {b:,.0f} entries/s "
+                f"(transactions of {min(size, ETCD_TXN_OPS_MAX)} puts)")
+    return {system: {size: median(values) for size, values in by_size.items()} for system, by_size in runs.items()}
+
+
+# -- 3. reads ------------------------------------------------------------------------------
+
+
+def reads(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, rounds: int, log: Log) -> dict[str, float]:
+    etcd_leader, etcd_follower = etcd_urls(etcd)
+    for start in range(0, READ_KEYS, ETCD_TXN_OPS_MAX):  # keys base64_number(i, 8): 6 bytes, big-endian
+        puts = [{"requestPut": {"key": b64(i.to_bytes(6, "big")), "value": b64(BODY)}}
+                for i in range(start, min(start + ETCD_TXN_OPS_MAX, READ_KEYS))]
+        httpx.post(f"{etcd_leader}/v3/kv/txn", json={"success": puts}, timeout=30).raise_for_status()
+    runs: dict[str, list[float]] = {"raftlog": [], "etcd": []}
+    for _ in range(rounds):
+        _, raftlog_follower = raftlog_urls(raftlog)
+        committed = httpx.get(f"{raftlog_follower}/v1/cluster").json()["committed_index"]
+        a = rate(wrk(raftlog_follower, "wrk_get.lua", seconds, {"WRK_MAX_INDEX": str(committed)}))
+        b = rate(wrk(etcd_follower, "wrk_etcd_range.lua", seconds, {"WRK_MAX_INDEX": str(READ_KEYS - 1)}))
+        runs["raftlog"].append(a)
+        runs["etcd"].append(b)
+        log(f"  reads from a follower: raftlog {a:,.0f}/s by index, etcd {b:,.0f}/s by key")
+    return {system: median(values) for system, values in runs.items()}
+
+
+# -- 4. failover ---------------------------------------------------------------------------
+
+
+def first_write_after(kill: Callable[[], None], write: Callable[[], bool]) -> float:
+    """Kill, then write until a write succeeds; ms from the kill to that success."""
+    killed = time.monotonic()
+    kill()
+    while not write():
+        time.sleep(0.005)
+    return (time.monotonic() - killed) * 1000
+
+
+@contextmanager
+def background_load(url: str, script: str, env: dict[str, str] | None = None) -> Iterator[None]:
+    """wrk writing through `url` for as long as the block runs; its errors are expected."""
+    process = subprocess.Popen(
+        ["wrk", "-t1", f"-c{FAILOVER_LOAD_CONNECTIONS}", "-d600s", "--timeout", "2s", "-s", str(HERE / script),
+         url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "WRK_REPORT": str(HERE / "wrk_report.lua"), **(env or {})})
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def raftlog_failover(cluster: LocalCluster) -> float:
+    leader = cluster.wait_leader()
+    others = [cluster.members[m].client_url for m in cluster.members if m != leader]
+    with background_load(f"{others[0]}/v1/entries", "wrk_append.lua"):
+        def write() -> bool:
+            for url in others:
+                try:
+                    if httpx.post(f"{url}/v1/entries", content=BODY, timeout=1.0).status_code == 201:
+                        return True
+                except httpx.HTTPError:
+                    pass
+            return False
+
+        ms = first_write_after(lambda: cluster.kill_member(leader), write)
+    cluster.start_member(leader)
+    cluster.wait_leader(timeout_s=60)
+    return ms
+
+
+def etcd_failover(cluster: EtcdCluster) -> float:
+    leader = cluster.wait_leader()
+    others = [cluster.members[m] for m in cluster.members if m != leader]
+    with background_load(others[0].client_url, "wrk_etcd_put.lua", {"WRK_VALUE_B64": b64(BODY)}):
+        def write() -> bool:
+            return any(cluster.put(member, b"failover", BODY, timeout=1.0) for member in others)
+
+        ms = first_write_after(lambda: cluster.stop_member(leader, signal.SIGKILL), write)
+    cluster.start_member(leader)
+    cluster.wait_leader(timeout_s=60)
+    return ms
+
+
+def failovers(raftlog: LocalCluster, etcd: EtcdCluster, kills: int, log: Log) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {"raftlog": [], "etcd": []}
+    for i in range(kills):
+        times["raftlog"].append(raftlog_failover(raftlog))
+        times["etcd"].append(etcd_failover(etcd))
+        log(f"  kill {i + 1}/{kills}: raftlog {times['raftlog'][-1]:,.0f} ms, etcd {times['etcd'][-1]:,.0f} ms")
+    return times
+
+
+# -- 5. a long log: memory and restart -----------------------------------------------------
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """Resident memory of a process, MiB: all of it, and the anonymous part (Python's heap)
+    apart from mapped file pages (the log's page cache that the process touched)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "RssAnon", "RssFile"):
+            fields[name] = int(value.split()[0]) / 1024
+    return {"rss": fields["VmRSS"], "anon": fields["RssAnon"], "file": fields["RssFile"]}
+
+
+def raftlog_rss(cluster: LocalCluster) -> dict[str, float]:
+    """The largest RSS among the members, and the largest anonymous part."""
+    samples = [rss_mb(m.process.pid) for m in cluster.members.values() if m.process is not None]
+    return {"rss": max(s["rss"] for s in samples), "anon": max(s["anon"] for s in samples)}
+
+
+async def fill(url: str, entries: int) -> None:
+    """Append `entries` entries (rounded up to batches of 1000) from BATCH_CLIENTS clients."""
+    payload = encode_bodies([BODY] * 1000)
+    remaining = -(-entries // 1000)
+
+    async def client() -> None:
+        nonlocal remaining
+        async with httpx.AsyncClient(timeout=30.0) as http:
+            while remaining > 0:
+                remaining -= 1
+                response = await http.post(f"{url}/v1/entries/batch", content=payload,
+                                           headers={"content-type": BATCH_CONTENT_TYPE})
+                response.raise_for_status()
+
+    await asyncio.gather(*(client() for _ in range(BATCH_CLIENTS)))
+
+
+def long_log(cluster: LocalCluster, entries: int, log: Log) -> dict[str, Any]:
+    """Append `entries`, sampling RSS as the log grows; then restart the cluster on that log."""
+    leader, _ = raftlog_urls(cluster)
+    step = -(-entries // RSS_SAMPLES)
+    samples: list[dict[str, float]] = []
+    started = time.monotonic()
+    for written in range(step, entries + step, step):
+        asyncio.run(fill(leader, step))
+        samples.append({"entries": written, **raftlog_rss(cluster)})
+        log(f"  {written:,} entries: RSS {samples[-1]['rss']:,.0f} MiB, "
+            f"of it anonymous (Python objects) {samples[-1]['anon']:,.0f} MiB")
+    load_eps = samples[-1]["entries"] / (time.monotonic() - started)
+    log_gib = samples[-1]["entries"] * (48 + len(BODY)) / 2**30  # DLedger's 48-byte header + body
+    cluster.stop()
+    started = time.monotonic()
+    cluster.start()
+    cluster.wait_leader(timeout_s=120)
+    restart_s = time.monotonic() - started
+    log(f"  restart of the cluster, {log_gib:.2f} GiB of log each, until every member serves: {restart_s:.2f} s")
+    return {"samples": samples, "load_eps": load_eps, "restart_s": restart_s, "log_gib": log_gib}
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def figures(single: dict[str, dict[int, dict[str, float]]], batch: dict[str, dict[int, float]],
+            read: dict[str, float], failover: dict[str, list[float]], long: dict[str, Any],
+            pysyncobj_rps: int) -> dict[str, Any]:
+    best_batch = max(batch["raftlog"].values())
+    best_etcd_batch = max(batch["etcd"].values())
+    rss = [s["rss"] for s in long["samples"]]
+    anon = [s["anon"] for s in long["samples"]]
+    return {
+        "single_append_rps": single["raftlog"][64]["rps"],
+        "etcd_single_append_rps": single["etcd"][64]["rps"],
+        "single_append_rps_ratio_vs_etcd": single["raftlog"][64]["rps"] / single["etcd"][64]["rps"],
+        "batch_append_eps": best_batch,
+        "etcd_batch_eps": best_etcd_batch,
+        "batch_ratio_vs_etcd": best_batch / best_etcd_batch,
+        "etcd_single_put_rps_best": max(v["rps"] for v in single["etcd"].values()),
+        "batch_ratio_vs_etcd_puts": best_batch / max(v["rps"] for v in single["etcd"].values()),
+        "pysyncobj_max_rps": pysyncobj_rps,
+        "ratio_vs_pysyncobj": best_batch / pysyncobj_rps,
+        "single_ratio_vs_pysyncobj": single["raftlog"][64]["rps"] / pysyncobj_rps,
+        "read_rps": read["raftlog"],
+        "etcd_read_rps": read["etcd"],
+        "read_ratio_vs_etcd": read["raftlog"] / read["etcd"],
+        "failover_ms_p50": median(failover["raftlog"]),
+        "failover_ms_max": max(failover["raftlog"]),
+        "etcd_failover_ms_p50": median(failover["etcd"]),
+        "etcd_failover_ms_max": max(failover["etcd"]),
+        "restart_s_1gib": long["restart_s"],
+        "log_gib": long["log_gib"],
+        "rss_mb_10m": rss[-1],
+        "rss_mb_first_sample": rss[0],
+        "rss_anon_mb_10m": anon[-1],
+        "rss_anon_mb_first_sample": anon[0],
+        "long_log_entries": long["samples"][-1]["entries"],
+        "long_log_load_eps": long["load_eps"],
+    }
+
+
+def meets(name: str, value: float, result: dict[str, Any]) -> bool | None:
+    if name == "failover_ms_p50":
+        return value < 1000 and value < result["etcd_failover_ms_p50"]
+    if name not in TARGETS:
+        return None
+    op, bound = TARGETS[name]
+    return value >= bound if op == ">=" else value < bound
+
+
+def row(label: str, raftlog: float, peer: float | None = None, fmt: str = ",.0f") -> str:
+    line = f"{label:<46}{raftlog:>14{fmt}}"
+    if peer is not None:
+        line += f"{peer:>14{fmt}}{raftlog / peer:>9.2f}"
+    return line
+
+
+def print_table(result: dict[str, Any]) -> None:
+    single, batch = result["single"], result["batch"]
+    print(f"\nraftlog against etcd {result['etcd_version']} and PySyncObj {result['pysyncobj_version']}, "
+          f"3 members each on one 2-core machine; medians of {result['rounds']} rounds of {result['seconds']} s")
+    print(f"{'figure':<46}{'raftlog':>14}{'etcd':>14}{'ratio':>9}")
+    for c in CONNECTIONS:
+        a, b = single["raftlog"][c], single["etcd"][c]
+        print(row(f"single appends/s, {c} connections", a["rps"], b["rps"]))
+        for p in ("p50", "p99"):
+            print(row(f"  latency {p}, ms", a[p], b[p], ",.1f"))
+    for size in BATCHES:
+        print(row(f"batch appends, entries/s, batches of {size}", batch["raftlog"][size], batch["etcd"][size]))
+    print(row("reads/s from a follower, 64 connections", result["read_rps"], result["etcd_read_rps"]))
+    print(row("failover ms, median", result["failover_ms_p50"], result["etcd_failover_ms_p50"]))
+    print(row("failover ms, worst", result["failover_ms_max"], result["etcd_failover_ms_max"]))
+    print(row("raftlog batch entries/s / PySyncObj max rps", result["batch_append_eps"], result["pysyncobj_max_rps"]))
+    print(row(f"restart s, {result['log_gib']:.2f} GiB of log", result["restart_s_1gib"], fmt=",.2f"))
+    first = result["long_log_entries"] // RSS_SAMPLES
+    print(row(f"RSS MiB after {first:,} entries", result["rss_mb_first_sample"]))
+    print(row(f"RSS MiB after {result['long_log_entries']:,} entries", result["rss_mb_10m"]))
+    print(row("  of it anonymous (Python objects)", result["rss_anon_mb_10m"]))
+    print(f"\n{'target':<40}{'measured':>14}  {'goal':<22}met")
+    for name, (op, bound) in TARGETS.items():
+        goal = f"{op} {bound:,}" + (" and < etcd" if name == "failover_ms_p50" else "")
+        print(f"{name:<40}{result[name]:>14,.2f}  {goal:<22}{'yes' if result['targets_met'][name] else 'NO'}")
+
+
+def charts(result: dict[str, Any], out: Path) -> list[Path]:
+    import matplotlib  # the bench extra
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    single = result["single"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for system in ("raftlog", "etcd"):
+        ax.plot(CONNECTIONS, [single[system][c]["rps"] for c in CONNECTIONS], marker="o", label=system)
+    ax.set(xscale="log", xlabel="connections", ylabel="single appends per second (100 B)",
+           title="Single appends, 3 members, flush to disk on a quorum")
+    ax.set_xticks(CONNECTIONS, [str(c) for c in CONNECTIONS])
+    ax.legend()
+    ax.grid(alpha=0.3)
+    throughput = out / "throughput.png"
+    fig.savefig(throughput, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(CONNECTIONS), figsize=(13, 4), sharey=True)
+    percentiles = ("p50", "p90", "p99", "p999")
+    for ax, c in zip(axes, CONNECTIONS, strict=True):
+        for offset, system in ((-0.2, "raftlog"), (0.2, "etcd")):
+            ax.bar([i + offset for i in range(len(percentiles))], [single[system][c][p] for p in percentiles],
+                   width=0.4, label=system)
+        ax.set_xticks(range(len(percentiles)), percentiles)
+        ax.set_title(f"{c} connection{'s' if c > 1 else ''}")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel("latency, ms (log scale)")
+    axes[0].legend()
+    fig.suptitle("Single append latency percentiles")
+    latency = out / "latency.png"
+    fig.savefig(latency, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return [throughput, latency]
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    etcd = subprocess.run(["etcd", "--version"], capture_output=True, text=True).stdout.split()[2]
+    return {"etcd_version": etcd, "pysyncobj_version": version("pysyncobj")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10, help="length of each load phase")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kills", type=int, default=20, help="leader kills per system")
+    parser.add_argument("--entries", type=int, default=10_000_000, help="entries for the memory and restart figures")
+    parser.add_argument("--pysyncobj-seconds", type=float, default=5.0, help="length of each PySyncObj trial")
+    parser.add_argument("--quick", action="store_true", help="3 s phases, 1 round, 3 kills, 1M entries")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--keep", type=Path, help="keep the clusters' data and logs here")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.rounds, args.kills, args.entries, args.pysyncobj_seconds = 3, 1, 3, 1_000_000, 3.0
+    for tool in ("wrk", "etcd"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed: run `make compare`")
+
+    def log(line: str) -> None:
+        print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
+
+    root = args.keep or Path(tempfile.mkdtemp(prefix="raftlog-compare-"))
+    try:
+        log("PySyncObj: bisecting for its highest rate with at least 90% of requests succeeding")
+        pysyncobj_rps = max_rate(seconds=args.pysyncobj_seconds, log=log)
+        with clusters(root, log) as (raftlog, etcd):
+            log("1. single appends")
+            single = single_appends(raftlog, etcd, args.seconds, args.rounds, log)
+            log("2. batch appends")
+            batch = batch_appends(raftlog, etcd, args.seconds, args.rounds, log)
+            log("3. reads")
+            read = reads(raftlog, etcd, args.seconds, args.rounds, log)
+            log("4. failover")
+            failover = failovers(raftlog, etcd, args.kills, log)
+            etcd_rss = max(rss_mb(pid)["rss"] for pid in etcd.pids().values())
+            etcd.stop()
+            log("5. a long log: memory and restart")
+            long = long_log(raftlog, args.entries, log)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+    result: dict[str, Any] = {**figures(single, batch, read, failover, long, pysyncobj_rps), **versions(),
+                              "etcd_rss_mb_after_run": etcd_rss, "seconds": args.seconds, "rounds": args.rounds,
+                              "kills": args.kills, "single": single, "batch": batch,
+                              "failover_ms": failover, "rss_samples": long["samples"]}
+    result["targets_met"] = {name: meets(name, result[name], result) for name in TARGETS}
+    paths = charts(result, RESULTS)
+    (RESULTS / "compare.json").write_text(json.dumps(result, indent=1))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+        print(f"\ncharts: {', '.join(str(p.relative_to(HERE.parent)) for p in paths)}; "
+              f"all figures: bench/results/compare.json")
+
+
+if __name__ == "__main__":
+    main()
