@@ -53,11 +53,15 @@ def load_meta(data_dir: Path, data_file_size: int, index_file_size: int) -> Stor
 
 
 def save_meta(data_dir: Path, meta: StoreMeta) -> None:
-    path = data_dir / META_NAME
+    save_json(data_dir / META_NAME, asdict(meta))
+
+
+def save_json(path: Path, value: object) -> None:
+    """Replace `path` with `value` as JSON, durably and atomically (a crash leaves old or new)."""
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
-        json.dump(asdict(meta), f)
+        json.dump(value, f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(data_dir)
+    fsync_dir(path.parent)

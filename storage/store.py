@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from storage import clean_stop
 from storage.batch import Batch, encode_leader_batch, validate_follower_batch
 from storage.codec import (
     BLANK_MAGIC,
@@ -57,12 +58,13 @@ from storage.errors import (
 )
 from storage.flush import GroupFlusher
 from storage.meta import StoreMeta, load_meta, save_meta
-from storage.recovery import RecoveryReport, recover
+from storage.recovery import LogEnd, RecoveryReport, recover
 from storage.segments import Segment, SegmentList
 
 log = logging.getLogger("raftlog.storage")
 
 END_MARK = bytes(MIN_BLANK_LEN)
+RECENT_PAGES_BYTES = 16 << 20  # the newest log bytes kept mapped after a flush; older pages leave the RSS
 
 T = TypeVar("T")
 
@@ -168,7 +170,12 @@ class Store:
             self.meta = replace(self.meta, resetting=False)
             save_meta(self.data_dir, self.meta)
             notes.append("finished an interrupted reset of the log")
-        end, report = recover(self.data, self.index, self.meta, committed_index, salvage)
+        stop = clean_stop.take(self.data_dir)
+        end = clean_stop.trusted_end(stop, self.data_dir, self.data, self.index, self.meta) if stop else None
+        if end is not None and end.end_index >= committed_index:
+            report = RecoveryReport(notes=["closed cleanly: the log's end is known, no scan"])
+        else:
+            end, report = recover(self.data, self.index, self.meta, committed_index, salvage)
         report.notes[:0] = notes
         self.recovery = report
         self.end_index, self.end_term = end.end_index, end.end_term
@@ -192,15 +199,24 @@ class Store:
             self._periodic.cancel()
             await asyncio.gather(self._periodic, return_exceptions=True)
             self._periodic = None
+        clean = False
         try:
             async with self._lock:
                 if self._failed is None:
                     await self.flush()
+                    clean = True
                 await self._flusher.close()
         finally:
             if self._owns_io:
                 self._io.shutdown(wait=True)
-            self._release()
+            paths = [seg.path for seg in self.data.segments + self.index.segments]
+            self._close_files()
+            try:
+                if clean:  # the next open may skip the scan
+                    clean_stop.save(self.data_dir, LogEnd(self.end_index, self.end_term, self._end_chain,
+                                                          self._write_pos), self.meta.base_index, paths)
+            finally:
+                self._release()
 
     def _close_files(self) -> None:
         self.data.close()
@@ -607,7 +623,7 @@ class Store:
         if self._failed is not None:
             raise StorageError(f"a flush failed earlier ({self._failed})")
         dirty, self._dirty = self._dirty, set()
-        end, changes = self.end_index, self._changes
+        end, changes, write_pos = self.end_index, self._changes, self._write_pos
         self._truncated_to = end
         started = time.perf_counter()
         try:
@@ -620,6 +636,9 @@ class Store:
             raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)
+        if write_pos is not None:  # keep the newest RECENT_PAGES_BYTES mapped, for pushes and reads
+            self.data.release_pages(write_pos - RECENT_PAGES_BYTES)
+            self.index.release_pages((end + 1) * INDEX_RECORD_SIZE - RECENT_PAGES_BYTES)
         if self.on_flush is not None:
             self.on_flush(time.perf_counter() - started)
 

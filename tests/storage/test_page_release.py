@@ -1,0 +1,36 @@
+"""The log lives in the page cache, not in the node's memory: flushed pages leave the RSS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage import Store, StoreConfig
+
+MIB = 1 << 20
+
+
+def mapped_rss(path: Path) -> int:
+    """Bytes of `path`'s mapping resident in this process (from /proc/self/smaps)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(str(path)):
+            rss = next(entry for entry in lines[i + 1:] if entry.startswith("Rss:"))
+            return int(rss.split()[1]) * 1024
+    raise AssertionError(f"{path} is not mapped")
+
+
+async def test_flushed_pages_leave_the_rss_and_stay_readable(tmp_path: Path) -> None:
+    config = StoreConfig(data_file_size=256 * MIB, index_file_size=32 * MIB)
+    store = Store.open(tmp_path, config)
+    try:
+        bodies = [bytes([i % 256]) * 1000 for i in range(1000)]  # about 1 MiB a batch
+        for _ in range(100):
+            await store.append_as_leader(bodies, term=1)
+            await store.flush()
+        data_file = store.data.segments[0].path
+        assert store.write_pos is not None and store.write_pos > 90 * MIB
+        assert mapped_rss(data_file) <= 40 * MIB  # the newest 16 MiB, and up to a 16 MiB step not yet released
+        assert bytes(store.get(0).body) == bodies[0]  # released pages come back from the page cache
+        assert bytes(store.get(1999).body) == bodies[999]
+    finally:
+        await store.close()
