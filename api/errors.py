@@ -10,6 +10,8 @@ Every error answers `{"error": {"code": "<name>", "message": "...", "leader": "n
 
 from __future__ import annotations
 
+from starlette.responses import JSONResponse
+
 from raft.errors import RaftError
 from raft.messages import Code
 from storage.errors import (
@@ -57,6 +59,10 @@ class ApiError(Exception):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(RETRY_AFTER_S)} if self.code in RETRY_LATER else {}
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
 
 
 def bad_request(message: str) -> ApiError:

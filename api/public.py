@@ -22,9 +22,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
-from api.errors import ApiError, api_error, bad_request, too_large
+from api.errors import ApiError, api_error, bad_request, error_response, too_large
+from api.fast_path import EntryFastPath
 from api.metrics import CountRequests, NodeMetrics
 from api.schemas import (
     Appended,
@@ -96,31 +98,35 @@ def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str, raw_
                    "example": raw_example}}}}
 
 
-def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
-    app = FastAPI(title="raftlog", version=version("raftlog"), description=DESCRIPTION,
-                  docs_url="/docs", redoc_url=None, generate_unique_id_function=lambda route: route.name)
-    _install_error_handlers(app)
-    limits = service.limits
+class EntryHandlers:
+    """What the two hottest routes do, shared by their FastAPI routes and by api.fast_path."""
 
-    async def read_body(request: Request) -> bytes:
+    def __init__(self, service: LogService, metrics: NodeMetrics) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.limits = service.limits
+
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.limits.max_request_bytes
         length = request.headers.get("content-length")
         if length is not None and not length.isdigit():
             raise bad_request(f"Content-Length {length!r} is not a number")
-        if length is not None and int(length) > limits.max_request_bytes:
-            raise too_large(f"the request body is over max_request_bytes ({limits.max_request_bytes})")
+        if length is not None and int(length) > limit:
+            raise too_large(f"the request body is over max_request_bytes ({limit})")
         chunks, size = [], 0
         async for chunk in request.stream():
             size += len(chunk)
-            if size > limits.max_request_bytes:
-                raise too_large(f"the request body is over max_request_bytes ({limits.max_request_bytes})")
+            if size > limit:
+                raise too_large(f"the request body is over max_request_bytes ({limit})")
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def appending(bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
+    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
+        metrics = self.metrics
         started = time.perf_counter()
         try:
             bodies = await bodies_of()
-            answer = await service.append(bodies)
+            answer = await self.service.append(bodies)
         except ApiError as exc:
             metrics.append_requests.labels(exc.code.name).inc()
             raise
@@ -130,20 +136,42 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
         metrics.commit_latency.observe(time.perf_counter() - started)
         return answer
 
+    async def append_one(self, request: Request) -> JSONResponse:
+        async def bodies() -> list[bytes]:
+            data = await self.read_body(request)
+            if _is_json(request):
+                return [_decode_body(_parse(NewEntry, data))]
+            return [data]
+
+        answer = await self.appending(bodies)
+        return JSONResponse({"index": answer["first_index"], "term": answer["term"],
+                             "pos": answer["positions"][0], "leader": answer["leader"]}, status_code=201)
+
+    async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
+        entry = await self.service.get(index, linearizable)
+        if OCTETS in accept:
+            headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
+                       "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
+                       "X-Raftlog-Body-Crc": str(entry.body_crc)}
+            return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
+        return JSONResponse(entry_json(entry))
+
+
+def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
+    """The public API's routes, documented. Serve it behind `serve_public`, which counts requests
+    and answers the hottest forms without FastAPI's per-request work."""
+    app = FastAPI(title="raftlog", version=version("raftlog"), description=DESCRIPTION,
+                  docs_url="/docs", redoc_url=None, generate_unique_id_function=lambda route: route.name)
+    _install_error_handlers(app)
+    limits = service.limits
+    handlers = EntryHandlers(service, metrics)
+
     @app.post("/v1/entries", status_code=201, tags=["entries"], summary="Append one entry",
               responses={201: {"model": Appended, "description": "Committed"},
                          **errors(400, 413, 502, 503, 504, 507)},
               openapi_extra=body_content(NewEntry, OCTETS, "The entry's body, byte for byte", "hello"))
     async def append_entry(request: Request) -> JSONResponse:
-        async def bodies() -> list[bytes]:
-            data = await read_body(request)
-            if _is_json(request):
-                return [_decode_body(_parse(NewEntry, data))]
-            return [data]
-
-        answer = await appending(bodies)
-        return JSONResponse({"index": answer["first_index"], "term": answer["term"],
-                             "pos": answer["positions"][0], "leader": answer["leader"]}, status_code=201)
+        return await handlers.append_one(request)
 
     @app.post("/v1/entries/batch", status_code=201, tags=["entries"], summary="Append a batch, all or nothing",
               responses={201: {"model": BatchAppended, "description": "All committed"},
@@ -153,7 +181,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
                                          "\\x00\\x00\\x00\\x01a\\x00\\x00\\x00\\x01b"))
     async def append_batch(request: Request) -> JSONResponse:
         async def bodies() -> list[bytes]:
-            data = await read_body(request)
+            data = await handlers.read_body(request)
             if _is_json(request):
                 return [_decode_body(e) for e in _parse(NewBatch, data).entries]
             if _content_type(request) != BATCH_CONTENT_TYPE:
@@ -164,7 +192,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
             except BatchFormatError as exc:
                 raise bad_request(str(exc)) from None
 
-        return JSONResponse(await appending(bodies), status_code=201)
+        return JSONResponse(await handlers.appending(bodies), status_code=201)
 
     @app.get("/v1/entries/{index}", tags=["entries"], summary="Read one committed entry",
              responses={200: {"model": EntryOut, "description": "The entry; with `Accept: application/"
@@ -173,13 +201,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
                         **errors(400, 404, 410, 502, 503, 504)})
     async def get_entry(request: Request, index: int = Path(ge=0, examples=[42]),
                         consistency: Consistency = CONSISTENCY) -> Response:
-        entry = await service.get(index, consistency == "linearizable")
-        if OCTETS in request.headers.get("accept", ""):
-            headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
-                       "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
-                       "X-Raftlog-Body-Crc": str(entry.body_crc)}
-            return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
-        return JSONResponse(entry_json(entry))
+        return await handlers.get_one(index, consistency == "linearizable", request.headers.get("accept", ""))
 
     @app.get("/v1/entries", tags=["entries"], summary="Read consecutive committed entries",
              responses={200: {"model": EntryPage, "description": (
@@ -241,8 +263,12 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    app.add_middleware(CountRequests, metrics=metrics)
     return app
+
+
+def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics) -> ASGIApp:
+    """The ASGI app the client port serves: `app`, behind the fast path and the request counter."""
+    return CountRequests(EntryFastPath(app, EntryHandlers(service, metrics)), metrics)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -310,8 +336,7 @@ def _explain(errors: Any) -> str:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    def answer(error: ApiError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
+    answer = error_response
 
     async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
         return answer(api_error(exc))

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from api.metrics import NodeMetrics
 from api.peer_client import PeerClient
 from api.peer_routes import create_peer_app
-from api.public import create_public_app
+from api.public import create_public_app, serve_public
 from api.service import LogService
 from app.admin import install_admin_page
 from app.settings import NodeSettings
@@ -46,8 +46,9 @@ class Node:
         self.cleaner = CleanService(store, safe_index=self._safe_index)
         self.service = LogService(self.raft, self.peers, settings.api_limits(), client_url=settings.client_url,
                                   describe=self._describe)
-        self.public_app: FastAPI = create_public_app(self.service, self.metrics)
+        self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
         install_admin_page(self.public_app)
+        self.public_asgi = serve_public(self.public_app, self.service, self.metrics)  # what the client port serves
         self.peer_app: FastAPI = create_peer_app(self.raft, self.service)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,

@@ -120,7 +120,7 @@ async def serve(settings: NodeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = _Uvicorn(uvicorn.Config(node.public_app, log_level=settings.log_level, access_log=False,
+    client = _Uvicorn(uvicorn.Config(node.public_asgi, log_level=settings.log_level, access_log=False,
                                      lifespan="off", timeout_keep_alive=CLIENT_KEEP_ALIVE_S,
                                      timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False))
     node.start()

@@ -78,3 +78,33 @@ async def test_metrics_cover_what_an_operator_alerts_on(client: httpx.AsyncClien
     assert 'raftlog_http_requests_total{method="POST",route="/v1/entries",status="201"} 1.0' in text
     assert 'raftlog_http_requests_total{method="GET",route="/v1/entries/{index}",status="200"} 1.0' in text
     assert 'raftlog_role_changes_total{role="leader"} 1.0' in text
+
+
+async def test_hot_requests_skip_fastapi_and_answer_as_it_does(node: Node, client: httpx.AsyncClient) -> None:
+    """api.fast_path answers single appends and JSON gets; FastAPI answers the rest, the same way."""
+    fast_path = node.public_asgi.app
+    fastapi_app = fast_path.app
+    reached: list[str] = []
+
+    async def watched(scope, receive, send):  # type: ignore[no-untyped-def]
+        reached.append(f"{scope['method']} {scope['path']}?{scope['query_string'].decode()}")
+        await fastapi_app(scope, receive, send)
+
+    fast_path.app = watched
+    appended = await client.post("/v1/entries", content=b"fast")
+    assert appended.status_code == 201
+    index = appended.json()["index"]
+    for path in (f"/v1/entries/{index}", f"/v1/entries/{index + 1000}"):  # an entry, and a 404
+        for accept in ("application/json", "application/octet-stream"):
+            fast = await client.get(path, params={"consistency": "local"}, headers={"accept": accept})
+            slow = await client.get(path, params={"consistency": "local", "by": "fastapi"},
+                                    headers={"accept": accept})
+            assert (fast.status_code, fast.content) == (slow.status_code, slow.content)
+            assert {k: v for k, v in fast.headers.items() if k.startswith(("content-", "x-raftlog"))} == \
+                   {k: v for k, v in slow.headers.items() if k.startswith(("content-", "x-raftlog"))}
+    assert (await client.get(f"/v1/entries/{index}")).json()["body"] == "fast"
+    too_big = await client.post("/v1/entries", content=b"x" * (node.service.limits.max_request_bytes + 1))
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "UNEXPECTED_ARGUMENT"
+    assert (await client.get("/v1/entries/-1")).status_code == 400  # not digits: FastAPI's validation
+    assert reached == [f"GET /v1/entries/{i}?consistency=local&by=fastapi" for i in (index, index + 1000)
+                       for _ in range(2)] + ["GET /v1/entries/-1?"]
