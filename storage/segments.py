@@ -29,7 +29,7 @@ NAME_DIGITS = 20
 class Segment:
     """One mapped file. `view` is a writable memoryview of the whole mapping."""
 
-    __slots__ = ("fd", "mm", "path", "read_view", "released_to", "start", "view")
+    __slots__ = ("fd", "mm", "path", "read_view", "start", "view")
 
     def __init__(self, start: int, path: Path, fd: int, mm: mmap.mmap) -> None:
         self.start = start
@@ -38,7 +38,6 @@ class Segment:
         self.mm = mm
         self.view = memoryview(mm)
         self.read_view = self.view.toreadonly()  # what readers get slices of
-        self.released_to = 0  # pages below this offset were dropped from the process (release_pages)
 
     def close(self) -> None:
         """Unmap and close. Views handed out earlier keep the mapping alive until dropped."""
@@ -47,9 +46,6 @@ class Segment:
         with contextlib.suppress(BufferError):  # a caller holds a view: the mapping dies with it
             self.mm.close()
         os.close(self.fd)
-
-
-RELEASE_STEP_BYTES = 16 << 20
 
 
 def segment_name(start: int) -> str:
@@ -192,17 +188,18 @@ class SegmentList:
         for seg in self.reset():
             seg.close()
 
-    def release_pages(self, below: int) -> None:
-        """Drop this process's mapping of the pages below global offset `below`, in steps of
-        RELEASE_STEP_BYTES. They stay in the page cache (a later read maps them again), but
-        the log no longer counts in the node's RSS as it grows. Only for synced bytes:
-        a dropped dirty page of a shared mapping is kept, but not counted as written."""
+    def release_pages(self, start: int, end: int) -> None:
+        """Drop this process's mapping of the pages of global offsets start..end (rounded down to
+        pages). They stay in the page cache, where a later access finds them, so the log does not
+        count in the node's RSS. Safe for dirty pages too: the kernel keeps a shared file page's
+        dirt when it unmaps it, and the next fdatasync writes it."""
         for seg in self.segments:
-            upto = min(self.file_size, below - seg.start)
-            upto -= upto % mmap.PAGESIZE
-            if upto - seg.released_to >= RELEASE_STEP_BYTES or (upto == self.file_size > seg.released_to):
-                seg.mm.madvise(mmap.MADV_DONTNEED, seg.released_to, upto - seg.released_to)
-                seg.released_to = upto
+            lo = max(start, seg.start) - seg.start
+            hi = min(end, seg.start + self.file_size) - seg.start
+            lo -= lo % mmap.PAGESIZE
+            hi -= hi % mmap.PAGESIZE
+            if hi > lo:
+                seg.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def _map(self, start: int, path: Path) -> Segment:
         fd = os.open(path, os.O_RDWR)

@@ -64,7 +64,8 @@ from storage.segments import Segment, SegmentList
 log = logging.getLogger("raftlog.storage")
 
 END_MARK = bytes(MIN_BLANK_LEN)
-RECENT_PAGES_BYTES = 16 << 20  # the newest log bytes kept mapped after a flush; older pages leave the RSS
+RECENT_PAGES_BYTES = 16 << 20  # the newest log bytes kept mapped; older pages leave the RSS
+RELEASE_STEP_BYTES = 16 << 20  # after a flush, pages are unmapped once this many more are old enough
 
 T = TypeVar("T")
 
@@ -127,6 +128,7 @@ class Store:
         self._failed: BaseException | None = None  # a sync error: the page cache may have lost data
         self._owns_io = executor is None
         self._periodic: asyncio.Task[None] | None = None
+        self._released = (0, 0)  # data and index offsets below which flushes have unmapped the pages
         self.on_flush: Callable[[float], None] | None = None  # seconds of each sync round, for metrics
         self.on_damage: Callable[[int], None] | None = None  # the index of each damaged entry a read finds
 
@@ -410,7 +412,30 @@ class Store:
                 chain = None
                 continue
             chain = entry.chain_crc
+        if last >= start:  # the scrub walks the whole log: what it read leaves the RSS behind it
+            first, end = start * INDEX_RECORD_SIZE, (last + 1) * INDEX_RECORD_SIZE
+            first_pos = INDEX_RECORD.unpack_from(self.index.view(first, INDEX_RECORD_SIZE))[1]
+            _m, last_pos, last_size, _i, _t = INDEX_RECORD.unpack_from(self.index.view(end - INDEX_RECORD_SIZE,
+                                                                                       INDEX_RECORD_SIZE))
+            self._release_pages(first_pos, last_pos + last_size, first, end)  # unchecked records: at worst
+            # a damaged one unmaps other pages, which the next access maps again
         return Verified(max(start, last + 1), damaged, chain)
+
+    def _release_flushed(self) -> None:
+        """After a flush: unmap what the last release left, in steps of RELEASE_STEP_BYTES."""
+        data_from, index_from = self._released
+        data_to = (self._write_pos or 0) - RECENT_PAGES_BYTES
+        index_to = (self.end_index + 1) * INDEX_RECORD_SIZE - RECENT_PAGES_BYTES
+        if data_to - data_from >= RELEASE_STEP_BYTES or index_to - index_from >= RELEASE_STEP_BYTES:
+            self._release_pages(data_from, data_to, index_from, index_to)
+            self._released = (max(data_from, data_to), max(index_from, index_to))
+
+    def _release_pages(self, data_from: int, data_to: int, index_from: int, index_to: int) -> None:
+        """Unmap these data and index ranges (SegmentList.release_pages), but never the newest
+        RECENT_PAGES_BYTES of either, which pushes and reads keep using."""
+        self.data.release_pages(data_from, min(data_to, (self._write_pos or 0) - RECENT_PAGES_BYTES))
+        self.index.release_pages(index_from, min(index_to, (self.end_index + 1) * INDEX_RECORD_SIZE
+                                                 - RECENT_PAGES_BYTES))
 
     async def repair(self, index: int, raw: bytes) -> None:
         """Overwrite the damaged entry at `index` with `raw`, a replica's stored copy of it.
@@ -623,7 +648,7 @@ class Store:
         if self._failed is not None:
             raise StorageError(f"a flush failed earlier ({self._failed})")
         dirty, self._dirty = self._dirty, set()
-        end, changes, write_pos = self.end_index, self._changes, self._write_pos
+        end, changes = self.end_index, self._changes
         self._truncated_to = end
         started = time.perf_counter()
         try:
@@ -636,9 +661,7 @@ class Store:
             raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)
-        if write_pos is not None:  # keep the newest RECENT_PAGES_BYTES mapped, for pushes and reads
-            self.data.release_pages(write_pos - RECENT_PAGES_BYTES)
-            self.index.release_pages((end + 1) * INDEX_RECORD_SIZE - RECENT_PAGES_BYTES)
+        self._release_flushed()
         if self.on_flush is not None:
             self.on_flush(time.perf_counter() - started)
 
