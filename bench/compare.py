@@ -144,7 +144,8 @@ async def drive(send: Callable[[httpx.AsyncClient], Awaitable[int]], seconds: fl
         nonlocal done
         async with httpx.AsyncClient(timeout=30.0) as http:
             while time.monotonic() < deadline:
-                done += await send(http)
+                written = await send(http)  # not `done += await ...`: that reads `done` before the await
+                done += written
 
     started = time.monotonic()
     await asyncio.gather(*(client() for _ in range(clients)))
