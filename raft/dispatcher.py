@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("raftlog.raft.dispatcher")
 
 COMMIT_NOTICE_INTERVAL_S = 1.0  # DLedger's doCommit: at least this often when there is nothing to push
-# a new commit index waits this long for the next push to carry it before a COMMIT notice goes out
-# alone: under a stream of small appends that saves one RPC per push, and followers learn it 5 ms later
-COMMIT_NOTICE_DELAY_S = 0.005
 
 
 class DispatcherState(Enum):
@@ -74,7 +71,6 @@ class EntryDispatcher:
         self.epoch = 0  # bumped whenever in-flight pushes are written off
         self.peer_commit_index = -1  # the commit index the follower was last told
         self._last_notice = float("-inf")  # when the last COMMIT notice went out
-        self._last_push = float("-inf")  # when the last APPEND push went out
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
@@ -226,12 +222,8 @@ class EntryDispatcher:
             return
         if (self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max
                 or self.inflight_bytes >= self.config.push_inflight_bytes_max):
-            now = self.node.now()
             if not self.pending and (self.peer_commit_index < self.node.state.committed_index
-                                     or now - self._last_notice >= COMMIT_NOTICE_INTERVAL_S):
-                if now - self._last_push < COMMIT_NOTICE_DELAY_S:  # the next push may carry it
-                    await self._wait(COMMIT_NOTICE_DELAY_S)
-                    return
+                                     or self.node.now() - self._last_notice >= COMMIT_NOTICE_INTERVAL_S):
                 await self._commit_notice(term)  # also now and then: a follower may have restarted
                 return
             await self._wait(self.config.max_push_timeout_ms / 1000)
@@ -243,7 +235,7 @@ class EntryDispatcher:
             return
         request = self._request(term, PushType.APPEND, first_index=raw.first_index, count=raw.count,
                                 data=raw.data)
-        self.pending[raw.first_index] = self._last_push = self.node.now()
+        self.pending[raw.first_index] = self.node.now()
         self.write_index = raw.first_index + raw.count
         self.peer_commit_index = request.commit_index
         size = len(raw.data)
