@@ -11,20 +11,26 @@ FastAPI, which also documents both routes in openapi.yaml.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import api_error, error_response
+from api.errors import ApiError, api_error, error_response
+from raft.errors import RaftError
+from storage.errors import StorageError
 
 if TYPE_CHECKING:
     from api.public import EntryHandlers
 
+log = logging.getLogger("raftlog.api")
+
 ENTRIES = "/v1/entries"
 ENTRY_PREFIX = "/v1/entries/"
 CONSISTENCY = {b"": True, b"consistency=linearizable": True, b"consistency=local": False}
+INDEX_DIGITS_MAX = 18  # longer numbers go to FastAPI, whose validation answers them
 
 
 class EntryFastPath:
@@ -43,7 +49,8 @@ class EntryFastPath:
             if method == "GET" and path.startswith(ENTRY_PREFIX):
                 digits = path[len(ENTRY_PREFIX):]
                 linearizable = CONSISTENCY.get(scope["query_string"])
-                if digits.isdigit() and digits.isascii() and linearizable is not None:
+                plain = digits.isdigit() and digits.isascii() and len(digits) <= INDEX_DIGITS_MAX
+                if plain and linearizable is not None:
                     self._route(scope, ENTRY_PREFIX + "{index}")
                     accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), "")
                     await self._answer(self.handlers.get_one(int(digits), linearizable, accept), scope, receive,
@@ -56,6 +63,8 @@ class EntryFastPath:
         try:
             response = await handling
         except Exception as exc:  # every error has one shape, as in FastAPI's handlers
+            if not isinstance(exc, ApiError | RaftError | StorageError):
+                log.exception("unexpected error answering a request")  # as uvicorn logs FastAPI's
             response = error_response(api_error(exc))
         await response(scope, receive, send)
 

@@ -11,8 +11,9 @@ the last entry checks out; otherwise it scans as after a crash.
 A file changed after the close (damage done by hand or by a test, a copied or
 cut file) has a new mtime: `save` waits until the kernel's coarse clock, which
 stamps mtimes, has passed the files' mtimes, so that no later change can keep
-one. Damage that no mtime shows (a failing disk) is the scrub's to find, as in
-files older than the last three.
+one (on Linux filesystems that stamp mtimes finer than a second, as ext4, XFS
+and tmpfs do). Damage that no mtime shows (a failing disk) is the scrub's to
+find, as in files older than the last three.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ uncommitted ones: copy those if you keep them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -214,7 +215,7 @@ class Store:
             paths = [seg.path for seg in self.data.segments + self.index.segments]
             self._close_files()
             try:
-                if clean:  # the next open may skip the scan
+                if clean and self._failed is None:  # the next open may skip the scan
                     clean_stop.save(self.data_dir, LogEnd(self.end_index, self.end_term, self._end_chain,
                                                           self._write_pos), self.meta.base_index, paths)
             finally:
@@ -413,13 +414,18 @@ class Store:
                 continue
             chain = entry.chain_crc
         if last >= start:  # the scrub walks the whole log: what it read leaves the RSS behind it
-            first, end = start * INDEX_RECORD_SIZE, (last + 1) * INDEX_RECORD_SIZE
-            first_pos = INDEX_RECORD.unpack_from(self.index.view(first, INDEX_RECORD_SIZE))[1]
-            _m, last_pos, last_size, _i, _t = INDEX_RECORD.unpack_from(self.index.view(end - INDEX_RECORD_SIZE,
-                                                                                       INDEX_RECORD_SIZE))
-            self._release_pages(first_pos, last_pos + last_size, first, end)  # unchecked records: at worst
-            # a damaged one unmaps other pages, which the next access maps again
+            with contextlib.suppress(OSError):  # only memory is at stake
+                self._release_verified(start, last)
         return Verified(max(start, last + 1), damaged, chain)
+
+    def _release_verified(self, start: int, last: int) -> None:
+        """Unmap the entries start..last that the scrub has read. Their index records are not
+        checked here: a damaged one at worst unmaps other pages, which the next access maps again."""
+        first, end = start * INDEX_RECORD_SIZE, (last + 1) * INDEX_RECORD_SIZE
+        first_pos = INDEX_RECORD.unpack_from(self.index.view(first, INDEX_RECORD_SIZE))[1]
+        _m, last_pos, last_size, _i, _t = INDEX_RECORD.unpack_from(self.index.view(end - INDEX_RECORD_SIZE,
+                                                                                   INDEX_RECORD_SIZE))
+        self._release_pages(first_pos, last_pos + last_size, first, end)
 
     def _release_flushed(self) -> None:
         """After a flush: unmap what the last release left, in steps of RELEASE_STEP_BYTES."""
@@ -661,7 +667,10 @@ class Store:
             raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)
-        self._release_flushed()
+        try:
+            self._release_flushed()
+        except OSError as exc:  # only memory is at stake: the flush itself succeeded
+            log.warning("could not unmap flushed pages: %s", exc)
         if self.on_flush is not None:
             self.on_flush(time.perf_counter() - started)
 

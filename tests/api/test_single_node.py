@@ -106,5 +106,7 @@ async def test_hot_requests_skip_fastapi_and_answer_as_it_does(node: Node, clien
     too_big = await client.post("/v1/entries", content=b"x" * (node.service.limits.max_request_bytes + 1))
     assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "UNEXPECTED_ARGUMENT"
     assert (await client.get("/v1/entries/-1")).status_code == 400  # not digits: FastAPI's validation
+    huge = await client.get("/v1/entries/" + "9" * 5000)  # beyond Python's int parsing: FastAPI's validation too
+    assert huge.status_code == 400 and huge.json()["error"]["code"] == "UNEXPECTED_ARGUMENT"
     assert reached == [f"GET /v1/entries/{i}?consistency=local&by=fastapi" for i in (index, index + 1000)
-                       for _ in range(2)] + ["GET /v1/entries/-1?"]
+                       for _ in range(2)] + ["GET /v1/entries/-1?", f"GET /v1/entries/{'9' * 5000}?"]
