@@ -44,7 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cluster_bench.py
 	$(BIN)/python bench/pipeline_bench.py
 
-# raftlog against etcd and PySyncObj in one run (about 15 minutes): make compare [ARGS=--quick]
+# raftlog against etcd and PySyncObj in one run (about 17 minutes): make compare [ARGS=--quick]
 BENCH_STAMP := $(VENV)/.installed-bench
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,spark,bench]'
