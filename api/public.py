@@ -336,18 +336,16 @@ def _explain(errors: Any) -> str:
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    answer = error_response
-
     async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
-        return answer(api_error(exc))
+        return error_response(api_error(exc))
 
     async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return answer(bad_request(_explain(exc.errors())))
+        return error_response(bad_request(_explain(exc.errors())))
 
     async def on_http(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return answer(ApiError(Code.UNSUPPORTED, str(exc.detail), status=exc.status_code))
+        return error_response(ApiError(Code.UNSUPPORTED, str(exc.detail), status=exc.status_code))
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)

@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -54,23 +55,44 @@ def wrk(url: str, script: str, seconds: int, env: dict[str, str] | None = None,
     return report
 
 
-async def batch_appends(url: str, seconds: int) -> float:
-    payload = encode_bodies([BODY] * BATCH)
-    deadline = time.monotonic() + seconds
+Send = Callable[[httpx.AsyncClient], Awaitable[int]]
+
+
+async def drive(send: Send, clients: int, stop: Callable[[int], bool]) -> tuple[int, float]:
+    """`clients` loops of `send` (which returns the entries it wrote) until `stop(entries so far)`;
+    (entries written, seconds taken)."""
     done = 0
 
     async def client() -> None:
         nonlocal done
         async with httpx.AsyncClient(timeout=30.0) as http:
-            while time.monotonic() < deadline:
-                response = await http.post(f"{url}/v1/entries/batch", content=payload,
-                                           headers={"content-type": BATCH_CONTENT_TYPE})
-                response.raise_for_status()
-                done += BATCH
+            while not stop(done):
+                written = await send(http)  # not `done += await ...`: that reads `done` before the await
+                done += written
 
     started = time.monotonic()
-    await asyncio.gather(*(client() for _ in range(BATCH_CLIENTS)))
-    return done / (time.monotonic() - started)
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return done, time.monotonic() - started
+
+
+async def drive_for(send: Send, seconds: float, clients: int) -> float:
+    """Entries per second that `clients` loops of `send` achieve in `seconds`."""
+    deadline = time.monotonic() + seconds
+    done, elapsed = await drive(send, clients, lambda _done: time.monotonic() >= deadline)
+    return done / elapsed
+
+
+def raftlog_batch(url: str, size: int) -> Send:
+    """A sender of binary batches of `size` bodies of BODY."""
+    payload = encode_bodies([BODY] * size)
+
+    async def send(http: httpx.AsyncClient) -> int:
+        response = await http.post(f"{url}/v1/entries/batch", content=payload,
+                                   headers={"content-type": BATCH_CONTENT_TYPE})
+        response.raise_for_status()
+        return size
+
+    return send
 
 
 def one_round(seconds: int) -> dict[str, float]:
@@ -82,7 +104,7 @@ def one_round(seconds: int) -> dict[str, float]:
         leader = cluster.members[leader_id].client_url
         follower = next(m.client_url for m in cluster.members.values() if m.id != leader_id)
         single = wrk(f"{leader}/v1/entries", "wrk_append.lua", seconds)
-        eps = asyncio.run(batch_appends(leader, seconds))
+        eps = asyncio.run(drive_for(raftlog_batch(leader, BATCH), seconds, BATCH_CLIENTS))
         committed = httpx.get(f"{follower}/v1/cluster").json()["committed_index"]
         gets = wrk(follower, "wrk_get.lua", seconds, {"WRK_MAX_INDEX": str(committed)})
         return {

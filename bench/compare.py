@@ -37,17 +37,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-from cluster_bench import wrk  # this folder's siblings: run as `python bench/compare.py`
+from cluster_bench import (  # this folder's siblings: run as `python bench/compare.py`
+    Send,
+    drive,
+    drive_for,
+    raftlog_batch,
+    wrk,
+)
 from etcd_cluster import EtcdCluster, b64
 from pysyncobj_cluster import max_rate
 
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from app.launcher import LocalCluster
 
 HERE = Path(__file__).resolve().parent
@@ -135,36 +140,7 @@ def single_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, round
 # -- 2. batch appends ----------------------------------------------------------------------
 
 
-async def drive(send: Callable[[httpx.AsyncClient], Awaitable[int]], seconds: float, clients: int) -> float:
-    """Entries per second that `clients` loops of `send` (returning entries written) achieve."""
-    deadline = time.monotonic() + seconds
-    done = 0
-
-    async def client() -> None:
-        nonlocal done
-        async with httpx.AsyncClient(timeout=30.0) as http:
-            while time.monotonic() < deadline:
-                written = await send(http)  # not `done += await ...`: that reads `done` before the await
-                done += written
-
-    started = time.monotonic()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    return done / (time.monotonic() - started)
-
-
-def raftlog_batch(url: str, size: int) -> Callable[[httpx.AsyncClient], Awaitable[int]]:
-    payload = encode_bodies([BODY] * size)
-
-    async def send(http: httpx.AsyncClient) -> int:
-        response = await http.post(f"{url}/v1/entries/batch", content=payload,
-                                   headers={"content-type": BATCH_CONTENT_TYPE})
-        response.raise_for_status()
-        return size
-
-    return send
-
-
-def etcd_txn(url: str, size: int, key_prefix: str) -> Callable[[httpx.AsyncClient], Awaitable[int]]:
+def etcd_txn(url: str, size: int, key_prefix: str) -> Send:
     size = min(size, ETCD_TXN_OPS_MAX)
     value = b64(BODY)
     counter = 0
@@ -188,8 +164,8 @@ def batch_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, rounds
         for size in BATCHES:
             raftlog_leader, _ = raftlog_urls(raftlog)
             etcd_leader, _ = etcd_urls(etcd)
-            a = asyncio.run(drive(raftlog_batch(raftlog_leader, size), seconds, BATCH_CLIENTS))
-            b = asyncio.run(drive(etcd_txn(etcd_leader, size, f"b{round_}-{size}-"), seconds, BATCH_CLIENTS))
+            a = asyncio.run(drive_for(raftlog_batch(raftlog_leader, size), seconds, BATCH_CLIENTS))
+            b = asyncio.run(drive_for(etcd_txn(etcd_leader, size, f"b{round_}-{size}-"), seconds, BATCH_CLIENTS))
             runs["raftlog"].setdefault(size, []).append(a)
             runs["etcd"].setdefault(size, []).append(b)
             log(f"  batches of {size}: raftlog {a:,.0f} entries/s, etcd {b:,.0f} entries/s "
@@ -294,9 +270,9 @@ def rss_mb(pid: int) -> dict[str, float]:
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         name, _, value = line.partition(":")
-        if name in ("VmRSS", "RssAnon", "RssFile"):
+        if name in ("VmRSS", "RssAnon"):
             fields[name] = int(value.split()[0]) / 1024
-    return {"rss": fields["VmRSS"], "anon": fields["RssAnon"], "file": fields["RssFile"]}
+    return {"rss": fields["VmRSS"], "anon": fields["RssAnon"]}
 
 
 def raftlog_rss(cluster: LocalCluster) -> dict[str, float]:
@@ -305,31 +281,16 @@ def raftlog_rss(cluster: LocalCluster) -> dict[str, float]:
     return {"rss": max(s["rss"] for s in samples), "anon": max(s["anon"] for s in samples)}
 
 
-async def fill(url: str, entries: int) -> None:
-    """Append `entries` entries (rounded up to batches of 1000) from BATCH_CLIENTS clients."""
-    payload = encode_bodies([BODY] * 1000)
-    remaining = -(-entries // 1000)
-
-    async def client() -> None:
-        nonlocal remaining
-        async with httpx.AsyncClient(timeout=30.0) as http:
-            while remaining > 0:
-                remaining -= 1
-                response = await http.post(f"{url}/v1/entries/batch", content=payload,
-                                           headers={"content-type": BATCH_CONTENT_TYPE})
-                response.raise_for_status()
-
-    await asyncio.gather(*(client() for _ in range(BATCH_CLIENTS)))
-
-
 def long_log(cluster: LocalCluster, entries: int, log: Log) -> dict[str, Any]:
     """Append `entries`, sampling RSS as the log grows; then restart the cluster on that log."""
     leader, _ = raftlog_urls(cluster)
     step = -(-entries // RSS_SAMPLES)
     samples: list[dict[str, float]] = []
     started = time.monotonic()
-    for written in range(step, entries + step, step):
-        asyncio.run(fill(leader, step))
+    written = 0
+    while written < entries:
+        more, _ = asyncio.run(drive(raftlog_batch(leader, 1000), BATCH_CLIENTS, lambda done: done >= step))
+        written += more
         samples.append({"entries": written, **raftlog_rss(cluster)})
         log(f"  {written:,} entries: RSS {samples[-1]['rss']:,.0f} MiB, "
             f"of it anonymous (Python objects) {samples[-1]['anon']:,.0f} MiB")
@@ -385,6 +346,7 @@ def figures(single: dict[str, dict[int, dict[str, float]]], batch: dict[str, dic
         "log_gib": long["log_gib"],
         "rss_mb_10m": rss[-1],
         "rss_mb_first_sample": rss[0],
+        "rss_first_sample_entries": long["samples"][0]["entries"],
         "rss_anon_mb_10m": anon[-1],
         "rss_anon_mb_first_sample": anon[0],
         "long_log_entries": long["samples"][-1]["entries"],
@@ -426,7 +388,7 @@ def print_table(result: dict[str, Any]) -> None:
     print(row("raftlog batch entries/s / PySyncObj max rps", result["batch_append_eps"], result["pysyncobj_max_rps"]))
     print(row(f"restart s, {result['log_gib']:.2f} GiB of log, until served", result["restart_s_1gib"], fmt=",.2f"))
     print(row("  until every process answers HTTP", result["restart_answering_s"], fmt=",.2f"))
-    first = result["long_log_entries"] // RSS_SAMPLES
+    first = result["rss_first_sample_entries"]
     print(row(f"RSS MiB after {first:,} entries", result["rss_mb_first_sample"]))
     print(row(f"RSS MiB after {result['long_log_entries']:,} entries", result["rss_mb_10m"]))
     print(row("  of it anonymous (Python objects)", result["rss_anon_mb_10m"]))
