@@ -27,6 +27,8 @@ STATUS = {
     Code.UNEXPECTED_ARGUMENT: 400,
     Code.REQUEST_WITH_EMPTY_BODYS: 400,
     Code.UNKNOWN_MEMBER: 400,
+    Code.UNAUTHENTICATED: 401,
+    Code.PERMISSION_DENIED: 403,
     Code.INDEX_OUT_OF_RANGE: 404,
     Code.FALL_BEHIND_TOO_MUCH: 409,
     Code.INDEX_LESS_THAN_LOCAL_BEGIN: 410,
@@ -37,6 +39,7 @@ STATUS = {
     Code.LEADER_PENDING_FULL: 503,
     Code.LEADER_TRANSFERRING: 503,
     Code.LEADER_NOT_READY: 503,
+    Code.SERVER_BUSY: 503,
     Code.TIMEOUT: 504,
     Code.WAIT_QUORUM_ACK_TIMEOUT: 504,
     Code.TERM_CHANGED: 504,  # leadership was lost after the entry was written: it may still commit

@@ -40,6 +40,9 @@ class NodeMetrics:
                                        buckets=LATENCY_BUCKETS, registry=r)
         self.http_requests = Counter("raftlog_http_requests", "Public API requests, by route, method and status",
                                      ["route", "method", "status"], registry=r)
+        self.auth_failures = Counter("raftlog_auth_failures", "Calls refused for missing or wrong credentials, "
+                                     "by port (client, peer) and reason (missing, invalid, forbidden)",
+                                     ["port", "reason"], registry=r)
         self.loop_lag = Histogram("raftlog_event_loop_lag_seconds",
                                   "How late the node's event loop wakes a 50 ms timer", buckets=LATENCY_BUCKETS,
                                   registry=r)

@@ -1,5 +1,6 @@
-"""The peer client: raft's Transport over HTTP/2 cleartext (prior knowledge), and the
-calls a node's public API makes to its peers (forwarded appends, read index, status).
+"""The peer client: raft's Transport over HTTP/2 (cleartext with prior knowledge, or mutual
+TLS with ALPN), and the calls a node's public API makes to its peers (forwarded appends,
+read index, status). Every call carries the cluster secret, when there is one.
 
 Per peer there are two connections, so a large body never waits behind, or
 delays, a heartbeat: `control` for votes, heartbeats, transfers and small API
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
@@ -50,15 +52,18 @@ PEER_ERROR_STATUS = 409  # a peer route's answer that is an error of the call, n
 
 class PeerClient:
     def __init__(self, self_id: str, peers: Sequence[Peer], *, rpc_timeout_ms: int,
-                 push_timeout_ms: int, wait_timeout_ms: int,
+                 push_timeout_ms: int, wait_timeout_ms: int, secret: bytes | None = None,
+                 tls: ssl.SSLContext | None = None,
                  on_push: Callable[[str, float, int], None] | None = None) -> None:
         self.self_id = self_id
+        self._headers = {"authorization": f"Bearer {secret.decode()}"} if secret else {}  # h2 never indexes it
+        self._tls = tls
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
         self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
         self.addresses = {p.id: p.address for p in peers if p.id != self_id}
         self._timeouts_ms = (rpc_timeout_ms, push_timeout_ms)  # control, data
-        self._control = {peer: _client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
-        self._data = {peer: _client(address, push_timeout_ms) for peer, address in self.addresses.items()}
+        self._control = {peer: self._client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
+        self._data = {peer: self._client(address, push_timeout_ms) for peer, address in self.addresses.items()}
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
         self._answered: dict[tuple[str, str], float] = {}  # ... over each of its two connections
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
@@ -170,6 +175,12 @@ class PeerClient:
         self._answered[(peer_id, "data" if client is self._data.get(peer_id) else "control")] = now
         return response
 
+    def _client(self, address: str, timeout_ms: int) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=f"{'https' if self._tls else 'http'}://{address}", http1=False, http2=True,
+            verify=self._tls or False, headers=self._headers, timeout=timeout_ms / 1000,
+            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1), trust_env=False)
+
     def _note_failure(self, peer_id: str, path: str, exc: Exception, client: httpx.AsyncClient) -> None:
         """A connection that has not carried an answer for RECONNECT_AFTER_S is replaced: after a partition
         heals, an HTTP/2 connection whose calls all timed out can stay wedged while the peer is back (and
@@ -181,7 +192,7 @@ class PeerClient:
         if (pool.get(peer_id) is client and now - self._answered.get(key, self._started) >= RECONNECT_AFTER_S
                 and now - self._reconnected.get(key, -RECONNECT_AFTER_S) >= RECONNECT_AFTER_S):
             self._reconnected[key] = now
-            pool[peer_id] = _client(self.addresses[peer_id], self._timeouts_ms[pool is self._data])
+            pool[peer_id] = self._client(self.addresses[peer_id], self._timeouts_ms[pool is self._data])
             task = asyncio.get_running_loop().create_task(_close(client))
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
@@ -212,10 +223,6 @@ def _peer_error(answer: Any) -> ApiError | None:
         return None
 
 
-def _client(address: str, timeout_ms: int) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=f"http://{address}", http1=False, http2=True, timeout=timeout_ms / 1000,
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1), trust_env=False)
 
 
 async def _chunks(parts: list[bytes]) -> AsyncIterator[bytes]:

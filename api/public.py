@@ -24,9 +24,11 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
+from api.auth import AuthFailures, ClientAuth, Tokens
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
-from api.errors import ApiError, api_error, bad_request, error_response, too_large
+from api.errors import ApiError, api_error, bad_request, error_response
 from api.fast_path import EntryFastPath
+from api.limits import RequestLimits
 from api.metrics import CountRequests, NodeMetrics
 from api.schemas import (
     Appended,
@@ -106,20 +108,10 @@ class EntryHandlers:
         self.metrics = metrics
         self.limits = service.limits
 
-    async def read_body(self, request: Request) -> bytes:
-        limit = self.limits.max_request_bytes
-        length = request.headers.get("content-length")
-        if length is not None and not length.isdigit():
-            raise bad_request(f"Content-Length {length!r} is not a number")
-        if length is not None and int(length) > limit:
-            raise too_large(f"the request body is over max_request_bytes ({limit})")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large(f"the request body is over max_request_bytes ({limit})")
-            chunks.append(chunk)
-        return b"".join(chunks)
+    @staticmethod
+    async def read_body(request: Request) -> bytes:
+        """The whole body; api.limits.RequestLimits bounds its size as it arrives."""
+        return b"".join([chunk async for chunk in request.stream()])
 
     async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
         metrics = self.metrics
@@ -266,9 +258,17 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
     return app
 
 
-def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics) -> ASGIApp:
-    """The ASGI app the client port serves: `app`, behind the fast path and the request counter."""
-    return CountRequests(EntryFastPath(app, EntryHandlers(service, metrics)), metrics)
+def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens: Tokens | None) -> ASGIApp:
+    """The ASGI app the client port serves: `app` behind the fast path, the token check (when there
+    are tokens), the limits and the request counter."""
+    served: ASGIApp = EntryFastPath(app, EntryHandlers(service, metrics))
+    if tokens is not None:
+        served = ClientAuth(served, tokens, AuthFailures(metrics.auth_failures, "client"))
+    limits = service.limits
+    served = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
+                           max_request_bytes=limits.max_request_bytes,
+                           max_inflight_body_bytes=limits.max_inflight_body_bytes)
+    return CountRequests(served, metrics)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -35,6 +35,10 @@ class ApiLimits:
     range_limit_max: int = 1000  # entries in one JSON page of a range read
     range_bytes_max: int = 4 << 20  # raw log bytes in one page or streamed chunk (at least one entry)
     read_wait_ms: int = 2500  # how long a linearizable read waits for the local log to catch up
+    max_inflight_requests: int = 1024  # client requests at once; beyond, 503 SERVER_BUSY (health checks exempt)
+    max_inflight_body_bytes: int = 256 << 20  # request body bytes held at once, all requests together
+    request_read_timeout_ms: int = 30_000  # a request's line, headers and body must arrive within this
+    max_header_bytes: int = 64 << 10  # a request's line and headers together
 
 
 class RawRead(NamedTuple):

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp
 
+from api.auth import AuthFailures, PeerAuth
 from api.metrics import NodeMetrics
 from api.peer_client import PeerClient
 from api.peer_routes import create_peer_app
@@ -33,9 +35,11 @@ class Node:
         self.store = store
         state = checkpoint.load(store.end_index)
         config = settings.raft_config()
+        secret = settings.secret()
         self.peers = PeerClient(config.self_id, config.peers, rpc_timeout_ms=config.rpc_timeout_ms,
                                 push_timeout_ms=config.max_push_timeout_ms,
-                                wait_timeout_ms=config.max_wait_ack_ms + config.rpc_timeout_ms)
+                                wait_timeout_ms=config.max_wait_ack_ms + config.rpc_timeout_ms,
+                                secret=secret, tls=settings.peer_tls_client())
         self.raft = RaftNode(config, store, checkpoint, self.peers, term=state.current_term,
                              voted_for=state.voted_for, committed_index=state.committed_index,
                              applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None)
@@ -48,8 +52,11 @@ class Node:
                                   describe=self._describe)
         self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
         install_admin_page(self.public_app)
-        self.public_asgi = serve_public(self.public_app, self.service, self.metrics)  # what the client port serves
+        self.public_asgi = serve_public(self.public_app, self.service, self.metrics,  # what the client port serves
+                                        settings.client_tokens())
         self.peer_app: FastAPI = create_peer_app(self.raft, self.service)
+        self.peer_asgi: ASGIApp = (self.peer_app if secret is None else  # what the peer port serves
+                                   PeerAuth(self.peer_app, secret, AuthFailures(self.metrics.auth_failures, "peer")))
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
                  "".join(f"; {note}" for note in store.recovery.notes))

@@ -1,5 +1,5 @@
-"""Run one node: the public API on uvicorn (HTTP/1.1) and the peer routes on hypercorn
-(HTTP/2 cleartext, prior knowledge), both in the node's one event loop (uvloop).
+"""Run one node: the public API on uvicorn (HTTP/1.1, or HTTPS) and the peer routes on hypercorn
+(HTTP/2 cleartext with prior knowledge, or over mutual TLS), both in the node's one event loop (uvloop).
 
 Both ports are bound before anything else starts, so a port in use fails at
 once with one clear line. SIGTERM and SIGINT stop the node cleanly: servers
@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import socket
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.protocol.h2 import H2Protocol
 
+from app.client_protocol import guarded_protocol
 from app.logs import configure_logging
 from app.node import Node
 from app.settings import NodeSettings, SettingsError
@@ -85,20 +87,27 @@ def widen_h2_windows() -> None:
     H2Protocol.initiate = initiate_wide  # type: ignore[method-assign]
 
 
-def peer_server_config(sock: socket.socket, log_level: str) -> HypercornConfig:
-    """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network).
+def peer_server_config(sock: socket.socket, settings: NodeSettings) -> HypercornConfig:
+    """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network);
+    with mutual TLS when the settings give the peer certificates.
 
     hypercorn takes the socket over (and closes it when it stops).
     """
     widen_h2_windows()
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
+    if settings.peer_tls_cert is not None:
+        config.certfile, config.keyfile = str(settings.peer_tls_cert), str(settings.peer_tls_key)
+        config.ca_certs = str(settings.peer_tls_ca)
+        config.verify_mode = ssl.CERT_REQUIRED
+        config.alpn_protocols = ["h2"]
     config.keep_alive_max_requests = 2**62  # default 1000: a peer connection would close every second
     config.keep_alive_timeout = PEER_KEEP_ALIVE_S
+    config.read_timeout = PEER_KEEP_ALIVE_S  # a connection silent this long is closed, even mid-request
     config.h2_max_concurrent_streams = PEER_STREAMS_MAX
     config.h2_max_inbound_frame_size = 1 << 20
     config.accesslog = None
-    config.loglevel = log_level.upper()
+    config.loglevel = settings.log_level.upper()
     config.graceful_timeout = 1
     return config
 
@@ -120,13 +129,16 @@ async def serve(settings: NodeSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = _Uvicorn(uvicorn.Config(node.public_asgi, log_level=settings.log_level, access_log=False,
-                                     lifespan="off", timeout_keep_alive=CLIENT_KEEP_ALIVE_S,
-                                     timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False))
+    limits = settings.api_limits()
+    client = _Uvicorn(uvicorn.Config(
+        node.public_asgi, log_level=settings.log_level, access_log=False, lifespan="off",
+        timeout_keep_alive=CLIENT_KEEP_ALIVE_S, timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False,
+        http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes),
+        **settings.client_tls()))
     node.start()
     client_task = asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server")
     peer_task = asyncio.create_task(hypercorn_serve(
-        node.peer_app, peer_server_config(peer_sock, settings.log_level), shutdown_trigger=peer_stop.wait,
+        node.peer_asgi, peer_server_config(peer_sock, settings), shutdown_trigger=peer_stop.wait,
         mode="asgi"), name="peer-server")
     log.info("%s: client API %s, peer port %s:%d", settings.id, settings.client_url, *settings.peer_address)
     try:

@@ -10,10 +10,12 @@ all together and raises SettingsError with one line that says what is wrong.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import ssl
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
-from pydantic import ValidationError, create_model
+from pydantic import SecretStr, ValidationError, create_model
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -21,6 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens
 from api.service import ApiLimits
 from raft.config import RaftConfig, parse_peers
 from storage.codec import HEADER_SIZE
@@ -50,6 +53,18 @@ class NodeSettings(BaseSettings):
     repair_from_peers: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
+    # security (README, Security): off only when every listener and peer is on loopback
+    cluster_secret: SecretStr | None = None  # proof of membership on every peer call; same on every member
+    cluster_secret_file: Path | None = None  # ... or read from this file
+    tokens: SecretStr | None = None  # client API tokens: role:token, comma-separated (role: reader/writer/admin)
+    tokens_file: Path | None = None  # ... or one role:token per line in this file
+    insecure: bool = False  # start without a secret or tokens on non-loopback addresses
+    client_tls_cert: Path | None = None  # HTTPS on the client port: certificate chain (PEM)
+    client_tls_key: Path | None = None  # ... and its private key
+    client_tls_ca: Path | None = None  # ... and, to require client certificates, the CA that signs them
+    peer_tls_cert: Path | None = None  # mutual TLS on the peer port: this member's certificate (PEM)
+    peer_tls_key: Path | None = None  # ... its private key
+    peer_tls_ca: Path | None = None  # ... and the CA that signs every member's certificate
 
     toml_file: Path | None = None  # where the TOML settings came from, if anywhere
 
@@ -97,7 +112,93 @@ class NodeSettings(BaseSettings):
         host = self.client_host
         if host in ("0.0.0.0", "::", ""):
             host = self.peer_address[0] if self.peer_host is None else "127.0.0.1"
-        return f"http://{host}:{self.client_port}"
+        return f"{'https' if self.client_tls_cert else 'http'}://{host}:{self.client_port}"
+
+    # -- security --------------------------------------------------------------------------
+
+    def secret(self) -> bytes | None:
+        """The cluster secret, from the setting or its file; None: peer calls are not checked."""
+        if self.cluster_secret is not None:
+            value, source = self.cluster_secret.get_secret_value(), "cluster_secret"
+        elif self.cluster_secret_file is not None:
+            value, source = _read(self.cluster_secret_file, "cluster_secret_file"), str(self.cluster_secret_file)
+        else:
+            return None
+        value = value.strip()
+        if len(value) < TOKEN_CHARS_MIN:
+            raise SettingsError(f"{source}: the cluster secret must have at least {TOKEN_CHARS_MIN} characters")
+        return value.encode()
+
+    def client_tokens(self) -> Tokens | None:
+        """The client API's tokens; None: the client port does not check tokens."""
+        parts = []
+        try:
+            if self.tokens is not None:
+                parts.append(Tokens.parse(self.tokens.get_secret_value(), "tokens"))
+            if self.tokens_file is not None:
+                parts.append(Tokens.parse(_read(self.tokens_file, "tokens_file"), str(self.tokens_file)))
+        except TokenError as exc:
+            raise SettingsError(str(exc)) from None
+        tokens = Tokens.merge(parts)
+        if parts and not tokens.roles:
+            raise SettingsError("tokens: no token given")
+        return tokens if parts else None
+
+    def client_tls(self) -> dict[str, Any]:
+        """uvicorn's certificate options for the client port (empty: plain HTTP)."""
+        if self.client_tls_cert is None:
+            return {}
+        options: dict[str, Any] = {"ssl_certfile": str(self.client_tls_cert),
+                                   "ssl_keyfile": str(self.client_tls_key)}
+        if self.client_tls_ca is not None:
+            options.update(ssl_ca_certs=str(self.client_tls_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+        return options
+
+    def peer_tls_client(self) -> ssl.SSLContext | None:
+        """How this member calls its peers under mutual TLS: it checks theirs, and shows its own."""
+        if self.peer_tls_cert is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.peer_tls_ca))
+        context.load_cert_chain(str(self.peer_tls_cert), str(self.peer_tls_key))
+        context.set_alpn_protocols(["h2"])
+        return context
+
+    def _check_security(self) -> None:
+        for cert, key, what in ((self.client_tls_cert, self.client_tls_key, "client_tls"),
+                                (self.peer_tls_cert, self.peer_tls_key, "peer_tls")):
+            if (cert is None) != (key is None):
+                raise SettingsError(f"{what}_cert and {what}_key go together")
+        if self.client_tls_ca is not None and self.client_tls_cert is None:
+            raise SettingsError("client_tls_ca needs client_tls_cert and client_tls_key")
+        if (self.peer_tls_cert is None) != (self.peer_tls_ca is None):
+            raise SettingsError("mutual TLS on the peer port needs peer_tls_cert, peer_tls_key and peer_tls_ca")
+        for name in ("client_tls_cert", "client_tls_key", "client_tls_ca", "peer_tls_cert", "peer_tls_key",
+                     "peer_tls_ca"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise SettingsError(f"{name}: {path} is not a file")
+        try:
+            self.peer_tls_client()
+            if self.client_tls_cert is not None:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    str(self.client_tls_cert), str(self.client_tls_key))
+        except ssl.SSLError as exc:
+            raise SettingsError(f"TLS settings: {exc}") from None
+        secret, tokens = self.secret(), self.client_tokens()
+        if self.insecure:
+            return
+        remote_peers = [f"{p.id}-{p.address}" for p in parse_peers(self.peers)
+                        if not is_loopback(p.address.rpartition(":")[0])]
+        if not is_loopback(self.peer_address[0]):
+            remote_peers.append(f"this member's peer port on {self.peer_address[0]}")
+        if remote_peers and secret is None:
+            raise SettingsError(f"peers beyond loopback ({', '.join(remote_peers)}) need cluster_secret or "
+                                f"cluster_secret_file (or insecure=true to run without)")
+        listeners = [f"client port on {self.client_host}"] if not is_loopback(self.client_host) else []
+        if (listeners or remote_peers) and tokens is None:
+            where = ", ".join(listeners + remote_peers)
+            raise SettingsError(f"listening beyond loopback ({where}) needs client tokens: tokens or tokens_file "
+                                f"(or insecure=true to run without)")
 
     def check(self) -> None:
         """Build every layer's configuration once: the first bad value raises SettingsError."""
@@ -114,9 +215,30 @@ class NodeSettings(BaseSettings):
             port = peer.address.rpartition(":")[2]
             if not port.isdigit() or not 0 < int(port) < 65536:
                 raise SettingsError(f"peer {peer.id}: {port!r} in {peer.address!r} is not a TCP port number")
+        if self.max_inflight_body_bytes < self.max_request_bytes:
+            raise SettingsError(f"max_inflight_body_bytes {self.max_inflight_body_bytes} is below max_request_bytes "
+                                f"{self.max_request_bytes}: a request of the largest size could never be taken")
+        self._check_security()
         if self.max_entry_bytes + HEADER_SIZE > self.store_config().max_entry_size:
             raise SettingsError(f"max_entry_bytes {self.max_entry_bytes} does not fit in a data file "
                                 f"of data_file_size {self.data_file_size}")
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
+
+
+def _read(path: Path, setting: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{setting}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _derived_fields() -> dict[str, Any]:

@@ -44,6 +44,10 @@ class Code(IntEnum):
     LEADER_NOT_READY = 505
     LEADER_TRANSFERRING = 506
     PUSH_REQUEST_IS_FULL = 507  # the older pusher's follower queue-full answer
+    # raftlog's own, beyond DLedger's table: the public API's security and limits
+    UNAUTHENTICATED = 601  # no credentials, or unknown ones
+    PERMISSION_DENIED = 602  # a token whose role is too low, or a wrong cluster secret
+    SERVER_BUSY = 603  # too many requests, or request bytes, in flight on this member
 
 
 class Role(Enum):

@@ -16,6 +16,7 @@ from api.peer_client import RECONNECT_AFTER_S, PeerClient
 from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push
 from app.launcher import free_ports
 from app.server import bind, peer_server_config
+from app.settings import load_settings
 from raft.config import Peer
 from raft.messages import (
     Code,
@@ -72,7 +73,8 @@ async def running(app: ASGIApp) -> AsyncIterator[str]:
     (port,) = free_ports(1)
     sock = bind("127.0.0.1", port, "peer")
     stop = asyncio.Event()
-    task = asyncio.create_task(serve(app, peer_server_config(sock, "warning"), shutdown_trigger=stop.wait))
+    config = peer_server_config(sock, load_settings({"log_level": "warning"}))
+    task = asyncio.create_task(serve(app, config, shutdown_trigger=stop.wait))
     try:
         yield f"127.0.0.1:{port}"
     finally:
