@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -56,6 +56,13 @@ class NodeMetrics:
             started = loop.time()
             await asyncio.sleep(interval_s)
             self.loop_lag.observe(max(loop.time() - started - interval_s, 0.0))
+
+    def watch_limits(self, requests: Callable[[], float], body_bytes: Callable[[], float]) -> None:
+        """Gauges of what api.limits.RequestLimits holds, read at scrape time."""
+        Gauge("raftlog_inflight_requests", "Client requests being served (max_inflight_requests)",
+              registry=self.registry).set_function(requests)
+        Gauge("raftlog_inflight_body_bytes", "Request body bytes held (max_inflight_body_bytes)",
+              registry=self.registry).set_function(body_bytes)
 
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self.push_latency.labels(peer).observe(seconds)

@@ -265,10 +265,11 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
     if tokens is not None:
         served = ClientAuth(served, tokens, AuthFailures(metrics.auth_failures, "client"))
     limits = service.limits
-    served = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
-                           max_request_bytes=limits.max_request_bytes,
-                           max_inflight_body_bytes=limits.max_inflight_body_bytes)
-    return CountRequests(served, metrics)
+    bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
+                            max_request_bytes=limits.max_request_bytes,
+                            max_inflight_body_bytes=limits.max_inflight_body_bytes)
+    metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes)
+    return CountRequests(bounded, metrics)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -41,10 +42,11 @@ class Member:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = field(default=None, repr=False)
+    scheme: str = "http"
 
     @property
     def client_url(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def running(self) -> bool:
@@ -81,7 +83,7 @@ def free_ports(count: int) -> list[int]:
 class LocalCluster:
     def __init__(self, data_root: Path, nodes: int = 3, *, client_ports: list[int] | None = None,
                  peer_ports: list[int] | None = None, settings: dict[str, Any] | None = None,
-                 learners: int = 0) -> None:
+                 learners: int = 0, verify: ssl.SSLContext | bool = True) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.data_root = Path(data_root)
@@ -89,9 +91,11 @@ class LocalCluster:
             ports = free_ports(2 * nodes)  # in one call: no port handed out twice
             client_ports, peer_ports = client_ports or ports[:nodes], peer_ports or ports[nodes:]
         self.settings = settings or {}
+        self.verify = verify  # how the launcher's own calls check HTTPS client ports
+        scheme = "https" if self.settings.get("client_tls_cert") else "http"
         self.members = {
             f"n{i + 1}": Member(f"n{i + 1}", client_ports[i], peer_ports[i], self.data_root / f"n{i + 1}",
-                                self.data_root / f"n{i + 1}.log")
+                                self.data_root / f"n{i + 1}.log", scheme=scheme)
             for i in range(nodes)}
         learner_ids = set(list(self.members)[nodes - learners:]) if learners else set()
         self.peers = ";".join(f"{m.id}-127.0.0.1:{m.peer_port}{'@learner' if m.id in learner_ids else ''}"
@@ -193,10 +197,9 @@ class LocalCluster:
                 raise TimeoutError(f"timed out waiting for {what}")
             time.sleep(POLL_S)
 
-    @staticmethod
-    def _get(member: Member, path: str) -> dict[str, Any] | None:
+    def _get(self, member: Member, path: str) -> dict[str, Any] | None:
         try:
-            return httpx.get(member.client_url + path, timeout=1.0).json()
+            return httpx.get(member.client_url + path, timeout=1.0, verify=self.verify).json()
         except (httpx.HTTPError, ValueError):
             return None
 

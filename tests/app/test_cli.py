@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from api.auth import Role
 from app.launcher import SMALL_FILES, free_ports
+from app.settings import load_settings
 from tests.processes import ClusterFactory, free_port_run
 
 
@@ -37,11 +39,38 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"client-port": "many"}, "setting client_port"),
     ({"peers": "n1-127.0.0.1:70000"}, "'70000' in '127.0.0.1:70000' is not a TCP port number"),
     ({"max-entry-bytes": str(2 << 30)}, "does not fit in a data file"),
+    ({"peers": "n1-127.0.0.1:1;n2-10.9.8.7:9001;n3-db3.example:9001"},
+     "peers beyond loopback (n2-10.9.8.7:9001, n3-db3.example:9001) need cluster_secret"),
+    ({"peers": "n1-127.0.0.1:1;n2-10.9.8.7:9001", "cluster-secret": "s" * 16}, "needs client tokens"),
+    ({"client-host": "0.0.0.0"}, "listening beyond loopback (client port on 0.0.0.0) needs client tokens"),
+    ({"cluster-secret": "short"}, "the cluster secret must have at least 16 characters"),
+    ({"cluster-secret-file": "/nonexistent/secret"}, "cluster_secret_file: cannot read /nonexistent/secret"),
+    ({"tokens": "reader:short"}, "tokens, entry 1: the token must have at least 16 characters"),
+    ({"tokens": "reader:" + "r" * 16 + ",king:" + "k" * 16}, "tokens, entry 2: expected role:token"),
+    ({"client-tls-cert": "/nonexistent/cert.pem"}, "client_tls_cert and client_tls_key go together"),
+    ({"peer-tls-cert": "/x.pem", "peer-tls-key": "/x.key"}, "needs peer_tls_cert, peer_tls_key and peer_tls_ca"),
+    ({"client-tls-cert": "/x.pem", "client-tls-key": "/x.key"}, "client_tls_cert: /x.pem is not a file"),
+    ({"max-inflight-body-bytes": "10"}, "max_inflight_body_bytes 10 is below max_request_bytes"),
 ])
 def test_bad_settings_fail_at_start_with_one_line(tmp_path: Path, overrides: dict[str, str], message: str) -> None:
     result = raftlog(*serve_args(tmp_path, **overrides))
     assert result.returncode == 2
     assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = {"peers": "n1-127.0.0.1:9001;n2-10.9.8.7:9001", "client_host": "0.0.0.0"}
+    tokens_file = tmp_path / "tokens"
+    tokens_file.write_text("# role:token\nwriter:" + "w" * 20 + "\n\nadmin:" + "a" * 20 + "  # ops\n")
+    secured = load_settings({**remote, "cluster_secret": "s" * 20, "tokens_file": str(tokens_file)})
+    tokens = secured.client_tokens()
+    assert tokens is not None and tokens.role_of(b"w" * 20) is Role.WRITER and tokens.role_of(b"a" * 20) is Role.ADMIN
+    assert tokens.role_of(b"s" * 20) is None and secured.secret() == b"s" * 20
+    assert "s" * 20 not in repr(secured) and "s" * 20 not in str(secured.model_dump())  # never printed
+    assert load_settings({**remote, "insecure": True}).secret() is None
+    monkeypatch.setenv("RAFTLOG_TOKENS", "reader:" + "r" * 16)
+    assert load_settings().client_tokens().role_of(b"r" * 16) is Role.READER  # type: ignore[union-attr]
 
 
 def test_a_port_in_use_fails_at_start(tmp_path: Path) -> None:

@@ -1,0 +1,180 @@
+"""Client tokens with roles and the cluster secret, on a real 3-node cluster: each route with no,
+a wrong, and each role's token; peer calls without or with a wrong secret change nothing; refusals
+are counted and logged without the credentials."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from api.peer_codec import encode_message
+from app.launcher import SMALL_FILES, LocalCluster
+from raft.messages import VoteRequest
+from tests.processes import eventually
+
+SECRET = "cluster-secret-0123456789abcdef"
+TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",
+          "admin": "admin-token-0123456789ab"}
+WRONG = "not-a-token-0123456789abc"
+ROLES = ("reader", "writer", "admin")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("auth")
+    tokens_file = root / "tokens"
+    tokens_file.write_text("# role:token\n" + "\n".join(f"{role}:{token}" for role, token in TOKENS.items()) + "\n")
+    cluster = LocalCluster(root, 3, settings={**SMALL_FILES, "cluster_secret": SECRET,
+                                              "tokens_file": str(tokens_file)})
+    cluster.start()
+    try:
+        cluster.wait_leader()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def leader_url(cluster: LocalCluster) -> str:
+    return cluster.members[cluster.wait_leader()].client_url
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    match = re.search(rf"^{name}\{{{re.escape(wanted)}\}} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+# (method, path, body, the least role that may call it)
+ROUTES = [
+    ("GET", "/v1/entries/1", None, "reader"),
+    ("GET", "/v1/entries?from=1&limit=2", None, "reader"),
+    ("GET", "/v1/cluster", None, "reader"),
+    ("POST", "/v1/entries", b"by-role", "writer"),
+    ("POST", "/v1/entries/batch", b'{"entries": [{"body": "b1"}]}', "writer"),
+    ("POST", "/v1/cluster/leader", b'{"target": "n9"}', "admin"),  # an unknown member: refused after auth
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "least"), ROUTES)
+def test_each_route_needs_a_token_of_its_role(cluster: LocalCluster, method: str, path: str, body: bytes | None,
+                                              least: str) -> None:
+    url = leader_url(cluster)
+    headers = {"content-type": "application/json"} if body and body.startswith(b"{") else {}
+    if method == "POST" and path == "/v1/entries":
+        httpx.post(f"{url}/v1/entries", content=b"first", headers=bearer(TOKENS["writer"])).raise_for_status()
+
+    def call(extra: dict[str, str]) -> httpx.Response:
+        return httpx.request(method, url + path, content=body, headers={**headers, **extra}, timeout=10)
+
+    end = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()["end_index"]
+    for credentials in ({}, bearer(WRONG), {"authorization": f"Basic {TOKENS['admin']}"}):
+        refused = call(credentials)
+        assert refused.status_code == 401, (credentials, refused.text)
+        assert refused.json()["error"]["code"] == "UNAUTHENTICATED"
+        assert refused.headers["www-authenticate"] == 'Bearer realm="raftlog"'
+    for role in ROLES:
+        answer = call(bearer(TOKENS[role]))
+        if ROLES.index(role) < ROLES.index(least):
+            assert answer.status_code == 403, (role, answer.text)
+            assert answer.json()["error"]["code"] == "PERMISSION_DENIED"
+            assert least in answer.json()["error"]["message"]
+        else:
+            assert answer.status_code not in (401, 403), (role, answer.text)
+            assert answer.status_code < 500, (role, answer.text)
+    appended_by_writers = 2 if least == "writer" else 0  # the writer and the admin
+    now = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()["end_index"]
+    assert now == end + appended_by_writers  # refused appends wrote nothing
+
+
+def test_health_metrics_docs_and_the_admin_page_are_open(cluster: LocalCluster) -> None:
+    url = leader_url(cluster)
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/"):
+        assert httpx.get(url + path).status_code == 200, path
+
+
+def test_refusals_are_counted_and_logged_without_the_token(cluster: LocalCluster) -> None:
+    member = next(iter(cluster.members.values()))
+    before = {reason: metric(member.client_url, "raftlog_auth_failures_total", port="client", reason=reason)
+              for reason in ("missing", "invalid", "forbidden")}
+    secret_guess = "guess-0123456789-" + "z" * 12
+    assert httpx.get(f"{member.client_url}/v1/cluster").status_code == 401
+    assert httpx.get(f"{member.client_url}/v1/cluster", headers=bearer(secret_guess)).status_code == 401
+    assert httpx.post(f"{member.client_url}/v1/entries", content=b"x",
+                      headers=bearer(TOKENS["reader"])).status_code == 403
+    for reason in ("missing", "invalid", "forbidden"):
+        assert metric(member.client_url, "raftlog_auth_failures_total", port="client",
+                      reason=reason) == before[reason] + 1
+    log = eventually(lambda: (text := member.log_path.read_text()).count("refused") >= 3 and text, "refusals logged")
+    assert "refused GET /v1/cluster from 127.0.0.1" in log
+    assert secret_guess not in log and TOKENS["reader"] not in log and SECRET not in log
+
+
+def peer_call(cluster: LocalCluster, member_id: str, path: str, body: bytes,
+              headers: dict[str, str]) -> httpx.Response:
+    with httpx.Client(http1=False, http2=True, timeout=5) as client:  # prior knowledge, as members call
+        return client.post(f"http://127.0.0.1:{cluster.members[member_id].peer_port}{path}", content=body,
+                           headers=headers)
+
+
+def test_peer_calls_without_the_secret_change_nothing(cluster: LocalCluster) -> None:
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m != leader)
+    url = cluster.members[follower].client_url
+    status = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
+    vote = encode_message(VoteRequest(status["group"], leader, status["term"] + 100, 10**6, 10**9))
+    missing = peer_call(cluster, follower, "/raft/vote", vote, {})
+    wrong = peer_call(cluster, follower, "/raft/vote", vote, bearer("wrong-secret-0123456789abc"))
+    assert (missing.status_code, missing.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (403, "PERMISSION_DENIED")
+    assert metric(url, "raftlog_auth_failures_total", port="peer", reason="missing") >= 1
+    assert metric(url, "raftlog_auth_failures_total", port="peer", reason="invalid") >= 1
+    after = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
+    assert (after["term"], after["leader"]) == (status["term"], status["leader"])  # no vote was counted
+    # the members themselves carry the secret: what the leader commits reaches every member
+    index = httpx.post(f"{leader_url(cluster)}/v1/entries", content=b"replicated",
+                       headers=bearer(TOKENS["writer"])).json()["index"]
+    for member in cluster.members.values():
+        got = eventually(lambda m=member: httpx.get(f"{m.client_url}/v1/entries/{index}?consistency=local",
+                                                    headers=bearer(TOKENS["reader"])).status_code == 200,
+                         f"entry {index} on {member.id}")
+        assert got
+    assert SECRET not in Path(cluster.members[follower].log_path).read_text()
+
+
+class SplitSecret(LocalCluster):
+    """n3 starts with another cluster secret than n1 and n2."""
+
+    def command(self, member):  # type: ignore[no-untyped-def]
+        args = super().command(member)
+        if member.id == "n3":
+            args[args.index("--cluster-secret") + 1] = "another-secret-0123456789"
+        return args
+
+
+def test_a_member_with_another_secret_gets_nothing(tmp_path: Path) -> None:
+    cluster = SplitSecret(tmp_path, 3, settings={**SMALL_FILES, "cluster_secret": SECRET,
+                                                 "tokens": f"writer:{TOKENS['writer']}"})
+    cluster.start()
+    try:
+        leader = cluster.wait_leader(among=["n1", "n2"])
+        assert leader != "n3"
+        url = cluster.members[leader].client_url
+        index = httpx.post(f"{url}/v1/entries", content=b"not for n3", headers=bearer(TOKENS["writer"]),
+                           timeout=10).json()["index"]
+        n3 = cluster.members["n3"].client_url
+        eventually(lambda: metric(n3, "raftlog_auth_failures_total", port="peer", reason="invalid") > 0,
+                   "n3 to refuse the leader's calls")
+        answer = httpx.get(f"{n3}/v1/entries/{index}?consistency=local", headers=bearer(TOKENS["writer"]))
+        assert answer.status_code == 404  # n3 holds nothing the others wrote
+        assert httpx.get(f"{n3}/readyz").json()["leader"] is None
+    finally:
+        cluster.stop()

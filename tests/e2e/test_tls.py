@@ -1,0 +1,113 @@
+"""TLS on both ports with a CA made in the test: HTTPS on the client port, mutual TLS (HTTP/2 over
+TLS with ALPN) between members; plain connections and certificates of another CA are refused."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+
+from app.launcher import SMALL_FILES, LocalCluster
+from tests.processes import eventually
+
+
+class Pki:
+    """A CA and a certificate for 127.0.0.1, written as PEM files."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.ca = trustme.CA(organization_name=name)
+        issued = self.ca.issue_cert("127.0.0.1", "localhost")  # for serving and for calling (both usages)
+        self.ca_file, self.cert, self.key = root / f"{name}-ca.pem", root / f"{name}.pem", root / f"{name}.key"
+        self.ca.cert_pem.write_to_path(str(self.ca_file))
+        issued.private_key_pem.write_to_path(str(self.key))
+        for i, pem in enumerate(issued.cert_chain_pems):
+            pem.write_to_path(str(self.cert), append=i > 0)
+
+    def client_context(self, with_cert: bool = False) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        if with_cert:
+            context.load_cert_chain(str(self.cert), str(self.key))
+        return context
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return Pki(tmp_path_factory.mktemp("pki"), "raftlog-test")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[LocalCluster]:
+    settings = {**SMALL_FILES, "client_tls_cert": pki.cert, "client_tls_key": pki.key,
+                "peer_tls_cert": pki.cert, "peer_tls_key": pki.key, "peer_tls_ca": pki.ca_file}
+    cluster = LocalCluster(tmp_path_factory.mktemp("tls"), 3, settings=settings, verify=pki.client_context())
+    cluster.start()
+    try:
+        cluster.wait_leader()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_a_cluster_replicates_over_mutual_tls_and_serves_https(cluster: LocalCluster, pki: Pki) -> None:
+    leader = cluster.members[cluster.wait_leader()]
+    assert leader.client_url.startswith("https://")
+    with httpx.Client(verify=pki.client_context(), timeout=10) as client:
+        index = client.post(f"{leader.client_url}/v1/entries", content=b"over tls").json()["index"]
+        for member in cluster.members.values():
+            eventually(lambda m=member: client.get(f"{m.client_url}/v1/entries/{index}?consistency=local")
+                       .status_code == 200, f"entry {index} on {member.id}")
+        urls = [m["client_url"] for m in client.get(f"{leader.client_url}/v1/cluster").json()["members"]]
+        assert all(url.startswith("https://") for url in urls)  # what clients are told to use
+
+
+def test_plain_http_and_unknown_cas_are_refused_on_the_client_port(cluster: LocalCluster, tmp_path: Path) -> None:
+    member = next(iter(cluster.members.values()))
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://127.0.0.1:{member.client_port}/healthz", timeout=5)
+    stranger = Pki(tmp_path, "stranger")
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        httpx.get(f"{member.client_url}/healthz", verify=stranger.client_context(), timeout=5)
+
+
+def peer_vote(cluster: LocalCluster, context: ssl.SSLContext | None) -> httpx.Response:
+    port = next(iter(cluster.members.values())).peer_port
+    scheme = "http" if context is None else "https"
+    with httpx.Client(http1=False, http2=True, verify=context or False, timeout=5) as client:
+        return client.post(f"{scheme}://127.0.0.1:{port}/raft/status")
+
+
+def test_the_peer_port_takes_only_members_with_a_certificate_of_the_ca(cluster: LocalCluster, pki: Pki,
+                                                                       tmp_path: Path) -> None:
+    with pytest.raises(httpx.HTTPError):  # cleartext HTTP/2
+        peer_vote(cluster, None)
+    with pytest.raises(httpx.HTTPError):  # TLS without a client certificate
+        peer_vote(cluster, pki.client_context())
+    stranger = Pki(tmp_path, "stranger")
+    mixed = pki.client_context()  # trusts the member, shows a certificate of another CA
+    mixed.load_cert_chain(str(stranger.cert), str(stranger.key))
+    with pytest.raises(httpx.HTTPError):
+        peer_vote(cluster, mixed)
+    member_like = pki.client_context(with_cert=True)
+    member_like.set_alpn_protocols(["h2"])
+    answer = peer_vote(cluster, member_like)
+    assert answer.http_version == "HTTP/2" and answer.status_code == 405  # /raft/status is a GET: past TLS
+
+
+def test_client_certificates_when_the_client_port_has_a_ca(tmp_path: Path, pki: Pki) -> None:
+    settings = {**SMALL_FILES, "client_tls_cert": pki.cert, "client_tls_key": pki.key, "client_tls_ca": pki.ca_file}
+    cluster = LocalCluster(tmp_path, 1, settings=settings, verify=pki.client_context(with_cert=True))
+    cluster.start()
+    try:
+        cluster.wait_leader()
+        url = cluster.members["n1"].client_url
+        assert httpx.post(f"{url}/v1/entries", content=b"x", verify=pki.client_context(with_cert=True)
+                          ).status_code == 201
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"{url}/healthz", verify=pki.client_context(), timeout=5)
+    finally:
+        cluster.stop()
