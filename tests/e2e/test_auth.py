@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.peer_codec import encode_message
+from api.peer_codec import decode_message, encode_message, encode_push
 from app.launcher import SMALL_FILES, LocalCluster
-from raft.messages import VoteRequest
+from raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest
 from tests.processes import eventually
 
 SECRET = "cluster-secret-0123456789abcdef"
@@ -178,3 +178,36 @@ def test_a_member_with_another_secret_gets_nothing(tmp_path: Path) -> None:
         assert httpx.get(f"{n3}/readyz").json()["leader"] is None
     finally:
         cluster.stop()
+
+
+def test_malformed_pushes_to_a_live_follower_are_refused_with_a_code(cluster: LocalCluster) -> None:
+    """Past the secret, hostile pushes still change nothing (tests/storage/test_follower_fuzz.py
+    has the same property over random damage)."""
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m != leader)
+    url = cluster.members[follower].client_url
+    status = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
+    group, term, end = status["group"], status["term"], status["end_index"]
+    garbage = b"\x00\x01" * 100
+
+    def push(term: int, first: int, count: int, data: bytes) -> PushResponse:
+        body = b"".join(encode_push(PushRequest(group, leader, term, PushType.APPEND, -1, first, count, data,
+                                                first - 1, term)))
+        answer = peer_call(cluster, follower, "/raft/push", body, bearer(SECRET))
+        assert answer.status_code == 200, answer.text
+        return decode_message(PushResponse, answer.content)
+
+    truncated = peer_call(cluster, follower, "/raft/push", b"\x00" * 10, bearer(SECRET))
+    assert truncated.status_code == 400 and "shorter than its header" in truncated.text
+    assert push(term - 1, end + 1, 1, garbage).code is Code.EXPIRED_TERM  # an old leader's
+    assert push(term, end + 1, 0, garbage).code is Code.UNEXPECTED_ARGUMENT  # a count of nothing
+    assert push(term, end + 1, 2**31 - 1, garbage).code is Code.INCONSISTENT_STATE  # absurd count, bad entries
+    assert push(term, end + 1, 1, garbage[:30]).code is Code.INCONSISTENT_STATE  # a cut header
+    after = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
+    assert (after["term"], after["leader"]) == (term, leader)
+    assert after["end_index"] <= end + 1  # nothing of the garbage (the leader's own pushes may go on)
+    index = httpx.post(f"{leader_url(cluster)}/v1/entries", content=b"after garbage",
+                       headers=bearer(TOKENS["writer"])).json()["index"]
+    eventually(lambda: httpx.get(f"{url}/v1/entries/{index}?consistency=local",
+                                 headers=bearer(TOKENS["reader"])).json().get("body") == "after garbage",
+               "replication after the garbage")
