@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
@@ -122,17 +122,23 @@ class AuthFailures:
 
 
 class ClientAuth:
-    """ASGI middleware of the client port: a token of a high enough role, or a 401/403."""
+    """ASGI middleware of the client port: a token of a high enough role, or a 401/403.
 
-    def __init__(self, app: ASGIApp, tokens: Tokens, failures: AuthFailures) -> None:
+    A request no route takes (`routed` says which do) goes on without a token to its
+    404 or 405: the routes are public in openapi.yaml, and nothing answers it.
+    """
+
+    def __init__(self, app: ASGIApp, tokens: Tokens, failures: AuthFailures,
+                 routed: Callable[[Scope], bool]) -> None:
         self.app = app
         self.tokens = tokens
         self.failures = failures
+        self.routed = routed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             needed = required_role(scope["method"], scope["path"])
-            if needed is not None:
+            if needed is not None and self.routed(scope):
                 token = bearer(scope)
                 role = None if token is None else self.tokens.role_of(token)
                 if role is None:

@@ -19,16 +19,18 @@ from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp
 
-from api.auth import AuthFailures, ClientAuth, Tokens
+from api.auth import AuthFailures, ClientAuth, Tokens, required_role
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
 from api.errors import ApiError, api_error, bad_request, error_response
 from api.fast_path import EntryFastPath
-from api.limits import RequestLimits
+from api.limits import EXEMPT_PATHS, RequestLimits
 from api.metrics import CountRequests, NodeMetrics
 from api.schemas import (
     Appended,
@@ -61,17 +63,25 @@ raftlog is a Raft-replicated, append-only log (DLedger's protocol). Append entri
 member; read committed entries back by index from any member.
 
 Every error answers `{"error": {"code", "message", "leader"}}` where `code` is DLedger's
-response code name. Statuses: 400 bad input (UNEXPECTED_ARGUMENT, REQUEST_WITH_EMPTY_BODYS,
-UNKNOWN_MEMBER), 404 INDEX_OUT_OF_RANGE, 409 FALL_BEHIND_TOO_MUCH, 410
+response code name (or raftlog's own UNAUTHENTICATED, PERMISSION_DENIED, SERVER_BUSY).
+Statuses: 400 bad input (UNEXPECTED_ARGUMENT, REQUEST_WITH_EMPTY_BODYS, UNKNOWN_MEMBER), 401
+UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 INDEX_OUT_OF_RANGE, 408 a request that did not
+arrive within request_read_timeout_ms, 409 FALL_BEHIND_TOO_MUCH, 410
 INDEX_LESS_THAN_LOCAL_BEGIN (cleaned), 413 too large (UNEXPECTED_ARGUMENT), 415 unsupported
-content type, 500 INTERNAL_ERROR / DISK_ERROR, 502 NETWORK_ERROR (the leader did not answer a
-forwarded call: the outcome is unknown), 503 NOT_LEADER / LEADER_PENDING_FULL /
-LEADER_TRANSFERRING with `Retry-After` (nothing was appended), 504 WAIT_QUORUM_ACK_TIMEOUT /
-TERM_CHANGED / TIMEOUT (the entry may still commit), 507 DISK_FULL.
+content type, 431 headers over max_header_bytes, 500 INTERNAL_ERROR / DISK_ERROR, 502
+NETWORK_ERROR (the leader did not answer a forwarded call: the outcome is unknown), 503
+NOT_LEADER / LEADER_PENDING_FULL / LEADER_TRANSFERRING / SERVER_BUSY with `Retry-After`
+(nothing was done), 504 WAIT_QUORUM_ACK_TIMEOUT / TERM_CHANGED / TIMEOUT (the entry may still
+commit), 507 DISK_FULL.
+
+When the member has API tokens, every route but the health checks, metrics and documentation
+needs `Authorization: Bearer <token>` of a role that may call it (see each route).
 """
 
 ERROR_TEXT = {
     400: "Bad input: malformed JSON, a wrong encoding, an empty batch or body, a bad parameter",
+    401: "UNAUTHENTICATED: no bearer token, or an unknown one (the member has tokens)",
+    403: "PERMISSION_DENIED: the token's role may not call this route",
     404: "INDEX_OUT_OF_RANGE: the index is not committed",
     409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
@@ -79,8 +89,8 @@ ERROR_TEXT = {
     415: "A content type this route does not take",
     500: "INTERNAL_ERROR or DISK_ERROR: a fault on this member",
     502: "NETWORK_ERROR: the leader did not answer a forwarded call",
-    503: "No leader (NOT_LEADER), too many pending appends, or a transfer in progress; nothing was "
-         "appended; see Retry-After",
+    503: "No leader (NOT_LEADER), too many pending appends, a transfer in progress, or too many requests or "
+         "request bytes in flight on this member (SERVER_BUSY); nothing was done; see Retry-After",
     504: "WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED: the outcome is unknown, the entry may still commit; "
          "TIMEOUT: a read or transfer did not finish in time",
     507: "DISK_FULL",
@@ -263,7 +273,8 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
     are tokens), the limits and the request counter."""
     served: ASGIApp = EntryFastPath(app, EntryHandlers(service, metrics))
     if tokens is not None:
-        served = ClientAuth(served, tokens, AuthFailures(metrics.auth_failures, "client"))
+        served = ClientAuth(served, tokens, AuthFailures(metrics.auth_failures, "client"),
+                            lambda scope: any(route.matches(scope)[0] is Match.FULL for route in app.routes))
     limits = service.limits
     bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
                             max_request_bytes=limits.max_request_bytes,
@@ -284,11 +295,50 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             components[model.__name__] = defs
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
-        for path in schema["paths"].values():
-            for operation in path.values():
-                operation["responses"].pop("422", None)
+        schema["components"]["securitySchemes"] = {"token": {
+            "type": "http", "scheme": "bearer",
+            "description": "An API token (settings `tokens`, `tokens_file`) when the member has tokens: "
+                           "reader (GET routes), writer (appends and reads), admin (everything)"}}
+        for path, methods in schema["paths"].items():
+            for method, operation in methods.items():
+                responses = operation["responses"]
+                responses.pop("422", None)
+                role = required_role(method.upper(), path)
+                if role is not None:
+                    operation["security"] = [{"token": []}]
+                    operation["description"] = (operation.get("description", "") + "\n\nNeeds a token of the "
+                                                f"`{role.name.lower()}` role or higher, when the member has "
+                                                "tokens.").strip()
+                    responses.update({str(s): _error_response(s) for s in (401, 403)})
+                if path not in EXEMPT_PATHS:
+                    responses.setdefault("503", _error_response(503))
+                if method == "post":
+                    responses.setdefault("413", _error_response(413))
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def _methods_of(request: Request, literal_only: bool = False) -> set[str]:
+    """The methods of every route whose path is the request's (with `literal_only`, of routes
+    without path parameters)."""
+    scope = {**request.scope, "method": "GET"}
+    return {method for route in request.app.routes if isinstance(route, APIRoute)
+            and not (literal_only and route.param_convertors) and route.matches(scope)[0] is not Match.NONE
+            for method in route.methods}
+
+
+def _not_allowed(request: Request) -> JSONResponse:
+    """405 with an Allow header naming every method of the path (Starlette names only the first route's)."""
+    allowed = _methods_of(request, literal_only=True) or _methods_of(request)  # a literal path wins
+    response = error_response(ApiError(Code.UNSUPPORTED, f"{request.method} is not a method of {request.url.path}",
+                                       status=405))
+    response.headers["Allow"] = ", ".join(sorted(allowed))
+    return response
+
+
+def _error_response(status: int) -> dict[str, Any]:
+    return {"description": ERROR_TEXT[status],
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
 async def _stream(service: LogService, first: RawRead | None, last: int,
@@ -328,7 +378,7 @@ def _decode_body(entry: NewEntry) -> bytes:
         return entry.body.encode()
     try:
         return base64.b64decode(entry.body, validate=True)
-    except binascii.Error:
+    except (binascii.Error, ValueError):  # ValueError: characters beyond ASCII
         raise bad_request("body is not valid base64") from None
 
 
@@ -340,12 +390,17 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
         return error_response(api_error(exc))
 
-    async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
+        literal = _methods_of(request, literal_only=True)
+        if literal and request.method not in literal:  # GET /v1/entries/batch: not an index, a route
+            return _not_allowed(request)
         return error_response(bad_request(_explain(exc.errors())))
 
-    async def on_http(_request: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 405:
+            return _not_allowed(request)
         return error_response(ApiError(Code.UNSUPPORTED, str(exc.detail), status=exc.status_code))
 
     app.add_exception_handler(ApiError, on_api_error)
