@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 from importlib.metadata import version
@@ -77,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                              ("status", _status, "show the cluster status")):
         client = commands.add_parser(name, help=help_)
         client.add_argument("--url", default=os.environ.get("RAFTLOG_URL", DEFAULT_URL))
+        client.add_argument("--token", default=os.environ.get("RAFTLOG_TOKEN"),
+                            help="an API token, when the cluster has tokens (default: $RAFTLOG_TOKEN)")
+        client.add_argument("--ca", type=Path, default=os.environ.get("RAFTLOG_CA"),
+                            help="the CA file that signs the nodes' HTTPS certificates (default: $RAFTLOG_CA)")
         client.set_defaults(run=run)
         if name == "append":
             client.add_argument("bodies", nargs="*", help="entry bodies (default: stdin)")
@@ -166,9 +171,12 @@ class ClientError(Exception):
     """An error answer or no answer from the node; printed as one line."""
 
 
-def _request(method: str, url: str, **kwargs: Any) -> httpx.Response:
+def _request(args: argparse.Namespace, method: str, url: str, headers: dict[str, str] | None = None,
+             **kwargs: Any) -> httpx.Response:
+    headers = {**(headers or {}), **({"authorization": f"Bearer {args.token}"} if args.token else {})}
+    verify = ssl.create_default_context(cafile=str(args.ca)) if args.ca else True
     try:
-        response = httpx.request(method, url, timeout=10.0, **kwargs)
+        response = httpx.request(method, url, headers=headers, verify=verify, timeout=10.0, **kwargs)
     except httpx.HTTPError as exc:
         raise ClientError(f"no answer from {url}: {exc}") from None
     if response.status_code >= 400:
@@ -188,12 +196,12 @@ def _append(args: argparse.Namespace) -> int:
     else:
         bodies = [sys.stdin.buffer.read()]
     if len(bodies) == 1:
-        answer = _request("POST", f"{args.url}/v1/entries", content=bodies[0],
+        answer = _request(args, "POST", f"{args.url}/v1/entries", content=bodies[0],
                           headers={"content-type": "application/octet-stream"}).json()
     else:
         from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 
-        answer = _request("POST", f"{args.url}/v1/entries/batch", content=encode_bodies(bodies),
+        answer = _request(args, "POST", f"{args.url}/v1/entries/batch", content=encode_bodies(bodies),
                           headers={"content-type": BATCH_CONTENT_TYPE}).json()
     print(json.dumps(answer))
     return 0
@@ -202,16 +210,16 @@ def _append(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace) -> int:
     params = {"consistency": args.consistency}
     if args.raw:
-        response = _request("GET", f"{args.url}/v1/entries/{args.index}", params=params,
+        response = _request(args, "GET", f"{args.url}/v1/entries/{args.index}", params=params,
                             headers={"accept": "application/octet-stream"})
         sys.stdout.buffer.write(response.content)
         return 0
-    print(json.dumps(_request("GET", f"{args.url}/v1/entries/{args.index}", params=params).json()))
+    print(json.dumps(_request(args, "GET", f"{args.url}/v1/entries/{args.index}", params=params).json()))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _request("GET", f"{args.url}/v1/cluster").json()
+    status = _request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"group {status['group']}  term {status['term']}  leader {status['leader']}  "
           f"committed {status['committed_index']}  log {status['begin_index']}..{status['end_index']}")
     print(f"{'id':<6}{'role':<11}{'voter':<7}{'match':>8}{'lag':>7}{'contact ms':>12}  client url")

@@ -9,6 +9,7 @@ the next one, which resumes at the first entry not yet delivered.
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import httpx
 import pyarrow as pa
 
 from pipeline.entries import Decoder
-from pipeline.options import PipelineError
+from pipeline.options import Access, PipelineError
 from storage.codec import HEADER, HEADER_SIZE
 
 log = logging.getLogger("raftlog.pipeline")
@@ -41,14 +42,17 @@ class ClusterView:
     committed_index: int  # the highest any member reported: the leader's
 
 
-def discover(urls: Sequence[str], timeout_s: float) -> ClusterView:
+def discover(urls: Sequence[str], timeout_s: float, access: Access) -> ClusterView:
     """Ask the members for the cluster's state; fails only when none of them answers."""
     failures = []
     for url in urls:
         try:
-            response = httpx.get(f"{url}/v1/cluster", timeout=timeout_s)
+            response = _http(access).get(f"{url}/v1/cluster", timeout=timeout_s, headers=access.headers())
             response.raise_for_status()
             status = response.json()
+        except httpx.HTTPStatusError as exc:
+            failures.append(f"{url}: {exc.response.status_code} {_reason(exc.response)}")
+            continue
         except (httpx.HTTPError, ValueError) as exc:
             failures.append(f"{url}: {exc}")
             continue
@@ -61,7 +65,7 @@ def discover(urls: Sequence[str], timeout_s: float) -> ClusterView:
 
 
 def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_rows: int,
-               timeout_s: float) -> Iterator[pa.RecordBatch]:
+               timeout_s: float, access: Access) -> Iterator[pa.RecordBatch]:
     """Entries start..end (inclusive, committed) as record batches, from the first member that serves
     them; on a member's failure the rest comes from the next one. It gives up when every member
     failed ROUNDS times in a row without progress, or at once on an answer no member would change."""
@@ -72,7 +76,7 @@ def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_r
         url = urls[attempt % len(urls)]
         before = decoder.next_index
         try:
-            yield from _fetch(url, decoder, end, batch_rows, timeout_s)
+            yield from _fetch(url, decoder, end, batch_rows, timeout_s, access)
             return
         except MemberFailedError as exc:
             failures.append(str(exc))
@@ -87,27 +91,29 @@ def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_r
             time.sleep(RETRY_PAUSE_S)
 
 
-_client: httpx.Client | None = None
+_clients: dict[str | None, httpx.Client] = {}
 
 
-def _http() -> httpx.Client:
-    """One client per process, kept across partitions: Spark reuses its Python workers, and a new
-    client (its TLS context, its connections) costs more than reading a small partition."""
-    global _client
-    if _client is None:
-        _client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=8))
-    return _client
+def _http(access: Access) -> httpx.Client:
+    """One client per process and CA, kept across partitions: Spark reuses its Python workers, and a
+    new client (its TLS context, its connections) costs more than reading a small partition."""
+    client = _clients.get(access.ca)
+    if client is None:
+        verify = ssl.create_default_context(cafile=access.ca) if access.ca else True
+        client = _clients[access.ca] = httpx.Client(verify=verify, limits=httpx.Limits(max_keepalive_connections=8))
+    return client
 
 
-def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: float) -> Iterator[pa.RecordBatch]:
+def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: float,
+           access: Access) -> Iterator[pa.RecordBatch]:
     """Read from one member until `end` is delivered; batches already yielded stay delivered."""
-    client = _http()
+    client = _http(access)
     while decoder.next_index <= end:
         start = decoder.next_index
         params = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
         try:
             with client.stream("GET", f"{url}/v1/entries", params=params, timeout=timeout_s,
-                               headers={"accept": ENTRIES_CONTENT_TYPE}) as response:
+                               headers={"accept": ENTRIES_CONTENT_TYPE, **access.headers()}) as response:
                 if response.status_code != 200:
                     response.read()
                     reason = f"{url} answered {response.status_code}: {_reason(response)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -12,15 +13,27 @@ DEFAULT_TIMEOUT_S = 30.0
 
 NAMES = {name.lower(): name for name in (  # Spark hands option names over in lower case
     "url", "path", "startIndex", "endIndex", "partitionSize", "numPartitions", "maxEntriesPerTrigger", "timeout",
-    "decode", "batchRows", "committedOnly", "onCorrupt")}
+    "decode", "batchRows", "committedOnly", "onCorrupt", "token", "ca")}
 SHARED_OPTIONS = frozenset({"decode", "batchrows"})
 ONLINE_OPTIONS = SHARED_OPTIONS | {"url", "startindex", "endindex", "partitionsize", "numpartitions",
-                                   "maxentriespertrigger", "timeout"}
+                                   "maxentriespertrigger", "timeout", "token", "ca"}
 OFFLINE_OPTIONS = SHARED_OPTIONS | {"path", "committedonly", "oncorrupt"}
 
 
 class PipelineError(ValueError):
     """Options or inputs the pipeline cannot work with; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """How to reach members that check tokens or serve HTTPS: options `token` and `ca`, else
+    $RAFTLOG_TOKEN and $RAFTLOG_CA where the read is planned. Spark redacts an option named token."""
+
+    token: str | None = None
+    ca: str | None = None  # a PEM file of the CA that signs the members' certificates
+
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +50,7 @@ class ReadOptions:
     mark_corrupt: bool = False  # offline: onCorrupt=mark keeps damaged entries as flagged rows
     batch_rows: int = DEFAULT_BATCH_ROWS
     timeout_s: float = DEFAULT_TIMEOUT_S
+    access: Access = Access()  # online: the API token and the CA of HTTPS members
 
     @property
     def offline(self) -> bool:
@@ -88,7 +102,9 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_entries_per_trigger=_int(given, "maxentriespertrigger", 1),
         committed_only=_bool(given, "committedonly"), mark_corrupt=on_corrupt == "mark",
         batch_rows=_int(given, "batchrows", 1) or DEFAULT_BATCH_ROWS,
-        timeout_s=_float(given, "timeout", DEFAULT_TIMEOUT_S))
+        timeout_s=_float(given, "timeout", DEFAULT_TIMEOUT_S),
+        access=Access(given.get("token") or os.environ.get("RAFTLOG_TOKEN") or None,
+                      given.get("ca") or os.environ.get("RAFTLOG_CA") or None) if path is None else Access())
     if parsed.partition_size is not None and parsed.num_partitions is not None:
         raise PipelineError("raftlog: give partitionSize or numPartitions, not both")
     if (parsed.start_index is not None and parsed.end_index is not None

@@ -86,13 +86,13 @@ def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[
                                  committed_only=options.committed_only, batch_rows=options.batch_rows)
     assert isinstance(partition, RangePartition)
     return online.read_range(partition.urls, partition.first, partition.last, text=options.text,
-                             batch_rows=options.batch_rows, timeout_s=options.timeout_s)
+                             batch_rows=options.batch_rows, timeout_s=options.timeout_s, access=options.access)
 
 
 class BatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        view = online.discover(options.urls, options.timeout_s)
+        view = online.discover(options.urls, options.timeout_s, options.access)
         self.start = view.begin_index if options.start_index is None else options.start_index
         self.end = view.committed_index if options.end_index is None else options.end_index
         if self.start > self.end and options.end_index is not None:
@@ -132,7 +132,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        view = online.discover(options.urls, options.timeout_s)
+        view = online.discover(options.urls, options.timeout_s, options.access)
         self.urls = view.urls
         self.start = view.begin_index if options.start_index is None else options.start_index
         self.target: int | None = None  # Trigger.AvailableNow: nothing past this offset
@@ -166,4 +166,4 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _available(self) -> int:
         """One past the commit index: the offset after everything readable now."""
-        return online.discover(self.urls, self.options.timeout_s).committed_index + 1
+        return online.discover(self.urls, self.options.timeout_s, self.options.access).committed_index + 1

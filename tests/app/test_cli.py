@@ -15,6 +15,7 @@ import pytest
 from api.auth import Role
 from app.launcher import SMALL_FILES, free_ports
 from app.settings import load_settings
+from tests.pki import Pki
 from tests.processes import ClusterFactory, free_port_run
 
 
@@ -114,6 +115,25 @@ def test_append_get_and_status_clients(make_cluster: ClusterFactory) -> None:
     assert all(member in status.stdout for member in cluster.members)
     missing = raftlog("get", "--url", url, "999999")
     assert missing.returncode == 1 and "404 INDEX_OUT_OF_RANGE" in missing.stderr
+
+
+def test_clients_with_a_token_over_https(make_cluster: ClusterFactory, tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "pki", "cli")
+    token = "writer-token-for-the-cli"
+    cluster = make_cluster(1, tokens=f"writer:{token}", client_tls_cert=pki.cert, client_tls_key=pki.key)
+    cluster.verify = pki.client_context()
+    cluster.wait_leader()
+    url = cluster.members["n1"].client_url
+    assert url.startswith("https://")
+    refused = raftlog("append", "--url", url, "--ca", str(pki.ca_file), "no token")
+    assert refused.returncode == 1 and "401 UNAUTHENTICATED: no bearer token" in refused.stderr
+    untrusted = raftlog("status", "--url", url, "--token", token)
+    assert untrusted.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    one = raftlog("append", "--url", url, "--ca", str(pki.ca_file), "--token", token, "with a token")
+    assert one.returncode == 0 and '"index"' in one.stdout
+    index = one.stdout.split('"index": ')[1].split(",")[0]
+    got = raftlog("get", "--url", url, index, env={"RAFTLOG_TOKEN": token, "RAFTLOG_CA": str(pki.ca_file)})
+    assert got.returncode == 0 and "with a token" in got.stdout
 
 
 def test_cluster_command_starts_nodes_and_ctrl_c_stops_them_all(tmp_path: Path) -> None:

@@ -93,3 +93,39 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     assert f"{page_node} is not answering" in banner.text
     browser.save_screenshot(str(tmp_path / "admin-page-node-down.png"))
     assert (tmp_path / "admin-page-node-down.png").stat().st_size > 0
+
+
+def test_with_tokens_the_page_asks_for_one_and_acts_by_its_role(make_cluster: ClusterFactory,
+                                                                browser: webdriver.Chrome) -> None:
+    reader, admin = "reader-token-for-the-page", "admin-token-for-the-page"
+    cluster = make_cluster(3, tokens=f"reader:{reader},admin:{admin}")
+    leader = cluster.wait_leader()
+    browser.get(cluster.members[leader].client_url + "/")
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
+    login = wait.until(lambda d: (f := d.find_element(By.ID, "login")).is_displayed() and f)
+    assert "needs an API token" in login.text and not cards(browser)
+
+    def use(token: str) -> None:
+        browser.find_element(By.ID, "token").send_keys(token)
+        browser.find_element(By.ID, "token-button").click()
+
+    use("wrong-token-for-the-page")
+    wait.until(lambda d: "cannot read the cluster (UNAUTHENTICATED" in d.find_element(By.ID, "login").text)
+    use(reader)
+    shown = wait.until(lambda d: (s := cards(d)) and len(leaders(s)) == 1 and s)
+    assert sorted(shown) == ["n1", "n2", "n3"] and not browser.find_element(By.ID, "login").is_displayed()
+
+    target = next(m for m in cluster.members if m != leader)
+    Select(browser.find_element(By.ID, "transfer-target")).select_by_value(target)
+    browser.find_element(By.ID, "transfer-button").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "PERMISSION_DENIED" in d.find_element(By.ID, "transfer-result").text)  # a reader may not
+
+    browser.find_element(By.ID, "forget-token").click()
+    wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
+    use(admin)
+    wait.until(lambda d: cards(d) and not d.find_element(By.ID, "login").is_displayed())
+    Select(browser.find_element(By.ID, "transfer-target")).select_by_value(target)
+    browser.find_element(By.ID, "transfer-button").click()
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: leaders(cards(d)) == [target])

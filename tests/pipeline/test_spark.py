@@ -12,12 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from app.launcher import free_ports
+from app.launcher import SMALL_FILES, LocalCluster, free_ports
 from pipeline import jobs
 from pipeline.options import parse_options
 from pipeline.source import BatchReader
 from storage.codec import HEADER_SIZE
 from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log, signed32
+from tests.pki import Pki
 
 pytestmark = pytest.mark.spark
 
@@ -208,3 +209,27 @@ def test_stats_count_entries_and_bytes_per_term_and_hour(spark: Any, loaded: Loa
     hours = {t - t % 3600 for t in timed}
     assert sum(h["entries"] for h in result.by_hour if h["hour"] is not None) == len(timed)
     assert len([h for h in result.by_hour if h["hour"] is not None]) == len(hours)
+
+
+def test_a_read_of_members_with_tokens_and_https(spark: Any, tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "pki", "spark")
+    token = "reader-token-for-spark"
+    cluster = LocalCluster(tmp_path / "cluster", 3, verify=pki.client_context(), settings={
+        **SMALL_FILES, "tokens": f"reader:{token},writer:writer-token-for-spark",
+        "client_tls_cert": pki.cert, "client_tls_key": pki.key})
+    cluster.start()
+    try:
+        leader = cluster.members[cluster.wait_leader()].client_url
+        with httpx.Client(verify=pki.client_context(), headers={"authorization": "Bearer writer-token-for-spark"}) as c:
+            framed = b"".join(len(b).to_bytes(4, "big") + b for b in (body(i) for i in range(300)))
+            assert c.post(f"{leader}/v1/entries/batch", content=framed,
+                          headers={"content-type": "application/vnd.raftlog.batch"}).status_code == 201
+        urls = ",".join(m.client_url for m in cluster.members.values())
+        reader = spark.read.format("raftlog").option("url", urls).option("ca", str(pki.ca_file))
+        with pytest.raises(Exception, match="401 UNAUTHENTICATED: no bearer token"):
+            reader.load().count()
+        frame = reader.option("token", token).option("numPartitions", "3").load()
+        bodies = [bytes(r.body) for r in frame.orderBy("index").collect() if r.type == "normal"]
+        assert bodies == [body(i) for i in range(300)]
+    finally:
+        cluster.stop()
