@@ -10,7 +10,9 @@
 
 The nodes run with their defaults (flush_mode sync: every acknowledged entry is
 on a quorum of disks). Each figure is the median of --rounds runs, each on a
-fresh cluster in a temporary directory. Needs wrk (`make bench` installs it).
+fresh cluster in a temporary directory. With --tokens the members check API
+tokens and every request carries one (the price of auth). Needs wrk (`make
+bench` installs it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -82,31 +85,37 @@ async def drive_for(send: Send, seconds: float, clients: int) -> float:
     return done / elapsed
 
 
-def raftlog_batch(url: str, size: int) -> Send:
+def bearer(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def raftlog_batch(url: str, size: int, token: str | None = None) -> Send:
     """A sender of binary batches of `size` bodies of BODY."""
     payload = encode_bodies([BODY] * size)
+    headers = {"content-type": BATCH_CONTENT_TYPE, **bearer(token)}
 
     async def send(http: httpx.AsyncClient) -> int:
-        response = await http.post(f"{url}/v1/entries/batch", content=payload,
-                                   headers={"content-type": BATCH_CONTENT_TYPE})
+        response = await http.post(f"{url}/v1/entries/batch", content=payload, headers=headers)
         response.raise_for_status()
         return size
 
     return send
 
 
-def one_round(seconds: int) -> dict[str, float]:
+def one_round(seconds: int, tokens: bool) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="raftlog-cluster-bench-"))
-    cluster = LocalCluster(root, 3)
+    token = secrets.token_hex(24) if tokens else None
+    cluster = LocalCluster(root, 3, settings={"tokens": f"writer:{token}"} if token else {})
+    auth = {"WRK_TOKEN": token} if token else {}
     try:
         cluster.start()
         leader_id = cluster.wait_leader()
         leader = cluster.members[leader_id].client_url
         follower = next(m.client_url for m in cluster.members.values() if m.id != leader_id)
-        single = wrk(f"{leader}/v1/entries", "wrk_append.lua", seconds)
-        eps = asyncio.run(drive_for(raftlog_batch(leader, BATCH), seconds, BATCH_CLIENTS))
-        committed = httpx.get(f"{follower}/v1/cluster").json()["committed_index"]
-        gets = wrk(follower, "wrk_get.lua", seconds, {"WRK_MAX_INDEX": str(committed)})
+        single = wrk(f"{leader}/v1/entries", "wrk_append.lua", seconds, auth)
+        eps = asyncio.run(drive_for(raftlog_batch(leader, BATCH, token), seconds, BATCH_CLIENTS))
+        committed = httpx.get(f"{follower}/v1/cluster", headers=bearer(token)).json()["committed_index"]
+        gets = wrk(follower, "wrk_get.lua", seconds, {"WRK_MAX_INDEX": str(committed), **auth})
         return {
             "single_append_rps": single["requests"] / single["duration_us"] * 1e6,
             "batch_append_eps": eps,
@@ -123,19 +132,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--seconds", type=int, default=10, help="length of each load phase")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens", action="store_true", help="members check API tokens; requests carry one")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: run `make bench`, or apt-get install wrk")
-    rounds = [one_round(args.seconds) for _ in range(args.rounds)]
+    rounds = [one_round(args.seconds, args.tokens) for _ in range(args.rounds)]
     result: dict[str, float | int] = {
         name: round(statistics.median(r[name] for r in rounds), 3) for name in rounds[0]}
     result.update(nodes=3, connections=CONNECTIONS, body_bytes=len(BODY), batch=BATCH, seconds=args.seconds,
-                  rounds=args.rounds)
+                  rounds=args.rounds, tokens=args.tokens)
     if args.json:
         print(json.dumps(result))
         return
-    print(f"raftlog, local 3-node cluster, flush_mode sync, median of {args.rounds} rounds of {args.seconds} s")
+    print(f"raftlog, local 3-node cluster, flush_mode sync{', API tokens' if args.tokens else ''}, "
+          f"median of {args.rounds} rounds of {args.seconds} s")
     print(f"{'figure':<20}{'median':>14}{'rounds':>36}")
     for name in rounds[0]:
         spread = ", ".join(f"{r[name]:,.1f}" for r in rounds)

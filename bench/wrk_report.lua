@@ -1,4 +1,10 @@
--- Shared by the wrk scripts: print one JSON line the benchmark parses.
+-- Shared by the wrk scripts: a bearer token from WRK_TOKEN on every request, if given, and one
+-- JSON line the benchmark parses.
+local token = os.getenv("WRK_TOKEN")
+if token then
+  wrk.headers["Authorization"] = "Bearer " .. token
+end
+
 function done(summary, latency, requests)
   local errors = summary.errors.connect + summary.errors.read + summary.errors.write
       + summary.errors.status + summary.errors.timeout
