@@ -64,7 +64,9 @@ def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Pa
     remote = {"peers": "n1-127.0.0.1:9001;n2-10.9.8.7:9001", "client_host": "0.0.0.0"}
     tokens_file = tmp_path / "tokens"
     tokens_file.write_text("# role:token\nwriter:" + "w" * 20 + "\n\nadmin:" + "a" * 20 + "  # ops\n")
-    secured = load_settings({**remote, "cluster_secret": "s" * 20, "tokens_file": str(tokens_file)})
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s" * 20 + "\n")
+    secured = load_settings({**remote, "cluster_secret_file": str(secret_file), "tokens_file": str(tokens_file)})
     tokens = secured.client_tokens()
     assert tokens is not None and tokens.role_of(b"w" * 20) is Role.WRITER and tokens.role_of(b"a" * 20) is Role.ADMIN
     assert tokens.role_of(b"s" * 20) is None and secured.secret() == b"s" * 20

@@ -5,13 +5,19 @@ serving others all along."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import socket
 from collections.abc import Iterator
 
+import h2.config
+import h2.connection
+import h2.events
 import httpx
 import pytest
 
 from app.launcher import SMALL_FILES, LocalCluster
+from app.server import PEER_STREAMS_MAX
 from tests.processes import eventually
 
 LIMITS = {"max_inflight_requests": 3, "max_request_bytes": 1000, "max_inflight_body_bytes": 1500,
@@ -155,3 +161,27 @@ async def test_slow_clients_are_cut_off_and_cannot_hold_the_node(strict_node: Lo
     for _, writer in [*opened, silent, stalled]:
         writer.close()
     await wait_for_gauge(strict_node, "raftlog_inflight_requests", 0)
+
+
+async def test_one_connection_is_served_one_request_at_a_time(node: LocalCluster) -> None:
+    """HTTP/1.1: pipelined requests wait their turn (reading paused), answered in order."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port(node))
+    writer.write(b"".join(b"POST /v1/entries HTTP/1.1\r\nhost: n1\r\ncontent-type: application/octet-stream\r\n"
+                          b"content-length: 5\r\n\r\np%04d" % i for i in range(4)))
+    answers = [await answer_of(reader) for _ in range(4)]
+    writer.close()
+    assert [status for status, _ in answers] == [201] * 4
+    indices = [json.loads(body)["index"] for _, body in answers]
+    assert indices == list(range(indices[0], indices[0] + 4))  # each committed before the next was read
+
+
+def test_the_peer_port_bounds_streams_per_connection(node: LocalCluster) -> None:
+    """HTTP/2: the peer port tells every connection how many streams it may open at once."""
+    connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    connection.initiate_connection()
+    with socket.create_connection(("127.0.0.1", node.members["n1"].peer_port), timeout=5) as sock:
+        sock.sendall(connection.data_to_send())
+        events = []
+        while not any(isinstance(e, h2.events.RemoteSettingsChanged) for e in events):
+            events += connection.receive_data(sock.recv(65536))
+    assert connection.remote_settings.max_concurrent_streams == PEER_STREAMS_MAX == 256
