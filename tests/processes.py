@@ -32,6 +32,13 @@ def make_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
         cluster.stop()
 
 
+def serving(root: Path, nodes: int = 3, **options: Any) -> Iterator[LocalCluster]:
+    """For a fixture to `yield from`: a cluster with a leader, every process stopped afterwards."""
+    with LocalCluster(root, nodes, **options) as cluster:
+        cluster.wait_leader()
+        yield cluster
+
+
 def eventually(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
     """Poll another process's state until `condition` returns something truthy."""
     deadline = time.monotonic() + timeout_s

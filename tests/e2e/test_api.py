@@ -14,19 +14,14 @@ import pytest
 from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from app.launcher import SMALL_FILES, LocalCluster
 from storage.codec import iter_entries
+from tests.processes import serving
 
 LIMITS = {"max_entry_bytes": 1000, "max_request_bytes": 20_000, "max_batch_entries": 50}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"), 3, settings={**SMALL_FILES, **LIMITS})
-    cluster.start()
-    try:
-        cluster.wait_leader()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from serving(tmp_path_factory.mktemp("cluster"), 3, settings={**SMALL_FILES, **LIMITS})
 
 
 def urls(cluster: LocalCluster) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from api.peer_codec import decode_message, encode_message, encode_push
 from app.launcher import SMALL_FILES, LocalCluster
 from raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest
-from tests.processes import eventually
+from tests.processes import eventually, serving
 
 SECRET = "cluster-secret-0123456789abcdef"
 TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",
@@ -28,14 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = tmp_path_factory.mktemp("auth")
     tokens_file = root / "tokens"
     tokens_file.write_text("# role:token\n" + "\n".join(f"{role}:{token}" for role, token in TOKENS.items()) + "\n")
-    cluster = LocalCluster(root, 3, settings={**SMALL_FILES, "cluster_secret": SECRET,
-                                              "tokens_file": str(tokens_file)})
-    cluster.start()
-    try:
-        cluster.wait_leader()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from serving(root, 3, settings={**SMALL_FILES, "cluster_secret": SECRET, "tokens_file": str(tokens_file)})
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ import pytest
 
 from app.launcher import SMALL_FILES, LocalCluster
 from app.server import PEER_STREAMS_MAX
-from tests.processes import eventually
+from tests.processes import eventually, serving
 
 LIMITS = {"max_inflight_requests": 3, "max_request_bytes": 1000, "max_inflight_body_bytes": 1500,
           "max_header_bytes": 4096, "max_entry_bytes": 1000, "request_read_timeout_ms": 30_000}
@@ -26,13 +26,7 @@ SLOW = {"request_read_timeout_ms": 700}
 
 
 def one_node(tmp_path_factory: pytest.TempPathFactory, settings: dict[str, object]) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("limits"), 1, settings={**SMALL_FILES, **settings})
-    cluster.start()
-    try:
-        cluster.wait_leader()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from serving(tmp_path_factory.mktemp("limits"), 1, settings={**SMALL_FILES, **settings})
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from app.launcher import SMALL_FILES, LocalCluster
 from tests.pki import Pki
-from tests.processes import eventually
+from tests.processes import eventually, serving
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +24,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[LocalCluster]:
     settings = {**SMALL_FILES, "client_tls_cert": pki.cert, "client_tls_key": pki.key,
                 "peer_tls_cert": pki.cert, "peer_tls_key": pki.key, "peer_tls_ca": pki.ca_file}
-    cluster = LocalCluster(tmp_path_factory.mktemp("tls"), 3, settings=settings, verify=pki.client_context())
-    cluster.start()
-    try:
-        cluster.wait_leader()
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from serving(tmp_path_factory.mktemp("tls"), 3, settings=settings, verify=pki.client_context())
 
 
 def test_a_cluster_replicates_over_mutual_tls_and_serves_https(cluster: LocalCluster, pki: Pki) -> None:
@@ -80,14 +74,10 @@ def test_the_peer_port_takes_only_members_with_a_certificate_of_the_ca(cluster: 
 
 def test_client_certificates_when_the_client_port_has_a_ca(tmp_path: Path, pki: Pki) -> None:
     settings = {**SMALL_FILES, "client_tls_cert": pki.cert, "client_tls_key": pki.key, "client_tls_ca": pki.ca_file}
-    cluster = LocalCluster(tmp_path, 1, settings=settings, verify=pki.client_context(with_cert=True))
-    cluster.start()
-    try:
+    with LocalCluster(tmp_path, 1, settings=settings, verify=pki.client_context(with_cert=True)) as cluster:
         cluster.wait_leader()
         url = cluster.members["n1"].client_url
         assert httpx.post(f"{url}/v1/entries", content=b"x", verify=pki.client_context(with_cert=True)
                           ).status_code == 201
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{url}/healthz", verify=pki.client_context(), timeout=5)
-    finally:
-        cluster.stop()
