@@ -5,12 +5,13 @@ role includes the ones below it (admin > writer > reader). Health checks,
 metrics, the API's documentation and the admin page's HTML are open (the page
 asks for a token before it reads anything). Peer port: every `/raft/*` call
 carries the cluster secret the same way. A call without valid proof answers
-401 (no or unknown credentials) or 403 (a role too low), is counted in
-`raftlog_auth_failures` and logged, never with the token, and goes no further.
+401 (no or unknown token, no secret) or 403 (a role too low, a wrong secret),
+is counted in `raftlog_auth_failures` and logged (at most one line a second
+per port and reason, never with the credentials), and goes no further.
 
-Tokens are looked up by their SHA-256 digest, and the secret is compared with
-`hmac.compare_digest`: neither comparison's time depends on how much of a
-guess was right.
+Tokens are looked up by their SHA-256 digest, and the secret's digest is
+compared with `hmac.compare_digest`: neither comparison's time depends on how
+much of a guess was right, nor on the secret's length.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -31,6 +33,7 @@ from raft.messages import Code
 log = logging.getLogger("raftlog.auth")
 
 TOKEN_CHARS_MIN = 16  # shorter tokens are refused at start: they can be guessed
+LOG_INTERVAL_S = 1.0  # refusals of one reason are logged at most this often
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch"})
@@ -52,26 +55,30 @@ class TokenError(ValueError):
 class Tokens:
     """The accepted client tokens, by the SHA-256 digest of each."""
 
-    roles: dict[bytes, Role]
+    roles: dict[bytes, Role] = field(repr=False)
 
     @classmethod
-    def parse(cls, text: str, source: str) -> Tokens:
-        """`role:token` entries, one per line or comma-separated; blank lines and `#` comments skipped."""
+    def parse(cls, text: str, source: str, *, lines: bool) -> Tokens:
+        """`role:token` entries: one per line with `#` comment lines (`lines`, a file), or comma-separated
+        (a setting). A token is printable ASCII without spaces or commas, of TOKEN_CHARS_MIN or more."""
         roles: dict[bytes, Role] = {}
-        for number, line in enumerate(text.replace(",", "\n").splitlines(), 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
+        entries = text.splitlines() if lines else text.split(",")
+        for number, entry in enumerate(entries, 1):
+            entry = entry.strip()
+            if not entry or (lines and entry.startswith("#")):
                 continue
-            role_name, sep, token = line.partition(":")
-            where = f"{source}, entry {number}"
+            role_name, sep, token = entry.partition(":")
+            where = f"{source}, {'line' if lines else 'entry'} {number}"
             try:
                 role = Role[role_name.strip().upper()]
             except KeyError:
                 raise TokenError(f"{where}: expected role:token with a role of reader, writer or admin") from None
             token = token.strip()
-            if not sep or len(token) < TOKEN_CHARS_MIN:
-                raise TokenError(f"{where}: the token must have at least {TOKEN_CHARS_MIN} characters")
-            roles[_digest(token.encode())] = role
+            if not sep or not is_credential(token) or "," in token:
+                raise TokenError(f"{where}: a token is {TOKEN_CHARS_MIN} or more printable ASCII characters, "
+                                 "without spaces or commas")
+            if roles.setdefault(_digest(token.encode()), role) is not role:
+                raise TokenError(f"{where}: this token is listed before with another role")
         return cls(roles)
 
     @classmethod
@@ -83,6 +90,11 @@ class Tokens:
 
     def role_of(self, token: bytes) -> Role | None:
         return self.roles.get(_digest(token))
+
+
+def is_credential(value: str) -> bool:
+    """Long enough not to be guessed, and fit for an HTTP header as it is."""
+    return len(value) >= TOKEN_CHARS_MIN and value.isascii() and value.isprintable() and " " not in value
 
 
 def required_role(method: str, path: str) -> Role | None:
@@ -104,17 +116,28 @@ def bearer(scope: Scope) -> bytes | None:
 
 
 class AuthFailures:
-    """Counts and logs refused calls (the metric lives in api.metrics.NodeMetrics)."""
+    """Counts and logs refused calls (the metric lives in api.metrics.NodeMetrics); the log at most
+    once a second per reason, with how many were not logged, so a flood of bad calls cannot fill
+    the disk."""
 
     def __init__(self, counter: Any, port: str) -> None:
         self.counter = counter
         self.port = port
+        self._logged: dict[str, float] = {}  # reason -> when last logged
+        self._unlogged: dict[str, int] = {}
 
     async def refuse(self, scope: Scope, receive: Receive, send: Send, error: ApiError, reason: str) -> None:
         self.counter.labels(self.port, reason).inc()
-        client = scope.get("client")
-        log.warning("%s port: refused %s %s from %s: %s", self.port, scope["method"], scope["path"],
-                    f"{client[0]}:{client[1]}" if client else "?", reason)
+        now = time.monotonic()
+        if now - self._logged.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+            self._logged[reason] = now
+            client = scope.get("client")
+            more = self._unlogged.pop(reason, 0)
+            log.warning("%s port: refused %s %r from %s: %s%s", self.port, scope["method"], scope["path"],
+                        f"{client[0]}:{client[1]}" if client else "?", reason,
+                        f" (and {more} more since the last line)" if more else "")
+        else:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
         response = error_response(error)
         if error.status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="raftlog"'
@@ -162,13 +185,13 @@ class PeerAuth:
 
     def __init__(self, app: ASGIApp, secret: bytes, failures: AuthFailures) -> None:
         self.app = app
-        self.secret = secret
+        self.secret_digest = _digest(secret)
         self.failures = failures
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = bearer(scope)
-            if given is None or not hmac.compare_digest(given, self.secret):
+            if given is None or not hmac.compare_digest(_digest(given), self.secret_digest):
                 reason = "missing" if given is None else "invalid"
                 code = Code.UNAUTHENTICATED if given is None else Code.PERMISSION_DENIED
                 await self.failures.refuse(scope, receive, send, ApiError(

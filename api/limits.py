@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import ApiError, error_response, too_large
+from api.errors import ApiError, bad_request, error_response, too_large
 from raft.messages import Code
 
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -75,7 +75,7 @@ class RequestLimits:
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit():
-                    return ApiError(Code.UNEXPECTED_ARGUMENT, f"Content-Length {value[:40]!r} is not a number")
+                    return bad_request(f"Content-Length {value[:40]!r} is not a number")
                 if len(value) > 19 or int(value) > self.max_request_bytes:
                     return too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})")
         return None

@@ -170,6 +170,10 @@ class PeerClient:
             log.debug("peer call %s %s failed", peer_id, path, exc_info=True)
             self._note_failure(peer_id, path, exc, client)
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
+        if response.status_code in (401, 403):  # it answers, but not to this member: no contact
+            exc = PeerUnavailable(f"{peer_id} refuses this member's cluster secret (HTTP {response.status_code})")
+            self._note_failure(peer_id, path, exc, client)
+            raise exc
         now = time.monotonic()
         self.last_contact[peer_id] = now
         self._answered[(peer_id, "data" if client is self._data.get(peer_id) else "control")] = now

@@ -19,7 +19,6 @@ from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -242,8 +241,11 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
     @app.post("/v1/cluster/leader", tags=["cluster"], summary="Transfer leadership",
               responses={200: {"model": Transferred, "description": "The target leads"},
-                         **errors(400, 409, 502, 503, 504)})
-    async def transfer(target: TransferTarget) -> JSONResponse:
+                         **errors(400, 409, 502, 503, 504)},
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/TransferTarget"}}}}})
+    async def transfer(request: Request) -> JSONResponse:
+        target = _parse(TransferTarget, await handlers.read_body(request))  # its limits answer 413/503 as such
         return JSONResponse(await service.transfer_leadership(target.target))
 
     @app.get("/healthz", tags=["health"], summary="The process is up", response_model=Health)
@@ -289,7 +291,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         schema = get_openapi(title=app.title, version=app.version, description=app.description,
                              routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (NewEntry, NewBatch):
+        for model in (NewEntry, NewBatch, TransferTarget):
             defs = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(defs.pop("$defs", {}))
             components[model.__name__] = defs
@@ -322,7 +324,7 @@ def _methods_of(request: Request, literal_only: bool = False) -> set[str]:
     """The methods of every route whose path is the request's (with `literal_only`, of routes
     without path parameters)."""
     scope = {**request.scope, "method": "GET"}
-    return {method for route in request.app.routes if isinstance(route, APIRoute)
+    return {method for route in request.app.routes if getattr(route, "methods", None)
             and not (literal_only and route.param_convertors) and route.matches(scope)[0] is not Match.NONE
             for method in route.methods}
 

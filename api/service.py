@@ -39,6 +39,7 @@ class ApiLimits:
     max_inflight_body_bytes: int = 256 << 20  # request body bytes held at once, all requests together
     request_read_timeout_ms: int = 30_000  # a request's line, headers and body must arrive within this
     max_header_bytes: int = 64 << 10  # a request's line and headers together
+    max_connections: int = 1024  # client connections at once; one more is answered 503 and closed
 
 
 class RawRead(NamedTuple):

@@ -1,18 +1,23 @@
-"""uvicorn's HTTP/1.1 protocol with deadlines and a header bound, against slow and greedy clients.
+"""uvicorn's HTTP/1.1 protocol with bounds against slow and greedy clients.
 
 uvicorn (httptools) waits forever for a request that never completes: a client
 that opens a connection and sends nothing, or sends its headers a byte at a
 time (slowloris), holds a connection and its memory as long as it likes; and
-headers are collected without a bound. Here:
+it takes any number of connections, and headers of any size. Here:
+- at most `max_connections` connections at once: one more is answered 503 with
+  Retry-After and closed, so open files stay bounded;
 - a request's line, headers and body must all arrive within
   `request_read_timeout_ms` of its first byte (or of the connection opening):
   else 408 and the connection closes, or, when the route is already reading the
   body, the connection closes and the route sees the client gone;
-- a request line and headers over `max_header_bytes` answer 431 and close.
+- a request line and headers over `max_header_bytes` answer 431 and close: the
+  parser is fed at most that many bytes of a header section, however they come.
 
-Once a request has fully arrived its deadline is off: a long answer (a read
-that follows the log) is not cut. Idle connections between requests are
-uvicorn's keep-alive timeout's.
+The deadline runs only while the client is the one to act: not while a request
+waits behind another on the same connection (uvicorn pauses reading until the
+answer before it is out), and not once a request has fully arrived, so a long
+answer (a read that follows the log) is not cut. Idle connections between
+requests are uvicorn's keep-alive timeout's.
 """
 
 from __future__ import annotations
@@ -23,62 +28,73 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from api.errors import RETRY_AFTER_S, ApiError
 from raft.messages import Code
 
 log = logging.getLogger("raftlog.server")
 
 
-def guarded_protocol(read_timeout_s: float, max_header_bytes: int) -> type[asyncio.Protocol]:
+def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int) -> type[asyncio.Protocol]:
     """The protocol class to give uvicorn.Config(http=...)."""
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._deadline: asyncio.TimerHandle | None = None
-            self._header_bytes = 0
+            self._header_bytes = 0  # of the header section being received
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
-            self._too_large = False
+            self._mid_message = False  # a request has begun and not fully arrived
+            if len(self.connections) > max_connections:
+                log.warning("refusing a connection from %s: %d connections open (max_connections)",
+                            self._peer(), len(self.connections) - 1)
+                self._answer_and_close(503, "Service Unavailable", Code.SERVER_BUSY,
+                                       f"too many connections to this member (max_connections {max_connections})",
+                                       retry=True)
+                return
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
+        def data_received(self, data: bytes) -> None:
+            """Header bytes are counted as they arrive, before the parser buffers them."""
+            while data and self._in_headers and not self.transport.is_closing():
+                room = max_header_bytes - self._header_bytes + 1  # one byte over says "too many"
+                piece, data = data[:room], data[room:]
+                self._header_bytes += len(piece)
+                super().data_received(piece)
+                if self._in_headers and self._header_bytes > max_header_bytes and not self.transport.is_closing():
+                    self._answer_and_close(431, "Request Header Fields Too Large", Code.UNEXPECTED_ARGUMENT,
+                                           f"the request line and headers are over max_header_bytes "
+                                           f"({max_header_bytes})")
+                    return
+            if data and not self.transport.is_closing():
+                super().data_received(data)
+
         def on_message_begin(self) -> None:
-            self._header_bytes = 0
-            self._in_headers = True
-            self._arm()
+            self._in_headers = self._mid_message = True
+            if not self._answering():  # else it waits its turn, reading paused: not the client's delay
+                self._arm()
             super().on_message_begin()
-
-        def on_url(self, url: bytes) -> None:
-            self._count(len(url))
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count(len(name) + len(value))
-            super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
             self._in_headers = False
+            self._header_bytes = 0
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
+            self._mid_message = False
             self._disarm()
             super().on_message_complete()
 
-        def send_400_response(self, msg: str) -> None:
-            """uvicorn's answer to a parser error; headers over the bound are this protocol's error."""
-            if self._too_large:
-                self._answer_and_close(431, "Request Header Fields Too Large",
-                                       f"the request line and headers are over max_header_bytes ({max_header_bytes})")
-            else:
-                super().send_400_response(msg)
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._mid_message and not self.transport.is_closing():
+                self._arm()  # the next request, which had to wait, now reads on
 
-        def _count(self, size: int) -> None:
-            self._header_bytes += size
-            if self._header_bytes > max_header_bytes:
-                self._too_large = True
-                raise ValueError("headers over max_header_bytes")  # stops the parser: send_400_response
+        def _answering(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
 
         def _arm(self) -> None:
             if self._deadline is None:
@@ -93,21 +109,24 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int) -> type[async
             self._deadline = None
             if self.transport.is_closing():
                 return
-            client = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
             log.info("closing the connection from %s: a request did not arrive within request_read_timeout_ms "
-                     "(%.0f ms)", client, read_timeout_s * 1000)
-            if self._in_headers:
-                self._answer_and_close(408, "Request Timeout", "the request did not arrive in time")
+                     "(%.0f ms)", self._peer(), read_timeout_s * 1000)
+            if self._in_headers and not self._answering():
+                self._answer_and_close(408, "Request Timeout", Code.UNEXPECTED_ARGUMENT,
+                                       "the request did not arrive in time")
             else:
                 self.transport.close()  # the route reading the body sees the client gone
 
-        def _answer_and_close(self, status: int, reason: str, message: str) -> None:
-            body = json.dumps({"error": {"code": Code.UNEXPECTED_ARGUMENT.name, "message": message,
-                                         "leader": None}}).encode()
+        def _peer(self) -> str:
+            return f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+
+        def _answer_and_close(self, status: int, reason: str, code: Code, message: str, retry: bool = False) -> None:
+            """An answer in the API's error shape, written before any app runs, then the end."""
+            body = json.dumps(ApiError(code, message).body()).encode()
             head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+                    f"content-length: {len(body)}\r\nconnection: close\r\n"
+                    + (f"retry-after: {RETRY_AFTER_S}\r\n" if retry else "") + "\r\n").encode()
             self.transport.write(head + body)
             self.transport.close()
 
     return GuardedHttpProtocol
-

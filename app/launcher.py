@@ -25,6 +25,7 @@ from typing import IO, Any
 import httpx
 
 # For throwaway nodes (tests, generating openapi.yaml): files that reserve a MiB, not gigabytes
+SECRET_SETTINGS = frozenset({"cluster_secret", "tokens"})
 SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 12, "max_entry_bytes": 64 << 10}
 
 PR_SET_PDEATHSIG = 1
@@ -111,16 +112,23 @@ class LocalCluster:
         args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", self.peers_for(member),
                 "--data-dir", str(member.data_dir), "--client-port", str(member.client_port)]
         for name, value in self.settings.items():
-            args += [f"--{name.replace('_', '-')}", str(value)]
+            if name not in SECRET_SETTINGS:
+                args += [f"--{name.replace('_', '-')}", str(value)]
         return args
+
+    def environment(self, member: Member) -> dict[str, str]:
+        """Secrets go to a member in its environment: a command line is there for anyone to read (ps)."""
+        return {f"RAFTLOG_{name.upper()}": str(value) for name, value in self.settings.items()
+                if name in SECRET_SETTINGS}
 
     def start_member(self, member_id: str) -> Member:
         member = self.members[member_id]
         assert not member.running, f"{member_id} is already running"
         self.data_root.mkdir(parents=True, exist_ok=True)
         member.log_file = open(member.log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        member.process = subprocess.Popen(self.command(member), stdout=member.log_file,
-                                          stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        member.process = subprocess.Popen(self.command(member), stdout=member.log_file, stderr=subprocess.STDOUT,
+                                          env={**os.environ, **self.environment(member)},
+                                          preexec_fn=_die_with_parent)
         return member
 
     def start(self) -> None:

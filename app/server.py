@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import socket
 import ssl
@@ -39,6 +40,7 @@ PEER_STREAMS_MAX = 256  # concurrent streams per peer connection: push_window_ma
 CLIENT_BACKLOG = 2048
 PEER_WINDOW_BYTES = 64 << 20  # HTTP/2 flow-control window a peer may fill (pushes, forwarded appends)
 DEFAULT_H2_WINDOW = 65_535
+OPEN_FILES_RESERVE = 512  # beyond client connections: peer connections, data and index files, SQLite, logs
 
 
 def bind(host: str, port: int, what: str) -> socket.socket:
@@ -112,7 +114,22 @@ def peer_server_config(sock: socket.socket, settings: NodeSettings) -> Hypercorn
     return config
 
 
+def raise_open_files(connections: int) -> None:
+    """Lift the soft limit on open files to the hard one: client connections, peer connections and
+    the log's files share it. A limit too low for max_connections stops the start."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    needed = connections + OPEN_FILES_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raise SettingsError(f"max_connections {connections} needs {needed} open files; the limit is {soft} "
+                            f"(ulimit -n): lower max_connections or raise the limit")
+
+
 async def serve(settings: NodeSettings) -> None:
+    raise_open_files(settings.max_connections)
     client_sock = bind(settings.client_host, settings.client_port, "client")
     try:
         peer_sock = bind(*settings.peer_address, "peer")
@@ -133,7 +150,7 @@ async def serve(settings: NodeSettings) -> None:
     client = _Uvicorn(uvicorn.Config(
         node.public_asgi, log_level=settings.log_level, access_log=False, lifespan="off",
         timeout_keep_alive=CLIENT_KEEP_ALIVE_S, timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False,
-        http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes),
+        http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes, limits.max_connections),
         **settings.client_tls()))
     node.start()
     client_task = asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server")
@@ -141,6 +158,8 @@ async def serve(settings: NodeSettings) -> None:
         node.peer_asgi, peer_server_config(peer_sock, settings), shutdown_trigger=peer_stop.wait,
         mode="asgi"), name="peer-server")
     log.info("%s: client API %s, peer port %s:%d", settings.id, settings.client_url, *settings.peer_address)
+    for warning in settings.cleartext_warnings():
+        log.warning("%s", warning)
     try:
         stopping = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([client_task, peer_task, stopping], return_when=asyncio.FIRST_COMPLETED)

@@ -23,7 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens
+from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential
 from api.service import ApiLimits
 from raft.config import RaftConfig, parse_peers
 from storage.codec import HEADER_SIZE
@@ -125,8 +125,9 @@ class NodeSettings(BaseSettings):
         else:
             return None
         value = value.strip()
-        if len(value) < TOKEN_CHARS_MIN:
-            raise SettingsError(f"{source}: the cluster secret must have at least {TOKEN_CHARS_MIN} characters")
+        if not is_credential(value):
+            raise SettingsError(f"{source}: the cluster secret must be {TOKEN_CHARS_MIN} or more printable ASCII "
+                                "characters, without spaces")
         return value.encode()
 
     def client_tokens(self) -> Tokens | None:
@@ -134,9 +135,9 @@ class NodeSettings(BaseSettings):
         parts = []
         try:
             if self.tokens is not None:
-                parts.append(Tokens.parse(self.tokens.get_secret_value(), "tokens"))
+                parts.append(Tokens.parse(self.tokens.get_secret_value(), "tokens", lines=False))
             if self.tokens_file is not None:
-                parts.append(Tokens.parse(_read(self.tokens_file, "tokens_file"), str(self.tokens_file)))
+                parts.append(Tokens.parse(_read(self.tokens_file, "tokens_file"), str(self.tokens_file), lines=True))
         except TokenError as exc:
             raise SettingsError(str(exc)) from None
         tokens = Tokens.merge(parts)
@@ -199,6 +200,19 @@ class NodeSettings(BaseSettings):
             where = ", ".join(listeners + remote_peers)
             raise SettingsError(f"listening beyond loopback ({where}) needs client tokens: tokens or tokens_file "
                                 f"(or insecure=true to run without)")
+
+    def cleartext_warnings(self) -> list[str]:
+        """What crosses a network beyond loopback unencrypted: logged at start."""
+        warnings = []
+        if self.peer_tls_cert is None and self.secret() is not None and (
+                not is_loopback(self.peer_address[0])
+                or any(not is_loopback(p.address.rpartition(":")[0]) for p in parse_peers(self.peers))):
+            warnings.append("the cluster secret goes to peers beyond loopback in cleartext: anyone who sees the "
+                            "traffic can take it; set peer_tls_cert, peer_tls_key and peer_tls_ca")
+        if self.client_tls_cert is None and self.client_tokens() is not None and not is_loopback(self.client_host):
+            warnings.append(f"clients send their tokens to {self.client_host} in cleartext; set client_tls_cert and "
+                            "client_tls_key")
+        return warnings
 
     def check(self) -> None:
         """Build every layer's configuration once: the first bad value raises SettingsError."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_PARTITION_SIZE = 250_000  # entries per partition when neither size nor count is given (a task costs ~0.2 s)
 DEFAULT_BATCH_ROWS = 50_000  # rows per Arrow record batch handed to Spark
@@ -29,7 +29,7 @@ class Access:
     """How to reach members that check tokens or serve HTTPS: options `token` and `ca`, else
     $RAFTLOG_TOKEN and $RAFTLOG_CA where the read is planned. Spark redacts an option named token."""
 
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
     ca: str | None = None  # a PEM file of the CA that signs the members' certificates
 
     def headers(self) -> dict[str, str]:

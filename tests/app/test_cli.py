@@ -14,7 +14,7 @@ import pytest
 
 from api.auth import Role
 from app.launcher import SMALL_FILES, free_ports
-from app.settings import load_settings
+from app.settings import SettingsError, load_settings
 from tests.pki import Pki
 from tests.processes import ClusterFactory, free_port_run
 
@@ -44,10 +44,12 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
      "peers beyond loopback (n2-10.9.8.7:9001, n3-db3.example:9001) need cluster_secret"),
     ({"peers": "n1-127.0.0.1:1;n2-10.9.8.7:9001", "cluster-secret": "s" * 16}, "needs client tokens"),
     ({"client-host": "0.0.0.0"}, "listening beyond loopback (client port on 0.0.0.0) needs client tokens"),
-    ({"cluster-secret": "short"}, "the cluster secret must have at least 16 characters"),
+    ({"cluster-secret": "short"}, "the cluster secret must be 16 or more printable ASCII characters"),
+    ({"cluster-secret": "s\u00e9cret-0123456789abcdef"}, "the cluster secret must be 16 or more printable ASCII"),
     ({"cluster-secret-file": "/nonexistent/secret"}, "cluster_secret_file: cannot read /nonexistent/secret"),
-    ({"tokens": "reader:short"}, "tokens, entry 1: the token must have at least 16 characters"),
+    ({"tokens": "reader:short"}, "tokens, entry 1: a token is 16 or more printable ASCII characters"),
     ({"tokens": "reader:" + "r" * 16 + ",king:" + "k" * 16}, "tokens, entry 2: expected role:token"),
+    ({"tokens": "reader:" + "r" * 16 + ",writer:" + "r" * 16}, "entry 2: this token is listed before with another"),
     ({"client-tls-cert": "/nonexistent/cert.pem"}, "client_tls_cert and client_tls_key go together"),
     ({"peer-tls-cert": "/x.pem", "peer-tls-key": "/x.key"}, "needs peer_tls_cert, peer_tls_key and peer_tls_ca"),
     ({"client-tls-cert": "/x.pem", "client-tls-key": "/x.key"}, "client_tls_cert: /x.pem is not a file"),
@@ -63,7 +65,7 @@ def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Pa
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     remote = {"peers": "n1-127.0.0.1:9001;n2-10.9.8.7:9001", "client_host": "0.0.0.0"}
     tokens_file = tmp_path / "tokens"
-    tokens_file.write_text("# role:token\nwriter:" + "w" * 20 + "\n\nadmin:" + "a" * 20 + "  # ops\n")
+    tokens_file.write_text("# role:token\nwriter:" + "w" * 20 + "\n\n  admin:" + "a" * 20 + "  \n")
     secret_file = tmp_path / "secret"
     secret_file.write_text("s" * 20 + "\n")
     secured = load_settings({**remote, "cluster_secret_file": str(secret_file), "tokens_file": str(tokens_file)})
@@ -72,6 +74,10 @@ def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Pa
     assert tokens.role_of(b"s" * 20) is None and secured.secret() == b"s" * 20
     assert "s" * 20 not in repr(secured) and "s" * 20 not in str(secured.model_dump())  # never printed
     assert load_settings({**remote, "insecure": True}).secret() is None
+    bad_file = tmp_path / "bad-tokens"
+    bad_file.write_text("# ops\nreader:" + "r" * 20 + "\nwriter:" + "w" * 10 + " # too short\n")
+    with pytest.raises(SettingsError, match=f"{bad_file}, line 3: a token is 16 or more"):
+        load_settings({**remote, "insecure": True, "tokens_file": str(bad_file)}).client_tokens()
     monkeypatch.setenv("RAFTLOG_TOKENS", "reader:" + "r" * 16)
     assert load_settings().client_tokens().role_of(b"r" * 16) is Role.READER  # type: ignore[union-attr]
 

@@ -49,7 +49,7 @@ def metric(url: str, name: str, **labels: str) -> float:
 # (method, path, body, the least role that may call it)
 ROUTES = [
     ("GET", "/v1/entries/1", None, "reader"),
-    ("GET", "/v1/entries?from=1&limit=2", None, "reader"),
+    ("GET", "/v1/entries?start=1&limit=2", None, "reader"),
     ("GET", "/v1/cluster", None, "reader"),
     ("POST", "/v1/entries", b"by-role", "writer"),
     ("POST", "/v1/entries/batch", b'{"entries": [{"body": "b1"}]}', "writer"),
@@ -98,6 +98,7 @@ def test_refusals_are_counted_and_logged_without_the_token(cluster: LocalCluster
     member = next(iter(cluster.members.values()))
     before = {reason: metric(member.client_url, "raftlog_auth_failures_total", port="client", reason=reason)
               for reason in ("missing", "invalid", "forbidden")}
+    logged = len(member.log_path.read_text())
     secret_guess = "guess-0123456789-" + "z" * 12
     assert httpx.get(f"{member.client_url}/v1/cluster").status_code == 401
     assert httpx.get(f"{member.client_url}/v1/cluster", headers=bearer(secret_guess)).status_code == 401
@@ -106,8 +107,9 @@ def test_refusals_are_counted_and_logged_without_the_token(cluster: LocalCluster
     for reason in ("missing", "invalid", "forbidden"):
         assert metric(member.client_url, "raftlog_auth_failures_total", port="client",
                       reason=reason) == before[reason] + 1
-    log = eventually(lambda: (text := member.log_path.read_text()).count("refused") >= 3 and text, "refusals logged")
-    assert "refused GET /v1/cluster from 127.0.0.1" in log
+    log = eventually(lambda: (text := member.log_path.read_text()[logged:]).count("refused") >= 3 and text,
+                     "refusals logged")
+    assert "refused GET '/v1/cluster' from 127.0.0.1" in log and "refused POST '/v1/entries'" in log
     assert secret_guess not in log and TOKENS["reader"] not in log and SECRET not in log
 
 
@@ -146,11 +148,11 @@ def test_peer_calls_without_the_secret_change_nothing(cluster: LocalCluster) -> 
 class SplitSecret(LocalCluster):
     """n3 starts with another cluster secret than n1 and n2."""
 
-    def command(self, member):  # type: ignore[no-untyped-def]
-        args = super().command(member)
+    def environment(self, member):  # type: ignore[no-untyped-def]
+        env = super().environment(member)
         if member.id == "n3":
-            args[args.index("--cluster-secret") + 1] = "another-secret-0123456789"
-        return args
+            env["RAFTLOG_CLUSTER_SECRET"] = "another-secret-0123456789"
+        return env
 
 
 def test_a_member_with_another_secret_gets_nothing(tmp_path: Path) -> None:

@@ -114,6 +114,9 @@ async def test_oversized_requests_get_413_before_or_while_they_arrive(node: Loca
         transfer = await client.post("/v1/cluster/leader", content=b" " * 2000,
                                      headers={"content-type": "application/json"})
         assert transfer.status_code == 413  # every route, not only appends
+        streamed_transfer = await client.post("/v1/cluster/leader", content=chunks(),
+                                              headers={"content-type": "application/json"})
+        assert streamed_transfer.status_code == 413  # counted as it arrives on that route too
         assert (await client.get("/v1/cluster")).json()["end_index"] == end
 
 

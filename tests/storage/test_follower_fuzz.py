@@ -125,17 +125,20 @@ def segment_bytes(path: Path) -> bytes:
 
 async def follow(path: Path, data: bytes, template: Template) -> None:
     store = Store.open(path, SMALL)
-    before = (store.end_index, store.write_pos, store.end_chain_crc)
     try:
-        end = await store.append_as_follower(data)
-    except AppendRejectedError:
-        assert (store.end_index, store.write_pos, store.end_chain_crc) == before
+        before = (store.end_index, store.write_pos, store.end_chain_crc)
+        try:
+            end = await store.append_as_follower(data)
+        except AppendRejectedError:
+            assert (store.end_index, store.write_pos, store.end_chain_crc) == before
+            end = None
+        took = [(i, store.get(i).term, bytes(store.get(i).body)) for i in range(store.end_index + 1)]
+    finally:
         await store.close()
+    if end is None:
         assert segment_bytes(path) == template.files  # not a byte written
-        return
-    took = [(i, store.get(i).term, bytes(store.get(i).body)) for i in range(end + 1)]
-    await store.close()
-    assert end >= FOLLOWER_HAS and took == template.entries[:end + 1]  # a prefix of the leader's log
+    else:
+        assert end >= FOLLOWER_HAS and took == template.entries[:end + 1]  # a prefix of the leader's log
 
 
 def run_on_a_copy(template: Template, data: bytes) -> None:

@@ -1,0 +1,118 @@
+"""The client port's connection protocol in a real uvicorn server on loopback, with a small app:
+the read deadline spares requests waiting behind a slow answer, header bytes are bounded however
+they arrive, and connections beyond max_connections are refused. (tests/e2e/test_limits.py has the
+same bounds on a real node.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+
+from app.client_protocol import guarded_protocol
+from app.launcher import free_ports
+from app.server import bind
+
+DEADLINE_S = 0.3
+
+
+class Echo:
+    """Answers each request with its body; /slow waits for `release` first."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["path"] == "/slow":
+            await self.release.wait()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Echo, max_header_bytes: int = 4096, max_connections: int = 100) -> AsyncIterator[int]:
+    (port,) = free_ports(1)
+    sock = bind("127.0.0.1", port, "client")
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning",
+                                           http=guarded_protocol(DEADLINE_S, max_header_bytes, max_connections)))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = (await reader.readuntil(b"\r\n\r\n")).decode()
+    status = int(head.split(" ", 2)[1])
+    headers = dict(re.findall(r"^([\w-]+): (.*?)\r$", head.lower(), re.MULTILINE))
+    return status, headers, await reader.readexactly(int(headers["content-length"]))
+
+
+async def test_a_request_waiting_behind_a_slow_answer_is_not_cut_off() -> None:
+    app = Echo()
+    async with serving(app) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n"
+                     b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nab")
+        await asyncio.sleep(3 * DEADLINE_S)  # the slow answer takes longer than the read deadline
+        writer.write(b"cde")
+        app.release.set()
+        assert (await answer(reader))[0] == 200
+        assert (await answer(reader))[::2] == (200, b"abcde")
+        writer.close()
+
+
+async def test_a_header_sent_in_pieces_is_bounded() -> None:
+    """One header value in 1000-byte writes, never ended: httptools would hold it all, uncounted,
+    until its CRLF (and the read deadline would answer 408, not 431)."""
+    async with serving(Echo(), max_header_bytes=4096) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nhost: x\r\nx-big: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(8):
+                writer.write(b"v" * 1000)
+                await writer.drain()
+        status, _, body = await asyncio.wait_for(answer(reader), 5)
+        assert status == 431 and b"max_header_bytes (4096)" in body
+        assert await reader.read() == b""
+        writer.close()
+
+
+async def test_connections_beyond_the_limit_are_refused_with_retry_after() -> None:
+    async with serving(Echo(), max_connections=3) as port:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        status, headers, body = await answer(reader)
+        assert status == 503 and headers["retry-after"] == "1" and b"max_connections 3" in body
+        assert await reader.read() == b""
+        writer.close()
+        held.pop()[1].close()
+        while True:  # once the server has seen the close, a new connection is served
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\nok")
+            status, _, body = await answer(reader)
+            writer.close()
+            if status == 200:
+                break
+        assert body == b"ok"
+        for _, w in held:
+            w.close()
+
