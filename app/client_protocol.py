@@ -33,9 +33,12 @@ from raft.messages import Code
 
 log = logging.getLogger("raftlog.server")
 
+REFUSAL_LOG_INTERVAL_S = 1.0
+
 
 def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int) -> type[asyncio.Protocol]:
     """The protocol class to give uvicorn.Config(http=...)."""
+    refused_logged = [float("-inf")]  # when a refused connection was last logged
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -45,8 +48,11 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
             self._mid_message = False  # a request has begun and not fully arrived
             if len(self.connections) > max_connections:
-                log.warning("refusing a connection from %s: %d connections open (max_connections)",
-                            self._peer(), len(self.connections) - 1)
+                now = self.loop.time()
+                if now - refused_logged[0] >= REFUSAL_LOG_INTERVAL_S:  # a flood of them is one line a second
+                    refused_logged[0] = now
+                    log.warning("refusing connections: %d open (max_connections), the latest from %s",
+                                len(self.connections) - 1, self._peer())
                 self._answer_and_close(503, "Service Unavailable", Code.SERVER_BUSY,
                                        f"too many connections to this member (max_connections {max_connections})",
                                        retry=True)

@@ -188,10 +188,7 @@ class NodeSettings(BaseSettings):
         secret, tokens = self.secret(), self.client_tokens()
         if self.insecure:
             return
-        remote_peers = [f"{p.id}-{p.address}" for p in parse_peers(self.peers)
-                        if not is_loopback(p.address.rpartition(":")[0])]
-        if not is_loopback(self.peer_address[0]):
-            remote_peers.append(f"this member's peer port on {self.peer_address[0]}")
+        remote_peers = self._remote_peers()
         if remote_peers and secret is None:
             raise SettingsError(f"peers beyond loopback ({', '.join(remote_peers)}) need cluster_secret or "
                                 f"cluster_secret_file (or insecure=true to run without)")
@@ -201,12 +198,18 @@ class NodeSettings(BaseSettings):
             raise SettingsError(f"listening beyond loopback ({where}) needs client tokens: tokens or tokens_file "
                                 f"(or insecure=true to run without)")
 
+    def _remote_peers(self) -> list[str]:
+        """The peers, and this member's own peer port, beyond loopback."""
+        remote = [f"{p.id}-{p.address}" for p in parse_peers(self.peers)
+                  if not is_loopback(p.address.rpartition(":")[0])]
+        if not is_loopback(self.peer_address[0]):
+            remote.append(f"this member's peer port on {self.peer_address[0]}")
+        return remote
+
     def cleartext_warnings(self) -> list[str]:
         """What crosses a network beyond loopback unencrypted: logged at start."""
         warnings = []
-        if self.peer_tls_cert is None and self.secret() is not None and (
-                not is_loopback(self.peer_address[0])
-                or any(not is_loopback(p.address.rpartition(":")[0]) for p in parse_peers(self.peers))):
+        if self.peer_tls_cert is None and self.secret() is not None and self._remote_peers():
             warnings.append("the cluster secret goes to peers beyond loopback in cleartext: anyone who sees the "
                             "traffic can take it; set peer_tls_cert, peer_tls_key and peer_tls_ca")
         if self.client_tls_cert is None and self.client_tokens() is not None and not is_loopback(self.client_host):

@@ -74,6 +74,15 @@ def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Pa
     assert tokens.role_of(b"s" * 20) is None and secured.secret() == b"s" * 20
     assert "s" * 20 not in repr(secured) and "s" * 20 not in str(secured.model_dump())  # never printed
     assert load_settings({**remote, "insecure": True}).secret() is None
+    warned = secured.cleartext_warnings()
+    assert len(warned) == 2 and "cluster secret goes to peers beyond loopback in cleartext" in warned[0]
+    assert "clients send their tokens to 0.0.0.0 in cleartext" in warned[1]
+    pki = Pki(tmp_path / "pki", "settings")
+    certificates = {f"{port}_tls_{part}": str(path) for port in ("client", "peer")
+                    for part, path in (("cert", pki.cert), ("key", pki.key))}
+    encrypted = load_settings({**remote, "cluster_secret_file": str(secret_file), "tokens_file": str(tokens_file),
+                               **certificates, "peer_tls_ca": str(pki.ca_file)})
+    assert encrypted.cleartext_warnings() == [] and encrypted.client_url.startswith("https://")
     bad_file = tmp_path / "bad-tokens"
     bad_file.write_text("# ops\nreader:" + "r" * 20 + "\nwriter:" + "w" * 10 + " # too short\n")
     with pytest.raises(SettingsError, match=f"{bad_file}, line 3: a token is 16 or more"):
