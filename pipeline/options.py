@@ -27,7 +27,8 @@ class PipelineError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Access:
     """How to reach members that check tokens or serve HTTPS: options `token` and `ca`, else
-    $RAFTLOG_TOKEN and $RAFTLOG_CA where the read is planned. Spark redacts an option named token."""
+    $RAFTLOG_TOKEN and $RAFTLOG_CA where the read is planned (the variable keeps the token out of
+    the options, which Spark may show in plans and logs)."""
 
     token: str | None = field(default=None, repr=False)
     ca: str | None = None  # a PEM file of the CA that signs the members' certificates
