@@ -34,6 +34,7 @@ log = logging.getLogger("raftlog.auth")
 
 TOKEN_CHARS_MIN = 16  # shorter tokens are refused at start: they can be guessed
 LOG_INTERVAL_S = 1.0  # refusals of one reason are logged at most this often
+DRAIN_BYTES_MAX = 4 << 20  # a refused peer call's body is read and dropped up to this much
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch"})
@@ -147,25 +148,26 @@ class AuthFailures:
 class ClientAuth:
     """ASGI middleware of the client port: a token of a high enough role, or a 401/403.
 
-    A request no route takes (`routed` says which do) goes on without a token to its
-    404 or 405: the routes are public in openapi.yaml, and nothing answers it. (Routing
-    is asked only of a request about to be refused: a scan of the routes costs more
-    than the token check.)
+    A request no route takes (`route_of` finds the one that does) goes on without a token
+    to its 404 or 405: the routes are public in openapi.yaml, and nothing answers it.
+    (Routing is asked only of a request about to be refused: a scan of the routes costs
+    more than the token check. The route found names the refusal in the request counter.)
     """
 
     def __init__(self, app: ASGIApp, tokens: Tokens, failures: AuthFailures,
-                 routed: Callable[[Scope], bool]) -> None:
+                 route_of: Callable[[Scope], Any]) -> None:
         self.app = app
         self.tokens = tokens
         self.failures = failures
-        self.routed = routed
+        self.route_of = route_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             needed = required_role(scope["method"], scope["path"])
             token = None if needed is None else bearer(scope)
             role = None if token is None else self.tokens.role_of(token)
-            if needed is not None and (role is None or role < needed) and self.routed(scope):
+            if needed is not None and (role is None or role < needed) and (route := self.route_of(scope)):
+                scope["route"] = route
                 if role is None:
                     reason = "missing" if token is None else "invalid"
                     message = "no bearer token" if token is None else "the bearer token is not valid"
@@ -192,6 +194,7 @@ class PeerAuth:
         if scope["type"] == "http":
             given = bearer(scope)
             if given is None or not hmac.compare_digest(_digest(given), self.secret_digest):
+                await _drain(receive)  # as every peer route does: hypercorn drops a connection with unread DATA
                 reason = "missing" if given is None else "invalid"
                 code = Code.UNAUTHENTICATED if given is None else Code.PERMISSION_DENIED
                 await self.failures.refuse(scope, receive, send, ApiError(
@@ -199,6 +202,16 @@ class PeerAuth:
                     reason)
                 return
         await self.app(scope, receive, send)
+
+
+async def _drain(receive: Receive, limit: int = DRAIN_BYTES_MAX) -> None:
+    """Read and drop a refused call's body, up to `limit` bytes (beyond, the connection may go)."""
+    received = 0
+    while received <= limit:
+        message = await receive()
+        received += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 def _digest(token: bytes) -> bytes:

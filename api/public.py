@@ -276,7 +276,7 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
     served: ASGIApp = EntryFastPath(app, EntryHandlers(service, metrics))
     if tokens is not None:
         served = ClientAuth(served, tokens, AuthFailures(metrics.auth_failures, "client"),
-                            lambda scope: any(route.matches(scope)[0] is Match.FULL for route in app.routes))
+                            lambda scope: next((r for r in app.routes if r.matches(scope)[0] is Match.FULL), None))
     limits = service.limits
     bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
                             max_request_bytes=limits.max_request_bytes,
