@@ -9,7 +9,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.launcher import PORTS_FROM, SMALL_FILES, LocalCluster
 
@@ -37,6 +39,15 @@ def serving(root: Path, nodes: int = 3, **options: Any) -> Iterator[LocalCluster
     with LocalCluster(root, nodes, **options) as cluster:
         cluster.wait_leader()
         yield cluster
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """One sample of a member's /metrics, by name and labels; 0 when it has none yet."""
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
 
 
 def eventually(condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:

@@ -4,7 +4,6 @@ are counted and logged without the credentials."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from api.peer_codec import decode_message, encode_message, encode_push
 from app.launcher import SMALL_FILES, LocalCluster
 from raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest
-from tests.processes import eventually, serving
+from tests.processes import eventually, metric, serving
 
 SECRET = "cluster-secret-0123456789abcdef"
 TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",
@@ -38,13 +37,6 @@ def bearer(token: str) -> dict[str, str]:
 
 def leader_url(cluster: LocalCluster) -> str:
     return cluster.members[cluster.wait_leader()].client_url
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    match = re.search(rf"^{name}\{{{re.escape(wanted)}\}} (\S+)$", text, re.MULTILINE)
-    return float(match.group(1)) if match else 0.0
 
 
 # (method, path, body, the least role that may call it)

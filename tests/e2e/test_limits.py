@@ -18,7 +18,7 @@ import pytest
 
 from app.launcher import SMALL_FILES, LocalCluster
 from app.server import PEER_STREAMS_MAX
-from tests.processes import eventually, serving
+from tests.processes import eventually, metric, serving
 
 LIMITS = {"max_inflight_requests": 3, "max_request_bytes": 1000, "max_inflight_body_bytes": 1500,
           "max_header_bytes": 4096, "max_entry_bytes": 1000, "request_read_timeout_ms": 30_000}
@@ -43,11 +43,6 @@ def port(cluster: LocalCluster) -> int:
     return cluster.members["n1"].client_port
 
 
-def gauge(cluster: LocalCluster, name: str) -> float:
-    text = httpx.get(f"{cluster.members['n1'].client_url}/metrics").text
-    return float(re.search(rf"^{name} (\S+)$", text, re.MULTILINE).group(1))  # type: ignore[union-attr]
-
-
 async def started_append(cluster: LocalCluster, length: int, sent: bytes
                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """An append whose body has only partly arrived: the node holds it in flight."""
@@ -66,7 +61,8 @@ async def answer_of(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def wait_for_gauge(cluster: LocalCluster, name: str, value: float) -> None:
-    await asyncio.to_thread(eventually, lambda: gauge(cluster, name) == value, f"{name} == {value}")
+    url = cluster.members["n1"].client_url
+    await asyncio.to_thread(eventually, lambda: metric(url, name) == value, f"{name} == {value}")
 
 
 async def test_requests_in_flight_beyond_the_limit_get_503_with_retry_after(node: LocalCluster) -> None:
