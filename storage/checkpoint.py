@@ -44,6 +44,7 @@ from sqlalchemy.exc import DBAPIError
 from storage.errors import (
     CheckpointCorruptError,
     CheckpointError,
+    CheckpointFullError,
     CheckpointLockedError,
     CheckpointMissingError,
 )
@@ -164,12 +165,19 @@ class Checkpoint:
         self._db.shutdown(wait=True)
 
     async def _write_periodically(self) -> None:
+        full = False  # a full disk is said once, when it starts, not at every attempt
         while True:
             await asyncio.sleep(self._interval)
             try:
                 await self.write_progress()
+            except CheckpointFullError as exc:
+                if not full:
+                    log.warning("checkpoint: %s; the indices are written again once there is room", exc)
+                full = True
             except CheckpointError:
                 log.exception("checkpoint: periodic write failed")
+            else:
+                full = False
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._db, fn, *args)
@@ -246,6 +254,8 @@ def read_checkpoint(path: str | Path) -> CheckpointState:
 
 def _translate(path: Path, exc: DBAPIError) -> CheckpointError:
     message = str(exc.orig)
+    if getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return CheckpointFullError(f"{path}: no room to write ({message})")
     if "locked" in message or "busy" in message:
         return CheckpointLockedError(f"{path} is locked by another process ({message})")
     if isinstance(exc.orig, sqlite3.DatabaseError):

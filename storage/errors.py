@@ -14,7 +14,8 @@
     └── CheckpointError           the SQLite checkpoint cannot be used
         ├── CheckpointMissingError
         ├── CheckpointLockedError
-        └── CheckpointCorruptError
+        ├── CheckpointCorruptError
+        └── CheckpointFullError   no room for a write (also a DiskFullError)
 
 Each carries `code`, the DLedger response code name the upper layers map to
 protocol answers and HTTP statuses.
@@ -116,3 +117,9 @@ class CheckpointLockedError(CheckpointError):
 
 class CheckpointCorruptError(CheckpointError):
     pass
+
+
+class CheckpointFullError(CheckpointError, DiskFullError):
+    """SQLite found no room for a write: the file is sound, the disk is full."""
+
+    code = "DISK_FULL"
