@@ -5,11 +5,18 @@ Every call goes through `Network.deliver`, which asks the network's `faults`
 to it: delivered after a delay, lost on the way there, lost on the way back,
 or delivered twice. Partitions cut links in both directions until healed.
 Lost calls cost the caller its `rpc_timeout_s`, as on a real network.
+
+As on a real network, a message crosses the wire as bytes: the `wire` hook
+(kind, message) -> message is where a test encodes and decodes it (`raft`
+cannot import the codec, which lives in `api`). A receiver's handler runs as
+a server's would: a caller that times out or goes away does not stop it, only
+the receiver's own crash (`unregister`) does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +34,8 @@ from raft.messages import (
 )
 from raft.transport import PeerHandler, PeerUnavailable
 
+log = logging.getLogger("raftlog.raft.inmem_transport")
+
 
 @dataclass(frozen=True, slots=True)
 class Fate:
@@ -39,21 +48,31 @@ class Fate:
 DELIVER = Fate()
 
 FaultPlan = Callable[[str, str, str], Fate]  # (source, target, kind) -> fate
+Wire = Callable[[str, Any], Any]  # (kind, message) -> the message as the other side decodes it
+
+
+def _as_sent(kind: str, message: Any) -> Any:
+    return message
 
 
 class Network:
-    def __init__(self, rpc_timeout_s: float = 1.0, faults: FaultPlan | None = None) -> None:
+    def __init__(self, rpc_timeout_s: float = 1.0, faults: FaultPlan | None = None,
+                 wire: Wire | None = None) -> None:
         self.rpc_timeout_s = rpc_timeout_s
         self.faults = faults or (lambda source, target, kind: DELIVER)
+        self.wire = wire or _as_sent
         self._handlers: dict[str, PeerHandler] = {}
         self._cut: set[tuple[str, str]] = set()
-        self._background: set[asyncio.Task[Any]] = set()
+        self._serving: dict[str, set[asyncio.Task[Any]]] = {}  # handlers running on each member
 
     def register(self, node_id: str, handler: PeerHandler) -> None:
         self._handlers[node_id] = handler
 
     def unregister(self, node_id: str) -> None:
+        """The member is gone: so are the handlers it was running."""
         self._handlers.pop(node_id, None)
+        for task in self._serving.pop(node_id, set()):
+            task.cancel()
 
     def transport(self, node_id: str) -> InMemoryTransport:
         return InMemoryTransport(self, node_id)
@@ -74,7 +93,10 @@ class Network:
     def linked(self, source: str, target: str) -> bool:
         return (source, target) not in self._cut
 
-    async def deliver(self, source: str, target: str, kind: str, request: Any) -> Any:
+    async def deliver(self, source: str, target: str, kind: str, request: Any,
+                      timeout_s: float | None = None) -> Any:
+        """One call; `timeout_s` (default `rpc_timeout_s`) is how long the caller waits."""
+        timeout_s = self.rpc_timeout_s if timeout_s is None else timeout_s
         fate = self.faults(source, target, kind)
         handler = self._handlers.get(target)
         if handler is None:
@@ -82,21 +104,35 @@ class Network:
         if fate.delay_s:
             await asyncio.sleep(fate.delay_s)
         if fate.lose_request or not self.linked(source, target):
-            await asyncio.sleep(self.rpc_timeout_s)
+            await asyncio.sleep(timeout_s)
             raise PeerUnavailable(f"{kind} {source}->{target} timed out")
         handle: Callable[[Any], Awaitable[Any]] = getattr(handler, f"handle_{kind}")
         if fate.duplicate:  # the copy's answer goes nowhere
-            copy = asyncio.create_task(handle(request))
-            self._background.add(copy)
-            copy.add_done_callback(self._background.discard)
-        try:
-            async with asyncio.timeout(self.rpc_timeout_s):
-                response = await handle(request)
-        except TimeoutError:
-            raise PeerUnavailable(f"{kind} {source}->{target} timed out") from None
+            self._serve(target, kind, handle(self.wire(kind, request)))
+        task = self._serve(target, kind, handle(self.wire(kind, request)))
+        await asyncio.wait({task}, timeout=timeout_s)  # the caller gives up; the handler runs on
+        if not task.done():
+            raise PeerUnavailable(f"{kind} {source}->{target} timed out")
+        if task.cancelled():
+            raise PeerUnavailable(f"{kind} {source}->{target}: {target} went down")
+        response = task.result()
         if fate.lose_response or not self.linked(target, source) or target not in self._handlers:
             raise PeerUnavailable(f"{kind} {source}->{target}: the answer was lost")
-        return response
+        return self.wire(kind, response)
+
+    def _serve(self, target: str, kind: str, call: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Run a handler on `target` as its server would: to the end, whoever waits for it."""
+        task: asyncio.Task[Any] = asyncio.ensure_future(call)
+        serving = self._serving.setdefault(target, set())
+        serving.add(task)
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            serving.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:  # a server logs its 500s
+                log.error("%s handler on %s failed", kind, target, exc_info=finished.exception())
+
+        task.add_done_callback(done)
+        return task
 
 
 class InMemoryTransport:

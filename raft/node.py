@@ -14,7 +14,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from raft.config import RaftConfig
 from raft.dispatcher import EntryDispatcher
@@ -126,7 +126,14 @@ class RaftNode:
         if self.config.scrub_interval_ms:
             loop_tasks.append(self.repairer.run_scrub(self.config.scrub_interval_ms / 1000))
         self._tasks = [asyncio.create_task(t, name=f"raft-{self.config.self_id}") for t in loop_tasks]
+        for task in self._tasks:
+            task.add_done_callback(self._task_ended)
         self._apply_wake.set()  # entries committed before a restart may still wait to be applied
+
+    def _task_ended(self, task: asyncio.Task[Any]) -> None:
+        """A task of the member died: said at once, not only found when `stop` gathers it."""
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: task %s died", self.config.self_id, task.get_coro(), exc_info=task.exception())
 
     async def stop(self) -> None:
         tasks = [*self._tasks, *self._side_tasks, *([self._transfer] if self._transfer else [])]
@@ -149,6 +156,7 @@ class RaftNode:
             task = asyncio.create_task(self._append_noop(term))
             self._side_tasks.add(task)
             task.add_done_callback(self._side_tasks.discard)
+            task.add_done_callback(self._task_ended)
         else:
             self._leading.clear()
         self.elector.wake.set()
@@ -412,6 +420,7 @@ class RaftNode:
 
     def _transfer_done(self, task: asyncio.Task[Code]) -> None:
         self._transfer = None
+        self._task_ended(task)
         if not task.cancelled() and task.exception() is None:
             log.info("transfer to a preferred leader: %s", task.result().name)
 

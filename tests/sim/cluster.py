@@ -6,26 +6,42 @@ a node's tasks and drops its process state; what survives is what a killed
 process leaves: its files (page cache included) and its checkpoint. With
 `power_loss`, a crash is a power loss instead: the in-memory store keeps what
 its last flush covered, the file store what fsync covered (`tests.sim.disk`).
+A file store may also be damaged while its member is down; on restart its own
+recovery decides, as `app.node` does, whether the member lost committed
+entries and must rejoin.
+
+Each member runs the public API's service layer (`api.service.LogService`)
+beside its raft node, so clients append and read through forwarding and
+read index as real clients do. Every acknowledgement and every read is
+recorded with its invocation and completion time, and checked; so is every
+ERROR log record and every exception nobody handled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from api.errors import ApiError
+from api.service import ApiLimits, LogService
 from raft.config import RaftConfig, parse_peers
 from raft.errors import RaftError
 from raft.inmem_transport import Fate, Network
-from raft.messages import Role
+from raft.messages import Code, Role
 from raft.node import RaftNode
-from storage import Store, StoreConfig
+from storage import CorruptLogError, Store, StoreConfig
+from storage.codec import Magic
 from storage.memory import MemoryCheckpoint, MemoryStore
 from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
+from tests.sim.peers import Endpoint, SimPeers
 from tests.sim.vloop import InlineExecutor
+from tests.sim.wire import round_trip
 
 SIM_STORE = StoreConfig(data_file_size=4096, index_file_size=32 * 64)
 FSYNC_S = 0.002  # how long a flush takes on the simulated slow disks
@@ -110,16 +126,53 @@ class Member:
     checkpoint: MemoryCheckpoint
     store: Store | MemoryStore
     node: RaftNode | None = None
+    service: LogService | None = None
     last_commit: int = -1  # in this incarnation
+    lost_data: bool = False  # its store's recovery found committed entries damaged or missing
+    calls: set[asyncio.Task[Any]] = field(default_factory=set)  # clients' calls it is serving
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """An acknowledged append: where it landed, what it held, when it was asked and answered."""
+
+    index: int
+    body: bytes
+    invoked: float
+    completed: float
+    via: str
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    index: int
+    body: bytes | None  # None: the member answered "not found" (INDEX_OUT_OF_RANGE)
+    invoked: float
+    completed: float
+    via: str
 
 
 @dataclass
 class History:
-    """What the checkers know: committed entries, leaders by term, acknowledged appends."""
+    """What the checkers know: committed entries, leaders by term, every acknowledgement and read."""
 
     committed: dict[int, int] = field(default_factory=dict)  # index -> chain CRC
     leaders: dict[int, str] = field(default_factory=dict)  # term -> leader
-    acked: dict[int, bytes] = field(default_factory=dict)  # index -> body
+    acks: list[Ack] = field(default_factory=list)  # every one, in order of completion
+    reads: list[Read] = field(default_factory=list)  # those that answered an entry or "not found"
+    failed_reads: int = 0
+    sent: set[bytes] = field(default_factory=set)  # every body a client sent
+
+
+class _ErrorRecords(logging.Handler):
+    """ERROR records of the code under test, during a run: each one is a violation unless expected."""
+
+    def __init__(self, cluster: SimCluster) -> None:
+        super().__init__(logging.ERROR)
+        self.cluster = cluster
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.cluster.on_error_record(record)
 
 
 class SimCluster:
@@ -131,7 +184,7 @@ class SimCluster:
         self.seed = seed
         self.rng = random.Random(seed)
         self.faults = Faults(random.Random(seed * 7919 + 1))
-        self.network = Network(rpc_timeout_s=0.3, faults=self.faults)
+        self.network = Network(rpc_timeout_s=0.3, faults=self.faults, wire=round_trip)
         spec = ";".join([f"n{i}-sim:{7000 + i}" for i in range(voters)]
                         + [f"n{voters + i}-sim:{7000 + voters + i}@learner" for i in range(learners)])
         self.peers = parse_peers(spec)
@@ -143,20 +196,55 @@ class SimCluster:
             self.disk.install()
         self.executors: dict[str, InlineExecutor | SlowDiskExecutor] = {
             p.id: SlowDiskExecutor(FSYNC_S) if self.disk else InlineExecutor() for p in self.peers}
-        self.members = {p.id: Member(p.id, MemoryCheckpoint(), self._new_store(p.id)) for p in self.peers}
+        self.members: dict[str, Member] = {}
+        for peer in self.peers:
+            self.members[peer.id] = Member(peer.id, MemoryCheckpoint(), self._new_store(peer.id))
         self.history = History()
         self.violations: list[str] = []
+        self.expected_errors: set[str] = set()  # message formats of ERROR records a scenario provokes
+        self.loop = asyncio.get_running_loop()
+        self._errors = _ErrorRecords(self)
+        logging.getLogger("raftlog").addHandler(self._errors)
+        self._loop_handler = self.loop.get_exception_handler()
+        self.loop.set_exception_handler(self._unhandled)
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    # -- errors nobody handled ------------------------------------------------------------
+
+    def on_error_record(self, record: logging.LogRecord) -> None:
+        if record.msg not in self.expected_errors:
+            cause = f" ({record.exc_info[1]!r})" if record.exc_info else ""
+            self.violations.append(f"ERROR logged by {record.name}: {record.getMessage()}{cause}")
+
+    def _unhandled(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        self.violations.append(f"unhandled: {context.get('message')} {context.get('exception')!r}")
 
     # -- members -----------------------------------------------------------------------
 
-    def _new_store(self, node_id: str, committed_index: int = -1) -> Store | MemoryStore:
+    def _new_store(self, node_id: str) -> Store | MemoryStore:
         if self.tmp is not None:
-            config = replace(SIM_STORE, flush_mode=self.flush_mode, flush_interval_ms=10)
-            return Store.open(self.tmp / node_id, config, committed_index=committed_index,
-                              executor=self.executors[node_id])
+            return self._open_store(node_id)
         if self.power_loss:
             return PowerLossStore(fsync_s=FSYNC_S, flush_mode=self.flush_mode)
         return MemoryStore(SIM_STORE)
+
+    def _open_store(self, node_id: str) -> Store:
+        """Open the file store as `app.node` does: committed entries damaged or missing stop the
+        open; then it is opened again, cut before them, and the member rejoins."""
+        assert self.tmp is not None
+        config = replace(SIM_STORE, flush_mode=self.flush_mode, flush_interval_ms=10)
+        committed = self.members[node_id].checkpoint.committed_index if node_id in self.members else -1
+        try:
+            store = Store.open(self.tmp / node_id, config, committed_index=committed,
+                               executor=self.executors[node_id])
+        except CorruptLogError:
+            store = Store.open(self.tmp / node_id, config, committed_index=committed, salvage=True,
+                               executor=self.executors[node_id])
+        if node_id in self.members:
+            self.members[node_id].lost_data = store.recovery.lost_from is not None
+        return store
 
     def start(self, node_id: str, rejoining: bool = False) -> None:
         member = self.members[node_id]
@@ -164,9 +252,12 @@ class SimCluster:
         config = RaftConfig(self_id=node_id, peers=self.peers, rpc_timeout_ms=300, **self.overrides)
         node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
                         voted_for=cp.voted_for, committed_index=cp.committed_index,
-                        applied_index=cp.applied_index, rng=random.Random(self.rng.random()), rejoining=rejoining)
+                        applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
+                        rejoining=rejoining or member.lost_data)
+        peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
+        member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}")  # type: ignore[arg-type]
         member.node, member.last_commit = node, node.committed_index
-        self.network.register(node_id, node)
+        self.network.register(node_id, Endpoint(node, member.service))
         member.store.start()
         node.start()
 
@@ -174,15 +265,21 @@ class SimCluster:
         for node_id in self.members:
             self.start(node_id)
 
-    async def crash(self, node_id: str) -> None:
-        """Kill the process (or, with `power_loss`, the machine): tasks gone, memory gone;
-        the checkpoint stays, and the files (all of them, or what fsync covered)."""
+    async def crash(self, node_id: str, damage: Callable[[Store], None] | None = None) -> None:
+        """Kill the process (or, with `power_loss`, the machine): tasks gone, memory gone, the calls
+        it was serving gone; the checkpoint stays, and the files (all of them, or what fsync covered).
+        `damage` then harms a file store's files before it is opened again."""
         member = self.members[node_id]
         if member.node is None:
             return
         self.network.unregister(node_id)
+        calls = list(member.calls)
+        for call in calls:
+            call.cancel()
+        if calls:
+            await asyncio.wait(calls)
         await member.node.stop()
-        member.node = None
+        member.node = member.service = None
         if isinstance(member.store, PowerLossStore):
             await member.store.power_loss()  # the whole machine went down: unflushed data is gone
         if isinstance(member.store, Store):
@@ -192,7 +289,11 @@ class SimCluster:
             member.store._release()  # no flush: the page cache survives a process kill
             if self.disk is not None:
                 self.disk.power_loss(member.store.data_dir)  # but not a power loss
-            member.store = self._new_store(node_id, member.checkpoint.committed_index)
+            member.store = self._open_store(node_id)
+            if damage is not None:  # harmed as it lies on disk, then opened again: recovery decides
+                damage(member.store)
+                member.store._release()
+                member.store = self._open_store(node_id)
 
     async def stop(self) -> None:
         for node_id in list(self.members):
@@ -204,6 +305,8 @@ class SimCluster:
             self.disk.uninstall()
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        logging.getLogger("raftlog").removeHandler(self._errors)
+        self.loop.set_exception_handler(self._loop_handler)
 
     @property
     def running(self) -> list[RaftNode]:
@@ -213,19 +316,107 @@ class SimCluster:
         leaders = [n for n in self.running if n.role is Role.LEADER]
         return max(leaders, key=lambda n: n.term) if leaders else None
 
+    def stale_leaders(self) -> list[RaftNode]:
+        """Members that believe they lead, in a term a newer leader has taken over."""
+        newest = self.leader()
+        return [n for n in self.running if n.role is Role.LEADER and n is not newest]
+
     # -- clients ---------------------------------------------------------------------------
 
-    async def append(self, body: bytes) -> int | None:
-        """One client append through whoever leads now; the index if acknowledged."""
-        leader = self.leader()
-        if leader is None:
+    def call(self, node_id: str, op: Coroutine[Any, Any, object]) -> asyncio.Task[Any] | None:
+        """A client's call served by `node_id`: it ends with that member's crash. An exception
+        it raises (nothing it was meant to meet) is a violation."""
+        member = self.members[node_id]
+        if member.node is None:
+            op.close()
             return None
+        task = asyncio.ensure_future(op)
+        member.calls.add(task)
+
+        def done(finished: asyncio.Task[Any]) -> None:
+            member.calls.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                self.violations.append(f"a client call on {node_id} raised {finished.exception()!r}")
+
+        task.add_done_callback(done)
+        return task
+
+    async def append(self, body: bytes, node: RaftNode | None = None) -> int | None:
+        """One client append on `node` (default: whoever leads now); the index if acknowledged."""
+        node = node or self.leader()
+        if node is None:
+            return None
+        invoked = self.now()
+        self.history.sent.add(body)
         try:
-            appended = await leader.append([body])
+            appended = await node.append([body])
         except RaftError:
             return None
-        self.history.acked[appended.first_index] = body
+        self._acked(Ack(appended.first_index, body, invoked, self.now(), node.config.self_id))
         return appended.first_index
+
+    async def append_via(self, node_id: str, body: bytes) -> int | None:
+        """One client append to any member's API, which forwards it to the leader."""
+        service = self.members[node_id].service
+        assert service is not None
+        invoked = self.now()
+        self.history.sent.add(body)
+        try:
+            answer = await service.append([body])
+        except ApiError as exc:
+            self._check_api_error(node_id, "append", exc)
+            return None
+        self._acked(Ack(answer["first_index"], body, invoked, self.now(), node_id))
+        return answer["first_index"]
+
+    async def read(self, node_id: str, index: int) -> bytes | None:
+        """A linearizable read of `index` from a member's API: read index, then its store."""
+        service = self.members[node_id].service
+        assert service is not None
+        invoked = self.now()
+        try:
+            entry = await service.get(index, linearizable=True)
+        except ApiError as exc:
+            self._check_api_error(node_id, "read", exc)
+            if exc.code is Code.INDEX_OUT_OF_RANGE:
+                self._read(Read(index, None, invoked, self.now(), node_id))
+            else:
+                self.history.failed_reads += 1
+            return None
+        self._read(Read(index, bytes(entry.body), invoked, self.now(), node_id))
+        return bytes(entry.body)
+
+    def _check_api_error(self, node_id: str, what: str, exc: ApiError) -> None:
+        if exc.code is Code.INTERNAL_ERROR:  # a crash below, turned into a 500
+            self.violations.append(f"{what} on {node_id} answered INTERNAL_ERROR: {exc.message}")
+
+    def _acked(self, ack: Ack) -> None:
+        for other in self.history.acks:
+            if other.index == ack.index:
+                self.violations.append(f"two acknowledgements at index {ack.index}: {other.body!r} "
+                                       f"(via {other.via}) and {ack.body!r} (via {ack.via})")
+            elif other.completed <= ack.invoked and other.index > ack.index:
+                self.violations.append(f"{ack.body!r} was invoked after {other.body!r} was acknowledged at "
+                                       f"{other.index}, but landed before it, at {ack.index}")
+        self.history.acks.append(ack)
+
+    def _read(self, read: Read) -> None:
+        history = self.history
+        if read.body is None:
+            for ack in history.acks:
+                if ack.index == read.index and ack.completed <= read.invoked:
+                    self.violations.append(f"read of {read.index} on {read.via} found nothing, but it was "
+                                           f"acknowledged (via {ack.via}) before the read began")
+            for seen in history.reads:
+                if seen.index == read.index and seen.body is not None and seen.completed <= read.invoked:
+                    self.violations.append(f"read of {read.index} on {read.via} found nothing, but an earlier "
+                                           f"read (on {seen.via}) had returned it")
+        else:
+            for ack in history.acks:
+                if ack.index == read.index and ack.body != read.body:
+                    self.violations.append(f"read of {read.index} on {read.via} returned {read.body!r}, "
+                                           f"acknowledged was {ack.body!r}")
+        history.reads.append(read)
 
     # -- checkers ---------------------------------------------------------------------------
 
@@ -235,6 +426,8 @@ class SimCluster:
             node = member.node
             if node is None:
                 continue
+            if node.config.is_learner and node.role is not Role.FOLLOWER:
+                self.violations.append(f"learner {member.id} is {node.role.value} in term {node.term}")
             if node.role is Role.LEADER:
                 seen = self.history.leaders.setdefault(node.term, node.config.self_id)
                 if seen != node.config.self_id:
@@ -256,15 +449,14 @@ class SimCluster:
             member.last_commit = max(member.last_commit, committed)
             if node.role is Role.LEADER and committed >= 0 and node.store.term_at(committed) == node.term:
                 durable = sum(1 for m in self.members.values()
-                              if m.id in node.config.voters and m.store.durable_end_index >= committed)
+                              if m.id in node.config.voters and self._holds(m, committed))
                 if durable < len(node.config.voters) // 2 + 1:
                     self.violations.append(f"{member.id} committed {committed} durable on only {durable}")
-        for index, body in self.history.acked.items():
-            if index in self.history.committed:
-                holder = next((n for n in self.running if n.committed_index >= index
-                               and n.store.begin_index <= index), None)
-                if holder is not None and bytes(holder.store.get(index).body) != body:
-                    self.violations.append(f"acknowledged append at {index} was replaced")
+
+    def _holds(self, member: Member, index: int) -> bool:
+        """Durable on this member, or lost to damage there: then it does not vote until it has it back."""
+        rejoining = member.node.rejoining if member.node is not None else member.lost_data
+        return rejoining or member.store.durable_end_index >= index
 
     def check_committed_kept(self) -> None:
         """Every committed entry is still in the log of every member that committed it."""
@@ -276,6 +468,35 @@ class SimCluster:
                 if self.history.committed.get(index, node.store.get(index).chain_crc) \
                         != node.store.get(index).chain_crc:
                     self.violations.append(f"{member.id} lost committed entry {index}")
+
+    def check_final(self) -> None:
+        """On the converged log: every acknowledged append is there, every read answered what is
+        there, and every entry is a NOOP or a body some client sent."""
+        leader = self.leader()
+        assert leader is not None and self.converged()
+        store = leader.store
+        for ack in self.history.acks:
+            if ack.index > store.end_index:
+                self.violations.append(f"acknowledged index {ack.index} (via {ack.via}) is past the final "
+                                       f"log end {store.end_index}: lost")
+            elif bytes(store.get(ack.index).body) != ack.body:
+                self.violations.append(f"acknowledged append at {ack.index} (via {ack.via}) was lost")
+        for read in self.history.reads:
+            if read.body is not None and (read.index > store.end_index
+                                          or bytes(store.get(read.index).body) != read.body):
+                self.violations.append(f"read of {read.index} on {read.via} returned {read.body!r}, "
+                                       "which is not the committed entry")
+        for index in range(store.begin_index, store.end_index + 1):
+            entry = store.get(index)
+            if entry.magic == Magic.NOOP and not entry.body:
+                continue
+            if entry.magic != Magic.NORMAL or bytes(entry.body) not in self.history.sent:
+                self.violations.append(f"entry {index} ({Magic(entry.magic).name}) was written by no client")
+
+    def lost_acks(self, store: Store | MemoryStore) -> int:
+        """Acknowledged appends not in `store` at their index."""
+        return sum(1 for ack in self.history.acks
+                   if ack.index > store.end_index or bytes(store.get(ack.index).body) != ack.body)
 
     def converged(self) -> bool:
         nodes = self.running

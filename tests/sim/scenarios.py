@@ -12,14 +12,21 @@ import asyncio
 import contextlib
 import random
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from raft.messages import Role
+from raft.errors import RaftError
+from raft.messages import Code, Role
+from raft.node import RaftNode
+from storage import Store
+from storage.codec import HEADER, HEADER_SIZE
+from storage.recovery import SCAN_FILES
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.vloop import run_virtual
 
-NEMESES = ("calm", "lossy", "partition", "isolate-leader", "crash", "crash-leader", "one-way")
+NEMESES = ("calm", "lossy", "partition", "isolate-leader", "crash", "crash-leader", "one-way",
+           "transfer", "transfer-isolate", "damage")
 
 
 @dataclass
@@ -30,6 +37,9 @@ class Outcome:
     acked: int
     committed: int
     nemeses: list[str]
+    reads: int = 0  # answered an entry or "not found"
+    failed_reads: int = 0
+    rejoins: int = 0  # restarts whose recovery found committed entries damaged or missing
 
     @property
     def ok(self) -> bool:
@@ -46,27 +56,95 @@ def store_kind(seed: int) -> str:
 
 
 def new_cluster(seed: int, voters: int, prefix: str, kind: str | None = None,
-                flush_mode: str = "sync") -> SimCluster:
+                flush_mode: str = "sync", learners: int = 0) -> SimCluster:
     kind = kind or store_kind(seed)
     tmp = Path(tempfile.mkdtemp(prefix=f"raftlog-{prefix}-{seed}-")) if kind.startswith("file") else None
-    return SimCluster(seed, voters=voters, tmp=tmp, power_loss=kind.endswith("power-loss"),
+    return SimCluster(seed, voters=voters, learners=learners, tmp=tmp, power_loss=kind.endswith("power-loss"),
                       flush_mode=flush_mode)
 
 
 async def _clients(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
+    """Appends every few ms: most to the leader, some to any member's API (forwarded to the
+    leader), some to a stale leader (or, without one, any member): those must be refused or
+    lost, never acknowledged and then missing."""
     counter = 0
-
-    async def one(n: int) -> None:
-        await cluster.append(f"seed{cluster.seed}-op{n}".encode())
-
-    tasks: set[asyncio.Task[None]] = set()
+    tasks: list[asyncio.Task[object] | None] = []
     while not stop.is_set():
         counter += 1
-        task = asyncio.create_task(one(counter))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+        body = f"seed{cluster.seed}-op{counter}".encode()
+        roll, running = rng.random(), cluster.running
+        leader = cluster.leader()
+        if roll < 0.15 and running:
+            node: RaftNode | None = rng.choice(cluster.stale_leaders() or running)
+        elif roll < 0.45 and running:
+            target = rng.choice(running).config.self_id
+            tasks.append(cluster.call(target, cluster.append_via(target, body)))
+            node = None
+        else:
+            node = leader
+        if node is not None:
+            tasks.append(cluster.call(node.config.self_id, cluster.append(body, node)))
         await asyncio.sleep(rng.uniform(0.005, 0.03))
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await _finished(tasks)
+
+
+async def _readers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
+    """Linearizable reads of acknowledged indices across the whole log (and of the newest), from
+    any member; a stale leader, when there is one, is asked half the time."""
+    tasks: list[asyncio.Task[object] | None] = []
+    while not stop.is_set():
+        acks, running = cluster.history.acks, cluster.running
+        if acks and running:
+            index = (acks[-1] if rng.random() < 0.3 else rng.choice(acks)).index
+            stale = cluster.stale_leaders()
+            node = rng.choice(stale) if stale and rng.random() < 0.5 else rng.choice(running)
+            tasks.append(cluster.call(node.config.self_id, cluster.read(node.config.self_id, index)))
+        await asyncio.sleep(rng.uniform(0.01, 0.04))
+    await _finished(tasks)
+
+
+async def _finished(tasks: list[asyncio.Task[object] | None]) -> None:
+    """Wait for the calls; their errors were counted as violations when they ended."""
+    running = {task for task in tasks if task is not None}
+    if running:
+        await asyncio.wait(running)
+
+
+async def _transfer(cluster: SimCluster, leader: RaftNode, target: str, isolate: bool) -> None:
+    """Hand leadership to `target`; with `isolate`, cut the old leader off as soon as it has: it
+    goes on believing it leads until its heartbeats fail, a stale leader for clients to meet."""
+    try:
+        code = await leader.transfer_leadership(target)
+    except RaftError:
+        return
+    if isolate and code is Code.SUCCESS:
+        me = leader.config.self_id
+        cluster.network.partition({me}, set(cluster.members) - {me})
+
+
+def _damage(cluster: SimCluster, victim: str, rng: random.Random) -> Callable[[Store], None]:
+    """Harm a committed entry within what recovery rescans: a bit of it flipped, or the log's
+    tail cut there. Recovery must find it: the member then rejoins."""
+
+    def harm(store: Store) -> None:
+        last = min(cluster.members[victim].checkpoint.committed_index, store.end_index)
+        segments = store.data.segments
+        rescanned = segments[max(0, len(segments) - SCAN_FILES)].start if segments else 0
+        candidates = [i for i in range(max(store.begin_index, last - 20), last + 1)
+                      if store.pos_at(i) >= rescanned]
+        if not candidates:
+            return
+        pos = store.pos_at(rng.choice(candidates))
+        seg = store.data.find(pos)
+        offset = pos - seg.start
+        if rng.random() < 0.5:  # the tail cut at this entry
+            seg.view[offset:] = bytes(len(seg.view) - offset)
+            return
+        body_size = HEADER.unpack_from(seg.view, offset)[8]
+        flip = offset + (HEADER_SIZE + rng.randrange(body_size) if body_size else 36)  # the body or its chain CRC
+        seg.view[flip] ^= 1 << rng.randrange(8)
+
+    return harm
 
 
 async def _nemesis(cluster: SimCluster, rng: random.Random, kind: str) -> list[str]:
@@ -86,9 +164,17 @@ async def _nemesis(cluster: SimCluster, rng: random.Random, kind: str) -> list[s
         for other in ids:  # the leader hears everyone, nobody hears it
             if other != leader.config.self_id:
                 cluster.network.cut(leader.config.self_id, other)
+    elif kind in ("transfer", "transfer-isolate") and leader is not None:
+        target = rng.choice([v for v in leader.config.voters if v != leader.config.self_id] or [None])
+        if target is not None:
+            await _transfer(cluster, leader, target, isolate=kind == "transfer-isolate")
     elif kind == "crash":
         victim = rng.choice(ids)
         await cluster.crash(victim)
+        return [victim]
+    elif kind == "damage":  # the in-memory store has no files to damage: a crash
+        victim = rng.choice(ids)
+        await cluster.crash(victim, _damage(cluster, victim, rng) if cluster.tmp is not None else None)
         return [victim]
     elif kind == "crash-leader" and leader is not None:
         await cluster.crash(leader.config.self_id)
@@ -103,13 +189,15 @@ def _calm(cluster: SimCluster) -> None:
 
 async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = False) -> Outcome:
     rng = random.Random(seed)
-    cluster = new_cluster(seed, voters, "sim")
+    cluster = new_cluster(seed, voters, "sim", learners=1 if seed % 3 == 0 else 0)
     nemeses: list[str] = []
     stop = asyncio.Event()
+    rejoins = 0
     try:
         cluster.start_all()
         await run_until(cluster, lambda: cluster.leader() is not None, 5.0)
         clients = asyncio.create_task(_clients(cluster, rng, stop))
+        readers = asyncio.create_task(_readers(cluster, random.Random(seed * 31 + 7), stop))
         for _ in range(phases):
             kind = rng.choice(NEMESES)
             nemeses.append(kind)
@@ -119,13 +207,17 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
             await run_until(cluster, lambda: False, rng.uniform(0.3, 1.2))
             _calm(cluster)
             for node_id in crashed:
+                rejoins += cluster.members[node_id].lost_data
                 cluster.start(node_id)
             await run_until(cluster, lambda: False, rng.uniform(0.1, 0.5))
         stop.set()
         await clients
+        await readers
         converged = await run_until(cluster, cluster.converged, 15.0)
         cluster.check()
         cluster.check_committed_kept()
+        if converged:
+            cluster.check_final()
         if verbose:
             for node in cluster.running:
                 print(node.config.self_id, node.role.value, node.term, node.store.end_index,
@@ -135,8 +227,9 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
                     if node.role is Role.LEADER:
                         print("   ->", peer, d.state.value, "write", d.write_index, "match", d.match_index,
                               "pending", sorted(d.pending)[:5])
-        return Outcome(seed, cluster.violations, converged, len(cluster.history.acked),
-                       len(cluster.history.committed), nemeses)
+        history = cluster.history
+        return Outcome(seed, cluster.violations, converged, len(history.acks), len(history.committed), nemeses,
+                       len(history.reads), history.failed_reads, rejoins)
     finally:
         stop.set()
         await cluster.stop()
@@ -187,10 +280,7 @@ async def outage(seed: int, flush_mode: str, voters: int = 3, disk: str = "memor
         assert await run_until(cluster, cluster.converged, 15.0), f"seed {seed}: no convergence"
         leader = cluster.leader()
         assert leader is not None
-        store = leader.store
-        lost = sum(1 for index, body in cluster.history.acked.items()
-                   if index > store.end_index or bytes(store.get(index).body) != body)
-        return len(cluster.history.acked), lost
+        return len(cluster.history.acks), cluster.lost_acks(leader.store)
     finally:
         stop.set()
         await cluster.stop()
