@@ -44,6 +44,12 @@ log = logging.getLogger("raftlog.api.peers")
 
 UNREACHABLE_WARN_S = 10.0
 RECONNECT_AFTER_S = 3.0
+# A connection with no call under way and no answer for this long is replaced before its next call.
+# httpcore finds a closed idle HTTP/2 connection only when a call fails on it, so the first call to a
+# member that had restarted failed (a forwarded append answered 502, an unknown outcome, though it was
+# never sent). No member restarts this fast, so a connection that answered within it is the process
+# that serves now. A failed call is never sent again: the peer may have acted on it.
+IDLE_RECONNECT_S = 0.25
 
 M = TypeVar("M")
 CHUNK_BYTES = 64 << 10  # httpx sends one large bytes body in quadratic time: stream it in chunks
@@ -68,6 +74,8 @@ class PeerClient:
         self._answered: dict[tuple[str, str], float] = {}  # ... over each of its two connections
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
         self._reconnected: dict[tuple[str, str], float] = {}
+        self._inflight: dict[tuple[str, str], int] = {}  # calls under way on each connection
+        self._opened: dict[tuple[str, str], float] = {}  # when each connection's client was last replaced
         self._closing: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
 
@@ -160,7 +168,9 @@ class PeerClient:
                     ) -> httpx.Response:
         if peer_id not in self.addresses:
             raise PeerUnavailable(f"unknown peer {peer_id!r}")
-        client = client or self._control[peer_id]
+        client = self._fresh(peer_id, client or self._control[peer_id])
+        key = (peer_id, self._kind(peer_id, client))
+        self._inflight[key] = self._inflight.get(key, 0) + 1
         try:
             response = await client.request(method, path, content=content, headers=headers, timeout=timeout)
         except (httpx.HTTPError, OSError) as exc:  # refused, reset, timed out, an HTTP/2 protocol error
@@ -170,14 +180,39 @@ class PeerClient:
             log.debug("peer call %s %s failed", peer_id, path, exc_info=True)
             self._note_failure(peer_id, path, exc, client)
             raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
+        finally:
+            self._inflight[key] -= 1
         if response.status_code in (401, 403):  # it answers, but not to this member: no contact
             exc = PeerUnavailable(f"{peer_id} refuses this member's cluster secret (HTTP {response.status_code})")
             self._note_failure(peer_id, path, exc, client)
             raise exc
         now = time.monotonic()
         self.last_contact[peer_id] = now
-        self._answered[(peer_id, "data" if client is self._data.get(peer_id) else "control")] = now
+        self._answered[key] = now
         return response
+
+    def _kind(self, peer_id: str, client: httpx.AsyncClient) -> str:
+        return "data" if client is self._data.get(peer_id) else "control"
+
+    def _fresh(self, peer_id: str, client: httpx.AsyncClient) -> httpx.AsyncClient:
+        """`client`, or a new one in its place when its connection is idle and silent (IDLE_RECONNECT_S)."""
+        kind = self._kind(peer_id, client)
+        key = (peer_id, kind)
+        last = max(self._answered.get(key, self._started), self._opened.get(key, self._started))
+        if self._inflight.get(key) or time.monotonic() - last < IDLE_RECONNECT_S:
+            return client
+        return self._replace(peer_id, kind, client)
+
+    def _replace(self, peer_id: str, kind: str, client: httpx.AsyncClient) -> httpx.AsyncClient:
+        """A new client for one of a peer's two connections; the old one is closed in the background."""
+        pool = self._data if kind == "data" else self._control
+        if pool.get(peer_id) is client:
+            pool[peer_id] = self._client(self.addresses[peer_id], self._timeouts_ms[kind == "data"])
+            self._opened[(peer_id, kind)] = time.monotonic()
+            task = asyncio.get_running_loop().create_task(_close(client))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        return pool[peer_id]
 
     def _client(self, address: str, timeout_ms: int) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -191,15 +226,13 @@ class PeerClient:
         the peer's other connection may be fine meanwhile). A peer silent for longer gets a warning, once
         per UNREACHABLE_WARN_S."""
         now = time.monotonic()
-        pool = self._data if client is self._data.get(peer_id) else self._control
-        key = (peer_id, "data" if pool is self._data else "control")
-        if (pool.get(peer_id) is client and now - self._answered.get(key, self._started) >= RECONNECT_AFTER_S
+        kind = self._kind(peer_id, client)
+        key = (peer_id, kind)
+        current = (self._data if kind == "data" else self._control).get(peer_id) is client
+        if (current and now - self._answered.get(key, self._started) >= RECONNECT_AFTER_S
                 and now - self._reconnected.get(key, -RECONNECT_AFTER_S) >= RECONNECT_AFTER_S):
             self._reconnected[key] = now
-            pool[peer_id] = self._client(self.addresses[peer_id], self._timeouts_ms[pool is self._data])
-            task = asyncio.get_running_loop().create_task(_close(client))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
+            self._replace(peer_id, kind, client)
         silent = now - self.last_contact.get(peer_id, self._started)
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now

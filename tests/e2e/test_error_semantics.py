@@ -1,0 +1,287 @@
+"""The errors a client decides its retries on, made to happen on a real 3-node cluster (issue 17,
+"Error semantics users retry on"; README, the errors table):
+
+- the outcome is unknown, a retry may duplicate: 504 WAIT_QUORUM_ACK_TIMEOUT, 502 NETWORK_ERROR;
+- nothing was done, retry later (`Retry-After`): 503 LEADER_PENDING_FULL, LEADER_TRANSFERRING, NOT_LEADER;
+- transfers refused or failed with real members: 409;
+- a linearizable read that cannot be served within read_wait_ms: 504 TIMEOUT.
+
+Members are stopped with SIGSTOP, or cut off one way by the gates in front of their peer ports
+(tests.e2e.gates). Each test leaves the cluster whole again, under whichever leader it elects.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.launcher import SMALL_FILES
+from tests.e2e.gates import GatedCluster, gated
+from tests.processes import eventually, metric
+
+SETTINGS = {
+    **SMALL_FILES,
+    "max_wait_ack_ms": 600,  # an append without a quorum answers 504 after this long
+    "max_heartbeat_leak": 30,  # a leader without a quorum steps down after 3 s: well after that 504
+    "max_pending_requests": 2,
+    "read_wait_ms": 300,
+    "max_leadership_transfer_wait_index": 20,
+    "leadership_transfer_wait_timeout_ms": 1500,
+}
+TIMEOUT_S = 30.0  # for a single HTTP call: generous, every wait in the cluster is shorter
+
+
+@pytest.fixture(scope="module")
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedCluster]:
+    with gated(tmp_path_factory.mktemp("errors"), 3, settings=SETTINGS) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster(module_cluster: GatedCluster) -> Iterator[GatedCluster]:
+    """The shared cluster, whole and under one leader before and after each test."""
+    module_cluster.restore()
+    yield module_cluster
+    module_cluster.restore()
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def url(cluster: GatedCluster, member_id: str) -> str:
+    return cluster.members[member_id].client_url
+
+
+def roles(cluster: GatedCluster) -> tuple[str, str, str]:
+    """The leader and the two followers, as they are now."""
+    leader = cluster.wait_leader()
+    first, second = (m for m in cluster.members if m != leader)
+    return leader, first, second
+
+
+def append(base: str, body: bytes) -> httpx.Response:
+    return httpx.post(f"{base}/v1/entries", content=body, timeout=TIMEOUT_S)
+
+
+def end_index(base: str) -> int:
+    """From /metrics: unlike /v1/cluster it asks no other member, so a stopped one does not slow it."""
+    return int(metric(base, "raftlog_end_index"))
+
+
+def error_of(response: httpx.Response) -> dict[str, Any]:
+    return response.json()["error"]
+
+
+def assert_unknown_outcome(response: httpx.Response, status: int, code: str) -> None:
+    """An outcome the client cannot know: no advice to retry, the request may have taken effect."""
+    assert response.status_code == status, response.text
+    assert error_of(response)["code"] == code
+    assert "retry-after" not in response.headers
+
+
+def assert_nothing_done(response: httpx.Response, code: str) -> None:
+    assert response.status_code == 503, response.text
+    assert error_of(response)["code"] == code
+    assert int(response.headers["retry-after"]) >= 1
+
+
+def committed_bodies(base: str) -> list[bytes]:
+    """Every committed entry's body, read from one member (consistency=local: after it caught up)."""
+    bodies: list[bytes] = []
+    start = 0
+    while True:
+        page = httpx.get(f"{base}/v1/entries", params={"start": start, "limit": 1000, "consistency": "local"},
+                         timeout=TIMEOUT_S).json()
+        bodies += [e["body"].encode() for e in page["entries"] if e["encoding"] == "utf-8"]
+        if page["next"] > page["committed_index"]:
+            return bodies
+        start = page["next"]
+
+
+def all_caught_up(cluster: GatedCluster, leader: str) -> bool:
+    target = metric(url(cluster, leader), "raftlog_committed_index")
+    return all(metric(m.client_url, "raftlog_committed_index") >= target for m in cluster.members.values())
+
+
+class InBackground(threading.Thread):
+    """A call made while the test does something else; `result()` waits for its answer."""
+
+    def __init__(self, call: Callable[[], httpx.Response]) -> None:
+        super().__init__(daemon=True)
+        self.call = call
+        self.answer: httpx.Response | BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.answer = self.call()
+        except BaseException as exc:  # handed to the test by result()
+            self.answer = exc
+
+    def result(self) -> httpx.Response:
+        self.join(TIMEOUT_S)
+        assert not self.is_alive(), "the call did not return"
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        assert self.answer is not None
+        return self.answer
+
+
+# -- appends: unknown outcomes and refusals -----------------------------------------------------------
+
+
+def test_a_leader_without_a_quorum_times_out_then_is_full_then_has_no_leader(cluster: GatedCluster) -> None:
+    leader, first, second = roles(cluster)
+    base = url(cluster, leader)
+    before = end_index(base)
+    cluster.pause(first)
+    cluster.pause(second)
+
+    for n in range(2):  # max_pending_requests
+        timed_out = append(base, f"unknown outcome {n}".encode())
+        assert_unknown_outcome(timed_out, 504, "WAIT_QUORUM_ACK_TIMEOUT")
+        assert end_index(base) == before + 1 + n  # written on the leader: it may still commit
+
+    full = append(base, b"refused: pending full")
+    assert_nothing_done(full, "LEADER_PENDING_FULL")
+    assert error_of(full)["leader"] == leader
+    assert end_index(base) == before + 2
+
+    # max_heartbeat_leak beats without a quorum: the leader steps down, and no member leads
+    eventually(lambda: metric(base, "raftlog_role", role="leader") == 0, "the leader to step down")
+    no_leader = append(base, b"refused: no leader")
+    assert_nothing_done(no_leader, "NOT_LEADER")
+    assert error_of(no_leader)["leader"] is None
+    assert end_index(base) == before + 2
+
+    leader = cluster.restore()
+    eventually(lambda: all_caught_up(cluster, leader), "every member to catch up")
+    bodies = committed_bodies(url(cluster, leader))
+    assert not [b for b in bodies if b.startswith(b"refused")]  # nothing refused was ever appended
+
+
+def test_a_forwarded_append_whose_leader_dies_before_answering_is_an_unknown_outcome(
+        cluster: GatedCluster) -> None:
+    leader, first, _ = roles(cluster)
+    before = int(metric(url(cluster, leader), "raftlog_committed_index"))
+    cluster.hold(leader, requests=False, answers=True)  # the leader's answers to the others wait in its gate
+    body = b"committed, yet the client heard 502"
+    forwarded = InBackground(lambda: append(url(cluster, first), body))
+
+    # the leader takes the forwarded append and commits it; its answer never leaves the gate
+    eventually(lambda: metric(url(cluster, leader), "raftlog_committed_index") > before,
+               "the forwarded append to commit")
+    cluster.kill_member(leader)
+    cluster.sever(leader)  # its connections die with it, answers still in flight included
+
+    assert_unknown_outcome(forwarded.result(), 502, "NETWORK_ERROR")
+    leader = cluster.restore()
+    eventually(lambda: all_caught_up(cluster, leader), "every member to catch up")
+    assert committed_bodies(url(cluster, leader)).count(body) == 1  # so a retry would have written it twice
+
+
+def test_appends_during_a_transfer_are_refused_and_the_transfer_fails_when_its_target_never_catches_up(
+        cluster: GatedCluster) -> None:
+    leader, target, other = roles(cluster)
+    cluster.pause(target)
+    assert append(url(cluster, leader), b"the target misses this").status_code == 201
+    transfer = InBackground(lambda: httpx.post(f"{url(cluster, leader)}/v1/cluster/leader",
+                                               json={"target": target}, timeout=TIMEOUT_S))
+
+    # until the transfer reaches the leader, appends go through; then they are refused, nothing written
+    sent: list[bytes] = []
+
+    def refused_append() -> httpx.Response | None:
+        sent.append(f"during the transfer {len(sent)}".encode())
+        response = append(url(cluster, leader), sent[-1])
+        return response if response.status_code == 503 else None
+
+    refused = eventually(refused_append, "an append refused during the transfer")
+    assert_nothing_done(refused, "LEADER_TRANSFERRING")
+    end = end_index(url(cluster, leader))
+    sent.append(b"during the transfer, through a follower")
+    assert_nothing_done(append(url(cluster, other), sent[-1]), "LEADER_TRANSFERRING")
+    assert end_index(url(cluster, leader)) == end
+
+    failed = transfer.result()  # the target, stopped, never catches up within leadership_transfer_wait_timeout_ms
+    assert failed.status_code == 409, failed.text
+    assert error_of(failed)["code"] == "TIMEOUT"
+    assert metric(url(cluster, leader), "raftlog_role", role="leader") == 1
+    assert append(url(cluster, leader), b"after the failed transfer").status_code == 201
+
+    leader = cluster.restore()
+    eventually(lambda: all_caught_up(cluster, leader), "every member to catch up")
+    bodies = committed_bodies(url(cluster, leader))
+    assert [b for b in sent if b in bodies] == sent[:-2]  # the two refused appends left nothing
+
+
+def test_a_transfer_to_a_member_far_behind_is_refused(cluster: GatedCluster) -> None:
+    leader, target, other = roles(cluster)
+    cluster.pause(target)
+    batch = [{"body": f"behind {i}"} for i in range(SETTINGS["max_leadership_transfer_wait_index"] + 1)]
+    appended = httpx.post(f"{url(cluster, leader)}/v1/entries/batch", json={"entries": batch}, timeout=TIMEOUT_S)
+    assert appended.status_code == 201, appended.text
+
+    for via in (leader, other):  # on the leader, and through a follower
+        refused = httpx.post(f"{url(cluster, via)}/v1/cluster/leader", json={"target": target}, timeout=TIMEOUT_S)
+        assert refused.status_code == 409, refused.text
+        assert error_of(refused)["code"] == "FALL_BEHIND_TOO_MUCH"
+    assert metric(url(cluster, leader), "raftlog_role", role="leader") == 1
+    assert append(url(cluster, leader), b"no transfer in progress").status_code == 201
+
+
+def test_a_member_restarted_as_leader_gets_forwarded_calls_at_once(cluster: GatedCluster) -> None:
+    """The others' idle connections to a member that restarted are dead, unseen: a forwarded call must
+    not fail on one (it answered 502, an unknown outcome, for an append that was never sent)."""
+    leader, first, second = roles(cluster)
+    for follower in (first, second):  # each follower opens its connection to the leader
+        assert append(url(cluster, follower), b"before the restart").status_code == 201
+    cluster.kill_member(leader)
+    successor = cluster.wait_leader(among=[first, second])
+    cluster.start_member(leader)
+    cluster.wait_leader()
+    back = httpx.post(f"{url(cluster, successor)}/v1/cluster/leader", json={"target": leader}, timeout=TIMEOUT_S)
+    assert back.status_code == 200, back.text
+    eventually(lambda: cluster.wait_leader() == leader, "the restarted member to lead")
+    for follower in (first, second):
+        forwarded = append(url(cluster, follower), b"after the restart")
+        assert forwarded.status_code == 201, forwarded.text
+
+
+# -- reads ---------------------------------------------------------------------------------------------
+
+
+def test_a_linearizable_read_on_a_member_that_cannot_catch_up_times_out(cluster: GatedCluster) -> None:
+    leader, behind, _ = roles(cluster)
+    cluster.hold(behind)  # the leader's pushes and beats no longer reach it; it still reaches the leader
+    appended = append(url(cluster, leader), b"past the held member")
+    assert appended.status_code == 201, appended.text
+    index = appended.json()["index"]
+
+    read = httpx.get(f"{url(cluster, behind)}/v1/entries/{index}", timeout=TIMEOUT_S)
+    assert read.status_code == 504, read.text  # the leader confirmed the index; this member waited read_wait_ms
+    assert error_of(read)["code"] == "TIMEOUT"
+    local = httpx.get(f"{url(cluster, behind)}/v1/entries/{index}", params={"consistency": "local"})
+    assert local.status_code == 404 and error_of(local)["code"] == "INDEX_OUT_OF_RANGE"
+
+    cluster.open_all()
+    caught_up = eventually(lambda: (r := httpx.get(f"{url(cluster, behind)}/v1/entries/{index}",
+                                                   timeout=TIMEOUT_S)).status_code == 200 and r,
+                           "the member to catch up and serve the entry")
+    assert caught_up.json()["body"] == "past the held member"
+
+
+def test_a_linearizable_read_on_a_leader_cut_from_its_quorum_is_refused_not_served(
+        cluster: GatedCluster) -> None:
+    leader, first, second = roles(cluster)
+    base = url(cluster, leader)
+    cluster.pause(first)
+    cluster.pause(second)
+    unconfirmed = append(base, b"never confirmed")  # in the leader's log, not committed
+    assert unconfirmed.status_code == 504
+    read = httpx.get(f"{base}/v1/entries/{end_index(base)}", timeout=TIMEOUT_S)
+    assert_nothing_done(read, "NOT_LEADER")  # it cannot confirm it still leads: no read, stale or not
