@@ -4,7 +4,8 @@
 - the outcome is unknown, a retry may duplicate: 504 WAIT_QUORUM_ACK_TIMEOUT, 502 NETWORK_ERROR;
 - nothing was done, retry later (`Retry-After`): 503 LEADER_PENDING_FULL, LEADER_TRANSFERRING, NOT_LEADER;
 - transfers refused or failed with real members: 409;
-- a linearizable read that cannot be served within read_wait_ms: 504 TIMEOUT.
+- a linearizable read that cannot be served within read_wait_ms: 504 TIMEOUT;
+- and the table itself: every code's status in api.errors is the one README.md lists it under.
 
 Members are stopped with SIGSTOP, or cut off one way by the gates in front of their peer ports
 (tests.e2e.gates). Each test leaves the cluster whole again, under whichever leader it elects.
@@ -12,14 +13,18 @@ Members are stopped with SIGSTOP, or cut off one way by the gates in front of th
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from api.errors import RETRY_LATER, STATUS, ApiError, too_large
 from app.launcher import SMALL_FILES
+from raft.messages import Code
 from tests.e2e.gates import GatedCluster, gated
 from tests.processes import eventually, metric
 
@@ -285,3 +290,68 @@ def test_a_linearizable_read_on_a_leader_cut_from_its_quorum_is_refused_not_serv
     assert unconfirmed.status_code == 504
     read = httpx.get(f"{base}/v1/entries/{end_index(base)}", timeout=TIMEOUT_S)
     assert_nothing_done(read, "NOT_LEADER")  # it cannot confirm it still leads: no read, stale or not
+
+
+# -- the table ------------------------------------------------------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+# Answered with a status of their own where they arise, besides the code's status in api.errors.STATUS
+OWN_STATUSES = {
+    ("UNEXPECTED_ARGUMENT", 413): "an entry, batch or request over its limit (api.errors.too_large)",
+    ("UNEXPECTED_ARGUMENT", 415): "a batch of another content type (api.public)",
+    ("UNEXPECTED_ARGUMENT", 431): "headers over max_header_bytes (app.client_protocol)",
+}
+# Codes the API answers that the README's table does not list yet: each one fails as soon as it does
+NOT_IN_README = {
+    "TERM_CHANGED": "504 when leadership changed while an append waited for its quorum (it may still commit)",
+    "INTERNAL_ERROR": "500, a fault on this member",
+    "DISK_ERROR": "500, a storage fault on this member",
+    "LEADER_NOT_READY": "mapped to 503 but never raised",
+}
+
+
+def readme_table() -> list[tuple[int, list[str], str]]:
+    """README.md's errors table: (status, codes, when) per row."""
+    lines = README.read_text().splitlines()
+    start = lines.index("| status | code | when |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        status, codes, when = (cell.strip() for cell in line.strip().strip("|").split("|", 2))
+        rows.append((int(status), re.findall(r"`([A-Z_]+)`", codes), when))
+    return rows
+
+
+def readme_statuses() -> dict[str, set[int]]:
+    listed: dict[str, set[int]] = {}
+    for status, codes, _ in readme_table():
+        for code in codes:
+            listed.setdefault(code, set()).add(status)
+    return listed
+
+
+CODES = sorted({code.name for code in STATUS} | set(readme_statuses()))
+
+
+@pytest.mark.parametrize("code", [
+    pytest.param(code, marks=pytest.mark.xfail(strict=True, reason=f"README's errors table lacks it: "
+                                                                   f"{NOT_IN_README[code]}"))
+    if code in NOT_IN_README else code for code in CODES])
+def test_each_code_has_the_status_the_readme_lists_it_under(code: str) -> None:
+    listed = readme_statuses().get(code, set())
+    assert code in Code.__members__, f"README lists {code}, which is no code"
+    status = STATUS[Code[code]]
+    error = ApiError(Code[code], "message")
+    assert error.status == status
+    assert listed - {s for c, s in OWN_STATUSES if c == code} == {status}, (
+        f"README lists {code} under {sorted(listed)}; api.errors.STATUS answers {status}")
+    assert ("Retry-After" in error.headers()) == (status == 503)
+
+
+def test_retry_after_goes_with_the_statuses_the_readme_says_and_own_statuses_are_listed() -> None:
+    with_retry = {status for status, _, when in readme_table() if "Retry-After" in when}
+    assert {STATUS[code] for code in RETRY_LATER} == with_retry == {503}
+    listed = readme_statuses()
+    assert all(status in listed[code] for code, status in OWN_STATUSES)
+    assert too_large("over").status == 413
