@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import time
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta
+from datetime import time as day_time
 from pathlib import Path
 
 import pytest
@@ -34,20 +37,71 @@ async def _filled(store: Store) -> None:
     assert len(store.data.segments) == 7
 
 
-def _at_hour(hour: int, plus: float = 0.0) -> float:
-    return datetime.now().replace(hour=hour, minute=30).timestamp() + plus
+def _local(hour: int, days: int) -> float:
+    """The instant `days` calendar days on at hour:30 local time. Not now + 24 h * days: across a
+    daylight-saving change that lands an hour off, outside (or inside) `delete_when`."""
+    day = date.today() + timedelta(days=days)
+    while True:
+        instant = datetime.combine(day, day_time(hour, 30)).timestamp()
+        if datetime.fromtimestamp(instant).hour == hour:  # not an hour the clocks skipped that day
+            return instant
+        day += timedelta(days=1)
 
 
-async def test_nothing_is_deleted_off_hours_with_room_on_disk(store: Store) -> None:
+def _changing_in_two_days(starts: bool) -> str:
+    """A POSIX TZ whose daylight saving starts (or ends) at 02:00 two days from today, so the four
+    days these tests look ahead cross a change whatever the date they run on."""
+    change = (date.today() + timedelta(days=2)).timetuple().tm_yday - 1  # zero-based, leap days counted
+    other = (change + 180) % 365
+    return f"XST3XDT,{change}/2,{other}/2" if starts else f"XST3XDT,{other}/2,{change}/2"
+
+
+ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe",  # Lord Howe: a 30-minute shift
+         _changing_in_two_days(starts=True), _changing_in_two_days(starts=False)]
+
+
+@pytest.fixture(params=ZONES, ids=["utc", "berlin", "new-york", "lord-howe", "dst-starts", "dst-ends"])
+def local_zone(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The process's local time zone for one test (the cleaner reads the hour in local time)."""
+    zone: str = request.param
+    if "," not in zone and zone != "UTC" and not Path("/usr/share/zoneinfo", zone).exists():
+        pytest.skip(f"no tz data for {zone}")
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield zone
+    finally:
+        if saved is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = saved
+        time.tzset()
+
+
+def test_the_zones_change_where_they_should() -> None:
+    """The made-up zones do change within the four days (else the tests below prove nothing)."""
+    for zone in ZONES[-2:]:
+        os.environ["TZ"] = zone
+        time.tzset()
+        try:
+            assert time.localtime(_local(4, 0)).tm_isdst != time.localtime(_local(4, 4)).tm_isdst
+        finally:
+            os.environ.pop("TZ", None)
+            time.tzset()
+
+
+async def test_nothing_is_deleted_off_hours_with_room_on_disk(store: Store, local_zone: str) -> None:
     await _filled(store)
-    cleaner = CleanService(store, lambda: 1000, clock=lambda: _at_hour(10, 100 * HOUR),
-                           disk_usage=lambda: 0.5)
+    off_hours = _local(10, 4)  # the files are over 72 h old, but it is not a delete_when hour
+    cleaner = CleanService(store, lambda: 1000, clock=lambda: off_hours, disk_usage=lambda: 0.5)
     assert await cleaner.run_once() == 0
 
 
-async def test_expired_files_go_at_delete_when(store: Store) -> None:
+async def test_expired_files_go_at_delete_when(store: Store, local_zone: str) -> None:
     await _filled(store)
-    old = _at_hour(4, 96 * HOUR)  # local 04:30 four days on: the files are over 72 h old
+    old = _local(4, 4)  # local 04:30 four days on: the files are over 72 h old
+    assert old - time.time() > 72 * HOUR
     cleaner = CleanService(store, lambda: 1000, clock=lambda: old, disk_usage=lambda: 0.5)
     assert await cleaner.run_once() == 6  # never the last file
     assert len(store.data.segments) == 1
