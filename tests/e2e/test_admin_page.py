@@ -63,16 +63,20 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     browser.get(cluster.members[page_node].client_url + "/")
     wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
 
-    shown = wait.until(lambda d: (s := cards(d)) and len(leaders(s)) == 1 and s)
-    assert sorted(shown) == ["n1", "n2", "n3"] and leaders(shown) == [leader]
+    # the page shows the leader the members agree on now (an election may have moved it since)
+    shown = wait.until(lambda d: (s := cards(d)) and leaders(s) == [cluster.wait_leader()] and s)
+    assert sorted(shown) == ["n1", "n2", "n3"]
     assert browser.find_element(By.ID, "self").text == page_node
 
-    before = committed(shown, leader)
-    url = cluster.members[leader].client_url
-    httpx.post(f"{url}/v1/entries/batch", json={"entries": [{"body": f"seen {i}"} for i in range(20)]})
-    wait.until(lambda d: all(committed(cards(d), m) >= before + 20 for m in cluster.members))
+    url = cluster.members[page_node].client_url  # forwarded to whoever leads
+    batch = httpx.post(f"{url}/v1/entries/batch", json={"entries": [{"body": f"seen {i}"} for i in range(20)]})
+    assert batch.status_code == 201, batch.text
+    first, last = batch.json()["first_index"], batch.json()["last_index"]
+    wait.until(lambda d: all(committed(cards(d), m) >= last for m in cluster.members))
 
-    target = next(m for m in cluster.members if m not in (leader, page_node))
+    leader = cluster.wait_leader()  # the page's node if an election made it the leader
+    others = [m for m in cluster.members if m != leader]
+    target = next((m for m in others if m != page_node), others[0])
     Select(browser.find_element(By.ID, "transfer-target")).select_by_value(target)
     browser.find_element(By.ID, "transfer-button").click()
     alert = wait.until(lambda d: d.switch_to.alert)
@@ -80,12 +84,13 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     alert.accept()
     wait.until(lambda d: leaders(cards(d)) == [target])
 
-    browser.find_element(By.ID, "lookup-index").send_keys(str(before + 1))
+    browser.find_element(By.ID, "lookup-index").send_keys(str(first))
     browser.find_element(By.ID, "lookup-button").click()
     wait.until(lambda d: "seen 0" in d.find_element(By.ID, "lookup-result").text)
 
-    cluster.kill_member(leader)  # the old leader, now a follower, dies
-    wait.until(lambda d: cards(d)[leader]["reachable"] == "false" and cards(d)[leader]["role"] == "down")
+    victim = next(m for m in cluster.members if m not in (cluster.wait_leader(), page_node))
+    cluster.kill_member(victim)  # a follower (the old leader, unless an election moved it) dies
+    wait.until(lambda d: cards(d)[victim]["reachable"] == "false" and cards(d)[victim]["role"] == "down")
     browser.save_screenshot(str(tmp_path / "admin-page-member-down.png"))
 
     cluster.kill_member(page_node)  # the node serving the page dies: the page says so
