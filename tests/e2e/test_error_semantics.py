@@ -169,6 +169,19 @@ def test_a_leader_without_a_quorum_times_out_then_is_full_then_has_no_leader(clu
     assert not [b for b in bodies if b.startswith(b"refused")]  # nothing refused was ever appended
 
 
+def test_an_append_that_timed_out_may_still_commit(cluster: GatedCluster) -> None:
+    """Why 504 means "unknown": the quorum answers late, and the entry the client was told timed out
+    is in the log. Had the client sent it again, it would be there twice."""
+    leader, first, second = roles(cluster)
+    cluster.pause(first)
+    cluster.pause(second)
+    timed_out = append(url(cluster, leader), b"timed out, then committed")
+    assert_unknown_outcome(timed_out, 504, "WAIT_QUORUM_ACK_TIMEOUT")
+    cluster.resume_all()  # well within max_heartbeat_leak: the leader still leads, and pushes again
+    eventually(lambda: b"timed out, then committed" in committed_bodies(url(cluster, leader)),
+               "the timed-out append to commit")
+
+
 def test_a_forwarded_append_whose_leader_dies_before_answering_is_an_unknown_outcome(
         cluster: GatedCluster) -> None:
     leader, first, _ = roles(cluster)
