@@ -237,6 +237,16 @@ def test_appends_during_a_transfer_are_refused_and_the_transfer_fails_when_its_t
     assert [b for b in sent if b in bodies] == sent[:-2]  # the two refused appends left nothing
 
 
+def test_a_transfer_whose_target_does_not_answer_fails(cluster: GatedCluster) -> None:
+    leader, target, _ = roles(cluster)
+    cluster.hold(target)  # caught up, but the leader's transfer request never reaches it
+    failed = httpx.post(f"{url(cluster, leader)}/v1/cluster/leader", json={"target": target}, timeout=TIMEOUT_S)
+    assert failed.status_code == 409, failed.text
+    assert error_of(failed)["code"] == "NETWORK_ERROR"
+    assert metric(url(cluster, leader), "raftlog_role", role="leader") == 1
+    assert append(url(cluster, leader), b"no transfer in progress").status_code == 201
+
+
 def test_a_transfer_to_a_member_far_behind_is_refused(cluster: GatedCluster) -> None:
     leader, target, other = roles(cluster)
     cluster.pause(target)
