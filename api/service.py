@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from api.errors import ApiError, api_error, bad_request, too_large
 from api.peer_client import PeerClient
+from raft.errors import NotLeaderError
 from raft.messages import Code, Role
 from raft.node import RaftNode
 from storage.codec import Entry, Magic, iter_entries
@@ -106,8 +107,15 @@ class LogService:
     async def read_index(self) -> int:
         """The leader's commit index, confirmed by a quorum (asked over the peer port if needed)."""
         if self.node.role is Role.LEADER:
+            term = self.node.term
             try:
                 return await self.node.read_index()
+            except NotLeaderError:
+                if self.node.role is Role.LEADER and self.node.term == term:  # it leads, but no quorum said so
+                    raise ApiError(Code.TIMEOUT, "no quorum confirmed this leader within max_wait_ack_ms",
+                                   self.node.leader_id) from None
+                raise ApiError(Code.NOT_LEADER, "leadership was lost while confirming it; retry later",
+                               self.node.leader_id) from None
             except Exception as exc:
                 raise api_error(exc, self.node.leader_id) from None
         leader = self.node.leader_id
