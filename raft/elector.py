@@ -214,19 +214,22 @@ class LeaderElector:
                            + self.node.rng.uniform(0, self.config.max_vote_interval_ms))
         pending = set(tasks.values())
         deadline = self.node.now() + timeout
-        while pending:
-            done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - self.node.now()),
-                                               return_when=asyncio.FIRST_COMPLETED)
-            if not done:
-                break
-            answers = [r for r in map(_result, tasks.values()) if r is not None]
-            accepted = sum(1 for r in answers if r.result is VoteResult.ACCEPT)
-            not_ready = sum(1 for r in answers if r.result is VoteResult.REJECT_TERM_NOT_READY)
-            if (any(r.result is VoteResult.REJECT_ALREADY_HAS_LEADER for r in answers)
-                    or accepted >= self._quorum() or accepted + not_ready >= self._quorum()):
-                break
-        for task in pending:
-            task.cancel()
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - self.node.now()),
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                answers = [r for r in map(_result, tasks.values()) if r is not None]
+                accepted = sum(1 for r in answers if r.result is VoteResult.ACCEPT)
+                not_ready = sum(1 for r in answers if r.result is VoteResult.REJECT_TERM_NOT_READY)
+                if (any(r.result is VoteResult.REJECT_ALREADY_HAS_LEADER for r in answers)
+                        or accepted >= self._quorum() or accepted + not_ready >= self._quorum()):
+                    break
+        finally:  # also when the member stops mid-round: no call outlives it, none fails unseen
+            for task in pending:
+                task.cancel()
+                task.add_done_callback(_consume)
         results = []
         for task in tasks.values():
             response = _result(task)

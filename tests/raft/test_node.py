@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 from pathlib import Path
 
 import pytest
@@ -432,6 +433,27 @@ async def test_a_damaged_committed_entry_is_repaired_in_place_from_a_replica(tmp
         assert await run_until(cluster, lambda: node.repairer.repaired == 1 and not node.repairer.damaged, 10.0)
         assert bytes(node.store.get(5).body) == bytes(leader.store.get(5).body)
         assert node.store.verify(0, 1000, None).damaged == []
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_a_candidate_stopped_mid_round_leaves_no_vote_call_behind() -> None:
+    """Found by the simulation's unhandled-exception check: a candidate stopped while its vote
+    requests were on the way left them running, and their failures were never retrieved."""
+    cluster = SimCluster(seed=31)
+    try:
+        cluster.network.partition({"n0"}, {"n1", "n2"})  # n0's requests are lost: they wait out the timeout
+        cluster.start_all()
+        node = cluster.members["n0"].node
+        assert node is not None
+        assert await run_until(cluster, lambda: node.state.is_candidate and node.term >= 1, 1.0, step_s=0.001)
+        await asyncio.sleep(0.01)  # within a round: votes in flight
+        await cluster.crash("n0")
+        await asyncio.sleep(1.0)  # past every call's timeout
+        gc.collect()  # a failed task nobody looked at is reported when collected
+        await asyncio.sleep(0)
         assert not cluster.violations
     finally:
         await cluster.stop()

@@ -57,6 +57,10 @@ class Faults:
     delay_max_s: float = 0.0
     latency_s: float = 0.0002  # every message takes a little time, as on loopback
 
+    def lost(self) -> Fate:
+        """A message that never arrives."""
+        return Fate(delay_s=self.latency_s, lose_request=True)
+
     def __call__(self, source: str, target: str, kind: str) -> Fate:
         r = self.rng.random
         if not (self.loss or self.duplicate or self.delay_max_s):

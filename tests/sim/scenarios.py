@@ -4,6 +4,7 @@
     python -m tests.sim --seed 17 --verbose     # replay one
     python -m tests.sim --outage async --seeds 100   # what a power outage costs each flush mode
     python -m tests.sim --outage sync --disk file     # the same on the real file store
+    python -m tests.sim --mutant votes-twice --seeds 50   # which seeds catch a planted bug
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from storage import Store
 from storage.codec import HEADER, HEADER_SIZE
 from storage.recovery import SCAN_FILES
 from tests.sim.cluster import SimCluster, run_until
+from tests.sim.mutants import MUTANTS
 from tests.sim.vloop import run_virtual
 
 NEMESES = ("calm", "lossy", "partition", "isolate-leader", "crash", "crash-leader", "one-way",
@@ -235,6 +237,36 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         await cluster.stop()
 
 
+async def stale_leader(seed: int) -> tuple[list[str], int]:
+    """A leader hands over and is cut off at once: it still believes it leads while the new
+    leader acknowledges an append. Clients then append to it and read that index from it: it
+    must refuse, or fail, the read (read index confirms leadership with a heartbeat round),
+    never answer "not found"; it must never acknowledge the append. Returns the violations
+    and how many of its reads it answered."""
+    cluster = new_cluster(seed, 3, "stale", kind="memory")
+    try:
+        cluster.start_all()
+        assert await run_until(cluster, cluster.converged, 10.0)
+        old = cluster.leader()
+        assert old is not None
+        target = next(v for v in old.config.voters if v != old.config.self_id)
+        await _transfer(cluster, old, target, isolate=True)
+        new = cluster.members[target].node
+        assert new is not None and await run_until(cluster, lambda: new.caught_up and new.role is Role.LEADER, 2.0)
+        assert old.role is Role.LEADER, "the old leader stepped down before it could be asked"
+        index = await cluster.append(b"after the handover", new)
+        assert index is not None
+        me = old.config.self_id
+        calls = [cluster.call(me, cluster.read(me, index)), cluster.call(me, cluster.append(b"to the old", old))]
+        await _finished(calls)
+        cluster.network.heal()
+        assert await run_until(cluster, cluster.converged, 10.0)
+        cluster.check_final()
+        return cluster.violations, sum(1 for read in cluster.history.reads if read.via == me)
+    finally:
+        await cluster.stop()
+
+
 async def failover(seed: int, voters: int = 3) -> float:
     """Seconds from killing a steady leader until a new leader accepts writes (its first entry
     committed), with the default timing settings."""
@@ -310,7 +342,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="every member loses power at once under this flush mode: count lost appends")
     parser.add_argument("--disk", choices=["memory", "file"], default="memory",
                         help="the store behind --outage: in memory, or the real file store")
+    parser.add_argument("--mutant", choices=sorted(MUTANTS), help="plant this bug (tests.sim.mutants) first")
     args = parser.parse_args(argv)
+    if args.mutant:
+        owner, attribute, bug = MUTANTS[args.mutant]
+        setattr(owner, attribute, bug(getattr(owner, attribute)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(name)s %(message)s")
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))

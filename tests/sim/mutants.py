@@ -1,0 +1,88 @@
+"""Bugs to plant in the raft code, to show that the simulation's checks catch them.
+
+Each entry is (owner, attribute, make): `make(original)` returns the buggy
+replacement for `owner.attribute`. Planted by a test's monkeypatch, or by
+`python -m tests.sim --mutant NAME` for a scan over seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from raft import elector
+from raft.election import LocalView
+from raft.handler import EntryHandler
+from raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest, VoteResult
+from raft.node import RaftNode
+from raft.quorum import quorum_index
+
+
+def votes_twice(original: Callable[..., VoteResult]) -> Callable[..., VoteResult]:
+    """A member forgets whom it voted for in this term."""
+
+    def decide_vote(view: LocalView, request: VoteRequest, from_self: bool) -> VoteResult:
+        return original(dataclasses.replace(view, voted_for=None, leader_id=None), request, from_self)
+
+    return decide_vote
+
+
+def acks_before_writing(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A follower answers SUCCESS to an append push, then writes it."""
+    writes: set[asyncio.Task[PushResponse]] = set()
+
+    async def handle(self: EntryHandler, request: PushRequest) -> PushResponse:
+        if request.type is not PushType.APPEND or request.count <= 0:
+            return await original(self, request)
+        write = asyncio.ensure_future(original(self, request))
+        writes.add(write)
+        write.add_done_callback(writes.discard)
+        return self._answer(request, Code.SUCCESS, ack_index=request.last_index)
+
+    return handle
+
+
+def skips_truncation(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A follower answers a TRUNCATE with SUCCESS and keeps its entries."""
+
+    async def truncate(self: EntryHandler, request: PushRequest) -> PushResponse:
+        self.matched_end = request.pre_log_index - 1
+        return self._answer(request, Code.SUCCESS)
+
+    return truncate
+
+
+def reads_without_confirming(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Read index answers the leader's commit index without a heartbeat round."""
+
+    async def read_index(self: RaftNode) -> int:
+        if not self.state.is_leader or not self.caught_up:
+            return await original(self)
+        return self.state.committed_index
+
+    return read_index
+
+
+def commits_earlier_terms(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The quorum check commits the median watermark whatever its entry's term."""
+
+    def check_quorum(self: RaftNode) -> None:
+        if not self.state.is_leader:
+            return
+        self._watermarks[self.config.self_id] = self.store.ack_end_index
+        index = quorum_index(self._watermarks, self.config.voters)
+        if index > self.state.committed_index:
+            self._commit(index)
+
+    return check_quorum
+
+
+MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
+    "votes-twice": (elector, "decide_vote", votes_twice),
+    "acks-before-writing": (EntryHandler, "handle", acks_before_writing),
+    "skips-truncation": (EntryHandler, "_truncate", skips_truncation),
+    "reads-without-confirming": (RaftNode, "read_index", reads_without_confirming),
+    "commits-earlier-terms": (RaftNode, "_check_quorum", commits_earlier_terms),
+}
