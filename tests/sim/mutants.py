@@ -8,25 +8,23 @@ replacement for `owner.attribute`. Planted by a test's monkeypatch, or by
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from raft import elector
-from raft.election import LocalView
 from raft.handler import EntryHandler
-from raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest, VoteResult
+from raft.member_state import MemberState
+from raft.messages import Code, PushRequest, PushResponse, PushType
 from raft.node import RaftNode
 from raft.quorum import quorum_index
 
 
-def votes_twice(original: Callable[..., VoteResult]) -> Callable[..., VoteResult]:
-    """A member forgets whom it voted for in this term."""
+def votes_twice(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A member never remembers (nor persists) whom it voted for: it grants every vote of a term."""
 
-    def decide_vote(view: LocalView, request: VoteRequest, from_self: bool) -> VoteResult:
-        return original(dataclasses.replace(view, voted_for=None, leader_id=None), request, from_self)
+    async def vote_for(self: MemberState, candidate: str) -> None:
+        return None
 
-    return decide_vote
+    return vote_for
 
 
 def acks_before_writing(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -80,7 +78,7 @@ def commits_earlier_terms(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
-    "votes-twice": (elector, "decide_vote", votes_twice),
+    "votes-twice": (MemberState, "vote_for", votes_twice),
     "acks-before-writing": (EntryHandler, "handle", acks_before_writing),
     "skips-truncation": (EntryHandler, "_truncate", skips_truncation),
     "reads-without-confirming": (RaftNode, "read_index", reads_without_confirming),

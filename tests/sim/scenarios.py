@@ -27,6 +27,7 @@ from tests.sim.cluster import SimCluster, run_until
 from tests.sim.mutants import MUTANTS
 from tests.sim.vloop import run_virtual
 
+CONVERGE_S = 15.0  # virtual seconds a healed group gets to agree on one log
 NEMESES = ("calm", "lossy", "partition", "isolate-leader", "crash", "crash-leader", "one-way",
            "transfer", "transfer-isolate", "damage")
 
@@ -215,11 +216,16 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         stop.set()
         await clients
         await readers
-        converged = await run_until(cluster, cluster.converged, 15.0)
+        converged = await run_until(cluster, cluster.converged, CONVERGE_S)
         cluster.check()
         cluster.check_committed_kept()
         if converged:
             cluster.check_final()
+        else:
+            ends = {n.config.self_id: (n.role.value, n.term, n.store.end_index, n.committed_index)
+                    for n in cluster.running}
+            cluster.violations.append(f"liveness: no convergence {CONVERGE_S:g} s after the faults ended "
+                                      f"(role, term, end, committed: {ends})")
         if verbose:
             for node in cluster.running:
                 print(node.config.self_id, node.role.value, node.term, node.store.end_index,
@@ -263,6 +269,35 @@ async def stale_leader(seed: int) -> tuple[list[str], int]:
         assert await run_until(cluster, cluster.converged, 10.0)
         cluster.check_final()
         return cluster.violations, sum(1 for read in cluster.history.reads if read.via == me)
+    finally:
+        await cluster.stop()
+
+
+async def diverged_follower(seed: int, converge_s: float = 3.0) -> list[str]:
+    """A leader cut off with entries nobody else has; the others go on without it. Healed, it
+    must drop those entries (COMPARE, then TRUNCATE) and take the new leader's: the group
+    converges, or the run ends with a liveness violation. Returns the violations."""
+    cluster = new_cluster(seed, 3, "diverged", kind="memory")
+    try:
+        cluster.start_all()
+        assert await run_until(cluster, cluster.converged, 10.0)
+        old = cluster.leader()
+        assert old is not None
+        me = old.config.self_id
+        cluster.network.partition({me}, set(cluster.members) - {me})
+        writes = [cluster.call(me, cluster.append(f"lost {i}".encode(), old)) for i in range(3)]
+        assert await run_until(cluster, lambda: (cluster.leader() or old) is not old, 5.0)
+        new = cluster.leader()
+        assert new is not None
+        for i in range(3):
+            await cluster.append(f"kept {i}".encode(), new)
+        await _finished(writes)
+        cluster.network.heal()
+        if await run_until(cluster, cluster.converged, converge_s):
+            cluster.check_final()
+        else:
+            cluster.violations.append(f"liveness: no convergence {converge_s:g} s after the partition healed")
+        return cluster.violations
     finally:
         await cluster.stop()
 
