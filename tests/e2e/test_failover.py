@@ -4,6 +4,7 @@ its files, leadership transfer, and a member left without a quorum."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -13,12 +14,13 @@ from tests.processes import ClusterFactory, eventually
 
 
 class Writer(threading.Thread):
-    """Appends numbered entries through every member in turn, remembering what was acknowledged."""
+    """Appends numbered entries through every member in turn, remembering every acknowledgement
+    (a list: two acknowledgements at one index must not hide each other)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         super().__init__(daemon=True)
         self.urls = [m.client_url for m in cluster.members.values()]
-        self.acked: dict[int, bytes] = {}
+        self.acked: list[tuple[int, bytes]] = []  # (index, body), in the order answered
         self.errors: dict[str, int] = {}
         self.stopping = threading.Event()
         self.progress = threading.Condition()
@@ -32,7 +34,7 @@ class Writer(threading.Thread):
                     response = client.post(f"{self.urls[i % len(self.urls)]}/v1/entries", content=body)
                     if response.status_code == 201:
                         with self.progress:
-                            self.acked[response.json()["index"]] = body
+                            self.acked.append((response.json()["index"], body))
                             self.progress.notify_all()
                     else:
                         code = response.json()["error"]["code"]
@@ -78,15 +80,18 @@ def test_killing_the_leader_under_load_loses_no_acknowledged_append(make_cluster
     new_leader = cluster.wait_leader()
     assert new_leader != old_leader
 
+    indices = [index for index, _ in writer.acked]
+    twice = sorted(index for index, count in Counter(indices).items() if count > 1)
+    assert not twice, f"two acknowledgements at indices {twice[:10]}"
     cluster.start_member(old_leader)
     cluster.wait_leader()
-    last = max(writer.acked)
+    last = max(indices)
     for member in cluster.members.values():
         eventually(lambda m=member: status(m.client_url)["committed_index"] >= last,
                    f"{member.id} to commit index {last}")
-        found = read_all(member.client_url, min(writer.acked), last)
-        lost = {i: b for i, b in writer.acked.items() if found.get(i) != b}
-        assert not lost, f"{member.id} lost acknowledged appends: {sorted(lost)[:10]}"
+        found = read_all(member.client_url, min(indices), last)
+        lost = sorted(index for index, body in writer.acked if found.get(index) != body)
+        assert not lost, f"{member.id} lost acknowledged appends: {lost[:10]}"
 
 
 def test_a_follower_restarted_from_its_files_catches_up(make_cluster: ClusterFactory) -> None:

@@ -1,13 +1,18 @@
 """Deterministic simulation: seeded faults over 3- and 5-member clusters on a virtual clock.
 
 Every seed must keep Raft's safety properties at every step (at most one
-leader per term, committed entries identical everywhere and never lost,
-acknowledged appends present, commit indexes never falling, every commit
-durable on a quorum) and converge once the faults stop. A failure prints the
+leader per term, learners only follow, committed entries identical everywhere
+and never lost, commit indexes never falling, every commit durable on a
+quorum), keep its promises to clients (one acknowledgement per index, in
+real-time order, each in the final log; linearizable and monotonic reads,
+from stale leaders too; no entry nobody wrote), log no ERROR, leave no
+exception unhandled, and converge once the faults stop. A failure prints the
 command that replays the seed. `python -m tests.sim --seeds 5000` runs more.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 
@@ -22,7 +27,7 @@ FIVE = range(1001, 1041)
 def test_three_members(seed: int) -> None:
     outcome = run_scenario(seed)
     assert outcome.ok, f"{outcome.violations[:3]} converged={outcome.converged}; replay: {outcome.replay()}"
-    assert outcome.committed > 0
+    assert outcome.committed > 0 and outcome.acked > 0 and outcome.reads > 0
 
 
 @pytest.mark.parametrize("seed", FIVE)
@@ -30,12 +35,17 @@ def test_five_members(seed: int) -> None:
     outcome = run_scenario(seed, voters=5)
     assert outcome.ok, (f"{outcome.violations[:3]} converged={outcome.converged}; "
                         f"replay: python -m tests.sim --voters 5 --seed {seed} --verbose")
+    assert outcome.committed > 0 and outcome.acked > 0, "five members made no progress"
 
 
-@pytest.mark.parametrize("seed", range(1, 11))
-def test_a_killed_leader_is_replaced(seed: int) -> None:
-    # the figure itself is measured by `python -m tests.sim --failover --seeds 200`
-    assert run_failover(seed) > 0
+FAILOVER_MEDIAN_S = 0.45  # the README's figure, from `python -m tests.sim --failover --seeds 200`, is below
+FAILOVER_WORST_S = 0.6  # 300 ms to miss 3 beats, up to 150 ms of vote back-off, a vote and a NOOP's round trips
+
+
+def test_a_killed_leader_is_replaced_within_the_failover_bound() -> None:
+    times = [run_failover(seed) for seed in range(1, 21)]
+    assert statistics.median(times) <= FAILOVER_MEDIAN_S, times
+    assert max(times) <= FAILOVER_WORST_S, times
 
 
 OUTAGE_SEEDS = range(1, 31)
