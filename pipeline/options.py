@@ -106,6 +106,10 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         timeout_s=_float(given, "timeout", DEFAULT_TIMEOUT_S),
         access=Access(given.get("token") or os.environ.get("RAFTLOG_TOKEN") or None,
                       given.get("ca") or os.environ.get("RAFTLOG_CA") or None) if path is None else Access())
+    ca = parsed.access.ca
+    if ca is not None and not (os.path.isfile(ca) and os.access(ca, os.R_OK)):
+        source = "option ca" if given.get("ca") else "$RAFTLOG_CA"
+        raise PipelineError(f"raftlog: {source}: {ca} is not a readable file (the CA of the members' certificates)")
     if parsed.partition_size is not None and parsed.num_partitions is not None:
         raise PipelineError("raftlog: give partitionSize or numPartitions, not both")
     if (parsed.start_index is not None and parsed.end_index is not None

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import shutil
+import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +238,157 @@ def test_a_read_of_members_with_tokens_and_https(spark: Any, tmp_path: Path) -> 
         assert bodies == [body(i) for i in range(300)]
     finally:
         cluster.stop()
+
+
+# -- the README's promises: a member failing mid-partition, bad options at planning, audit ---------
+
+
+class CuttingProxy:
+    """A member's client port seen through a TCP proxy that records the range reads asked of it
+    and, when `cut_after` is set, breaks the answer to the first one after that many bytes, as a
+    member dying mid-partition would."""
+
+    def __init__(self, upstream_port: int, cut_after: int | None = None) -> None:
+        self.upstream_port = upstream_port
+        self.cut_after = cut_after
+        self.starts: list[int] = []  # the `start` of each range read asked of this member
+        self.cut = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self._threads: list[threading.Thread] = []
+        self._spawn(self._accept)
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            reading = {"range": False}
+            self._spawn(self._requests, client, upstream, reading)
+            self._spawn(self._answers, upstream, client, reading)
+
+    def _requests(self, client: Any, upstream: Any, reading: dict[str, bool]) -> None:
+        while data := _recv(client):
+            for start in re.findall(rb"GET /v1/entries\?[^ ]*\bstart=(\d+)", data):
+                self.starts.append(int(start))
+                reading["range"] = True
+            upstream.sendall(data)
+        _close(upstream)
+
+    def _answers(self, upstream: Any, client: Any, reading: dict[str, bool]) -> None:
+        sent = 0
+        while data := _recv(upstream):
+            if reading["range"] and self.cut_after is not None and not self.cut.is_set():
+                if sent + len(data) > self.cut_after:
+                    client.sendall(data[:self.cut_after - sent])
+                    self.cut.set()
+                    break
+                sent += len(data)
+            client.sendall(data)
+        _close(client)
+        _close(upstream)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _recv(sock: Any) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+def _close(sock: Any) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+def test_a_member_failing_mid_partition_leaves_the_rest_of_it_to_the_next_member(spark: Any,
+                                                                                 loaded: Loaded) -> None:
+    loaded.wait_replicated()
+    ports = [m.client_port for m in loaded.cluster.members.values()]
+    failing, next_one = CuttingProxy(ports[0], cut_after=300_000), CuttingProxy(ports[1])
+    try:
+        frame = (spark.read.format("raftlog").option("url", f"{failing.url},{next_one.url}")
+                 .option("numPartitions", "1").option("startIndex", "100").option("endIndex", "2999").load())
+        rows = [r.asDict() for r in frame.collect()]  # one read: a sort would sample the partition first
+        assert failing.cut.is_set() and failing.starts == [100]
+        assert len(next_one.starts) == 1 and 100 < next_one.starts[0] < 2999  # resumed, not started again
+    finally:
+        failing.close()
+        next_one.close()
+    log = read_log(loaded.urls[0])[100:3000]
+    assert without_chain(rows) == expected_rows(log)  # none twice, none missing
+
+
+def spark_jobs_of(spark: Any, group: str) -> list[int]:
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.parametrize("options", [
+    {"url": "{url}", "endIndex": "999999999"},
+    {"url": "{url}", "startIndex": "50", "endIndex": "10"},
+    {"url": "{url}", "committedOnly": "true"},
+    {"url": "{url}", "batchRows": "-1"},
+    {"url": "{url}", "ca": "/nonexistent/ca.pem"},
+    {"url": "{url}", "colour": "blue"},
+])
+def test_a_bad_option_fails_when_the_read_is_planned_before_any_spark_job(spark: Any, loaded: Loaded,
+                                                                          options: dict[str, str]) -> None:
+    group = f"planning-{sorted(options)}"
+    spark.sparkContext.setJobGroup(group, "a read with a bad option")
+    try:
+        reader = spark.read.format("raftlog")
+        for name, value in options.items():
+            reader = reader.option(name, value.format(url=loaded.urls[0]))
+        with pytest.raises(Exception, match="raftlog: ") as raised:
+            reader.load().count()
+        assert "stage failure" not in str(raised.value) and "Task" not in str(raised.value)
+        assert spark_jobs_of(spark, group) == []  # planning failed: no job, no task ran
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+
+
+def test_audit_a_replica_merely_behind_agrees_and_one_missing_a_committed_entry_diverges(
+        spark: Any, loaded: Loaded, tmp_path: Path) -> None:
+    earlier = copy_data_dirs(loaded, tmp_path / "earlier")
+    append(loaded.urls, 20_000, 400)
+    later = copy_data_dirs(loaded, tmp_path / "later")
+    behind = earlier[2]
+    report = jobs.audit(spark, [str(later[0]), str(later[1]), str(behind)], range_size=2000)
+    by_dir = {r.data_dir: r for r in report.replicas}
+    assert by_dir[str(behind)].end_index < by_dir[str(later[0])].end_index  # behind indeed
+    assert report.agree and report.first_divergence is None
+    assert report.shared_committed == by_dir[str(behind)].committed_index
+
+    # the same copy claiming as committed the entries it does not hold: a missing entry
+    missing_from = by_dir[str(behind)].end_index + 1
+    claimed = by_dir[str(later[0])].end_index  # what the others hold
+    with sqlite3.connect(behind / "checkpoint.db") as db:
+        db.execute("UPDATE raft_state SET committed_index = ?, applied_index = ?", (claimed, claimed))
+    report = jobs.audit(spark, [str(later[0]), str(later[1]), str(behind)], range_size=2000)
+    assert report.replicas[2].committed_index == claimed > report.replicas[2].end_index
+    assert not report.agree and report.first_divergence == missing_from
+    assert report.shared_committed == missing_from - 1
+    said = [d["corrupt"] for d in report.divergence]
+    assert said[:2] == [None, None] and "the checkpoint says" in said[2], said
+
+    # a data file gone from the middle of a replica: the entries in it are missing
+    files = sorted((later[1] / "data").iterdir())
+    assert len(files) >= 3
+    files[1].unlink()
+    report = jobs.audit(spark, [str(c) for c in later], range_size=2000)
+    gone_from = report.first_divergence
+    assert not report.agree and gone_from is not None and report.shared_committed == gone_from - 1
+    said = [d["corrupt"] for d in report.divergence]
+    assert said[0] is None and said[2] is None and f"ends before entry {gone_from}" in said[1], said
+    assert httpx.get(f"{loaded.urls[0]}/v1/entries/{gone_from}", timeout=5).json()["pos"] >= int(files[1].name)
