@@ -135,6 +135,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         view = online.discover(options.urls, options.timeout_s, options.access)
         self.urls = view.urls
         self.start = view.begin_index if options.start_index is None else options.start_index
+        if self.start < view.begin_index:  # as a batch read: planning fails, not the first task with a 410
+            raise PipelineError(f"raftlog: startIndex {self.start} was cleaned (the log begins at "
+                                f"{view.begin_index})")
         self.target: int | None = None  # Trigger.AvailableNow: nothing past this offset
 
     def initialOffset(self) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -11,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from pipeline.source import BatchReader
 from storage.codec import HEADER_SIZE
 from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log, signed32
 from tests.pki import Pki
+from tests.processes import eventually, metric
 
 pytestmark = pytest.mark.spark
 
@@ -175,8 +178,6 @@ SMALL_DATA_FILE = 1 << 20  # SMALL_FILES' data_file_size
 
 
 def spark_env() -> dict[str, str]:
-    import os
-
     return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
@@ -392,3 +393,44 @@ def test_audit_a_replica_merely_behind_agrees_and_one_missing_a_committed_entry_
     said = [d["corrupt"] for d in report.divergence]
     assert said[0] is None and said[2] is None and f"ends before entry {gone_from}" in said[1], said
     assert httpx.get(f"{loaded.urls[0]}/v1/entries/{gone_from}", timeout=5).json()["pos"] >= int(files[1].name)
+
+
+def test_a_cleaned_range_fails_at_once_with_410_and_a_cleaned_start_at_planning(spark: Any, tmp_path: Path) -> None:
+    every_hour = ";".join(str(h) for h in range(24))
+    cluster = LocalCluster(tmp_path / "cluster", 1, settings={
+        **SMALL_FILES, "delete_when": every_hour, "clean_interval_ms": 100, "file_reserved_hours": 1})
+    with cluster:
+        cluster.wait_leader()
+        url = cluster.members["n1"].client_url
+        append([url], 0, 6000)  # about three data files
+
+        def stream(checkpoint: Path, **options: str) -> Any:
+            reader = spark.readStream.format("raftlog").option("url", url)
+            for name, value in options.items():
+                reader = reader.option(name, value)
+            return (reader.load().writeStream.format("noop").option("checkpointLocation", str(checkpoint))
+                    .trigger(availableNow=True).start())
+
+        first = stream(tmp_path / "stopped", startIndex="0", endIndex="99")
+        first.awaitTermination()
+        assert first.exception() is None  # it stopped with index 100 next
+
+        old = time.time() - 2 * 3600  # age the files: retention cleans what the stream has not read yet
+        for f in (cluster.members["n1"].data_dir / "data").iterdir():
+            os.utime(f, (old, old))
+        begin = eventually(lambda: (b := httpx.get(f"{url}/v1/cluster", timeout=5).json()["begin_index"]) > 100 and b,
+                           "the node to clean its first files")
+
+        def refused() -> float:
+            return metric(url, "raftlog_http_requests_total", method="GET", route="/v1/entries", status="410")
+
+        resumed = stream(tmp_path / "stopped")  # restarted where it stopped: index 100, cleaned since
+        with pytest.raises(Exception, match="410: INDEX_LESS_THAN_LOCAL_BEGIN"):
+            resumed.awaitTermination()
+        assert refused() == 1  # at once: no other try, no other member asked
+
+        fresh = spark.readStream.format("raftlog").option("url", url).option("startIndex", "0")
+        with pytest.raises(Exception, match=f"startIndex 0 was cleaned \\(the log begins at {begin}\\)"):
+            fresh.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "fresh")) \
+                .trigger(availableNow=True).start().awaitTermination()
+        assert refused() == 1  # refused when planned, before any read
