@@ -47,6 +47,12 @@ SIM_STORE = StoreConfig(data_file_size=4096, index_file_size=32 * 64)
 FSYNC_S = 0.002  # how long a flush takes on the simulated slow disks
 
 
+# Raft's calls may arrive twice (a re-sent push or vote); a client's append forwarded by the
+# service is one HTTP request, which the network never repeats: a second copy would be the
+# service's own retry, a bug the final log's check finds.
+NEVER_DUPLICATED = frozenset({"append"})
+
+
 @dataclass
 class Faults:
     """Seeded message faults, switched on and off by the scenario."""
@@ -66,7 +72,8 @@ class Faults:
         if not (self.loss or self.duplicate or self.delay_max_s):
             return Fate(delay_s=self.latency_s * (0.5 + r()))
         return Fate(delay_s=self.latency_s + r() * self.delay_max_s, lose_request=r() < self.loss / 2,
-                    lose_response=r() < self.loss / 2, duplicate=r() < self.duplicate)
+                    lose_response=r() < self.loss / 2,
+                    duplicate=r() < self.duplicate and kind not in NEVER_DUPLICATED)
 
 
 class PowerLossStore(MemoryStore):
@@ -165,6 +172,7 @@ class History:
     acks: list[Ack] = field(default_factory=list)  # every one, in order of completion
     reads: list[Read] = field(default_factory=list)  # those that answered an entry or "not found"
     failed_reads: int = 0
+    forwarded: int = 0  # acknowledged appends a follower's API forwarded to the leader
     sent: set[bytes] = field(default_factory=set)  # every body a client sent
 
 
@@ -364,12 +372,14 @@ class SimCluster:
         service = self.members[node_id].service
         assert service is not None
         invoked = self.now()
+        forwarded = service.node.role is not Role.LEADER
         self.history.sent.add(body)
         try:
             answer = await service.append([body])
         except ApiError as exc:
             self._check_api_error(node_id, "append", exc)
             return None
+        self.history.forwarded += forwarded
         self._acked(Ack(answer["first_index"], body, invoked, self.now(), node_id))
         return answer["first_index"]
 
@@ -475,7 +485,7 @@ class SimCluster:
 
     def check_final(self) -> None:
         """On the converged log: every acknowledged append is there, every read answered what is
-        there, and every entry is a NOOP or a body some client sent."""
+        there, and every entry is a NOOP or a body some client sent, once."""
         leader = self.leader()
         assert leader is not None and self.converged()
         store = leader.store
@@ -490,12 +500,17 @@ class SimCluster:
                                           or bytes(store.get(read.index).body) != read.body):
                 self.violations.append(f"read of {read.index} on {read.via} returned {read.body!r}, "
                                        "which is not the committed entry")
+        written: dict[bytes, int] = {}  # every body is sent once: a second copy was duplicated below
         for index in range(store.begin_index, store.end_index + 1):
             entry = store.get(index)
             if entry.magic == Magic.NOOP and not entry.body:
                 continue
-            if entry.magic != Magic.NORMAL or bytes(entry.body) not in self.history.sent:
+            body = bytes(entry.body)
+            if entry.magic != Magic.NORMAL or body not in self.history.sent:
                 self.violations.append(f"entry {index} ({Magic(entry.magic).name}) was written by no client")
+            elif body in written:
+                self.violations.append(f"{body!r} is in the log twice, at {written[body]} and {index}")
+            written.setdefault(body, index)
 
     def lost_acks(self, store: Store | MemoryStore) -> int:
         """Acknowledged appends not in `store` at their index."""

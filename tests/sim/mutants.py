@@ -1,4 +1,4 @@
-"""Bugs to plant in the raft code, to show that the simulation's checks catch them.
+"""Bugs to plant in the raft code and the service layer, to show that the simulation's checks catch them.
 
 Each entry is (owner, attribute, make): `make(original)` returns the buggy
 replacement for `owner.attribute`. Planted by a test's monkeypatch, or by
@@ -8,9 +8,11 @@ replacement for `owner.attribute`. Planted by a test's monkeypatch, or by
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from api.errors import ApiError
+from api.service import LogService
 from raft.handler import EntryHandler
 from raft.member_state import MemberState
 from raft.messages import Code, PushRequest, PushResponse, PushType
@@ -77,10 +79,35 @@ def commits_earlier_terms(original: Callable[..., Any]) -> Callable[..., Any]:
     return check_quorum
 
 
+def reads_local_commit_index(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The service serves a linearizable read from the member's own commit index."""
+
+    async def readable_end(self: LogService, index: int, linearizable: bool) -> int:
+        return self.node.committed_index
+
+    return readable_end
+
+
+def retries_forwarded_appends(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The service retries a forwarded append whose answer did not come back."""
+
+    async def append(self: LogService, bodies: Sequence[bytes]) -> dict[str, Any]:
+        try:
+            return await original(self, bodies)
+        except ApiError as exc:
+            if exc.code is not Code.NETWORK_ERROR:
+                raise
+            return await original(self, bodies)
+
+    return append
+
+
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "votes-twice": (MemberState, "vote_for", votes_twice),
     "acks-before-writing": (EntryHandler, "handle", acks_before_writing),
     "skips-truncation": (EntryHandler, "_truncate", skips_truncation),
     "reads-without-confirming": (RaftNode, "read_index", reads_without_confirming),
     "commits-earlier-terms": (RaftNode, "_check_quorum", commits_earlier_terms),
+    "reads-local-commit-index": (LogService, "readable_end", reads_local_commit_index),
+    "retries-forwarded-appends": (LogService, "append", retries_forwarded_appends),
 }

@@ -43,6 +43,7 @@ class Outcome:
     reads: int = 0  # answered an entry or "not found"
     failed_reads: int = 0
     rejoins: int = 0  # restarts whose recovery found committed entries damaged or missing
+    forwarded: int = 0  # acknowledged appends that a follower forwarded to the leader
 
     @property
     def ok(self) -> bool:
@@ -237,7 +238,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
                               "pending", sorted(d.pending)[:5])
         history = cluster.history
         return Outcome(seed, cluster.violations, converged, len(history.acks), len(history.committed), nemeses,
-                       len(history.reads), history.failed_reads, rejoins)
+                       len(history.reads), history.failed_reads, rejoins, history.forwarded)
     finally:
         stop.set()
         await cluster.stop()

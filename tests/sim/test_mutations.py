@@ -2,7 +2,8 @@
 raft code (monkeypatched for one test), and the seed or scenario that finds it.
 
 These are the planted bugs of issue 17 that the fault suite missed (or that left it without a
-verdict); `python -m tests.sim` scans seeds for them with `--mutant NAME`.
+verdict), and the service layer's, which the simulation never ran before; `python -m tests.sim`
+scans seeds for them with `--mutant NAME`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 @pytest.mark.parametrize(("name", "seed", "voters", "found"), [
     ("votes-twice", 2, 3, "two leaders in term"),
     ("acks-before-writing", 2, 3, "durable on only"),
+    ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
+    ("retries-forwarded-appends", 20, 3, "is in the log twice"),
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,
                                    found: str) -> None:
