@@ -64,3 +64,12 @@ def test_in_async_mode_a_power_outage_loses_what_was_acknowledged_since_the_last
     results = [run_virtual(outage(seed, "async", disk=disk)) for seed in OUTAGE_SEEDS]
     acked, lost = sum(a for a, _ in results), sum(n for _, n in results)
     assert 0 < lost < acked * 0.05
+
+
+@pytest.mark.parametrize("seed", [29, 33])
+def test_damage_found_by_recovery_makes_a_member_rejoin(seed: int) -> None:
+    """Seeds whose schedule damages a committed entry twice on a file store: its recovery finds
+    it each time (no hand-set flag), the member rejoins, and the group converges again."""
+    outcome = run_scenario(seed)
+    assert outcome.ok, f"{outcome.violations[:3]}; replay: {outcome.replay()}"
+    assert outcome.nemeses.count("damage") == 2 and outcome.rejoins == 2
