@@ -399,12 +399,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{acked:,} appends acknowledged, {lost:,} lost ({lost / max(acked, 1):.2%}); {hit} seeds lost some")
         return 1 if args.outage == "sync" and lost else 0
     failed = 0
+    outcomes = []
     for seed in seeds:
         with contextlib.suppress(KeyboardInterrupt):
             outcome = run_virtual(scenario(seed, voters=args.voters, verbose=args.verbose))
+        outcomes.append(outcome)
         if not outcome.ok:
             failed += 1
             print(f"seed {seed} FAILED ({outcome.nemeses}): converged={outcome.converged} "
                   f"{outcome.violations[:3]}\n  replay: {outcome.replay()}")
-    print(f"{len(seeds) - failed}/{len(seeds)} seeds passed")
+    reads, failed_reads = sum(o.reads for o in outcomes), sum(o.failed_reads for o in outcomes)
+    print(f"{len(seeds) - failed}/{len(seeds)} seeds passed: {sum(o.acked for o in outcomes):,} appends "
+          f"acknowledged ({sum(o.forwarded for o in outcomes):,} forwarded by a follower), {reads:,} reads "
+          f"answered and {failed_reads:,} failed ({reads / max(reads + failed_reads, 1):.1%} answered), "
+          f"{sum(o.rejoins for o in outcomes)} rejoins after damage")
     return 1 if failed else 0
