@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib.metadata import version
@@ -221,7 +222,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
         accept = request.headers.get("accept", "")
         stream = next((kind for kind in (NDJSON, ENTRIES_CONTENT_TYPE) if kind in accept), None)
         if stream is not None:
-            end = await service.readable_end(start, linearizable)
+            end = await service.readable_end(start, start + limit - 1 if limit else sys.maxsize, linearizable)
             last = end if limit is None else min(end, start + limit - 1)
             first = None
             if last >= start:  # read before the 200 goes out: a cleaned start is still a 410

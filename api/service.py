@@ -123,24 +123,30 @@ class LogService:
             raise ApiError(Code.NOT_LEADER, "no leader is known to confirm the commit index; retry later")
         return await self.peers.read_index(leader)
 
-    async def readable_end(self, index: int, linearizable: bool) -> int:
-        """The last index this member may serve to a reader who wants `index`."""
+    async def readable_end(self, first: int, last: int, linearizable: bool) -> int:
+        """The last index this member may serve to a reader of `first`..`last`.
+
+        Linearizable: when the range reaches past this member's commit index, the leader's commit
+        index as a quorum confirmed it after the read began, so that a short answer (the log ends
+        here) is never older than an acknowledged append. A range within the local commit index
+        needs no round: committed entries never change."""
         committed = self.node.committed_index
-        if committed >= index or not linearizable:
+        if committed >= last or not linearizable:
             return committed
         confirmed = await self.read_index()
-        if confirmed < index:
+        if confirmed < first:
             return confirmed
+        target = min(confirmed, last)
         wait_s = self.limits.read_wait_ms / 1000
-        if not await self.node.wait_committed(index, wait_s):
-            raise ApiError(Code.TIMEOUT, f"this member did not reach index {index} within {wait_s:g} s",
+        if not await self.node.wait_committed(target, wait_s):
+            raise ApiError(Code.TIMEOUT, f"this member did not reach index {target} within {wait_s:g} s",
                            self.node.leader_id)
         return self.node.committed_index
 
     async def get(self, index: int, linearizable: bool) -> Entry:
         if index < 0:
             raise bad_request(f"index must be at least 0, not {index}")
-        end = await self.readable_end(index, linearizable)
+        end = await self.readable_end(index, index, linearizable)
         if index > end:
             raise ApiError(Code.INDEX_OUT_OF_RANGE, f"index {index} is not committed (committed index {end})",
                            self.node.leader_id)
@@ -159,7 +165,7 @@ class LogService:
         """`read` as stored bytes (CRC-checked, zero-copy views): what bulk readers decode themselves."""
         if start < 0 or limit < 1:
             raise bad_request("start must be at least 0 and limit at least 1")
-        committed = await self.readable_end(start, linearizable)
+        committed = await self.readable_end(start, start + limit - 1, linearizable)
         end = min(committed, start + limit - 1)
         chunks: list[memoryview] = []
         index = start

@@ -172,10 +172,20 @@ async def serve(settings: NodeSettings) -> None:
         client.should_exit = True
         await asyncio.gather(client_task, return_exceptions=True)
         peer_stop.set()
+        loop.set_exception_handler(_quiet_cancelled_connection)
         await asyncio.gather(peer_task, return_exceptions=True)
         await node.stop()
         client_sock.close()
         log.info("%s stopped", settings.id)
+
+
+def _quiet_cancelled_connection(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """At shutdown hypercorn cancels the peer connections still open after its graceful timeout, and
+    Python 3.11's asyncio.start_server logs each as an error with a traceback (3.12 closes them quietly):
+    a clean stop, not a fault. Anything else goes to the default handler."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
 
 
 def run(settings: NodeSettings) -> None:

@@ -1,11 +1,23 @@
-"""After the faults: what the history promised against what every member's log holds."""
+"""After the faults: what the history promised against what every member's log holds.
+
+The logs are read from the stopped members' data files (`read_logs`), not
+through the code under test. Each check is named after the promise it holds
+the run to; the counts say how often each was broken.
+"""
 
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from pipeline.offline import open_data_dir, read_file
 from tests.faults.workload import History, Op
+
+COUNTS = ("lost", "misplaced", "duplicated", "failed_present", "torn_batches", "reordered", "unwritten",
+          "wrong_type", "divergent", "stale_reads", "nonmonotonic_reads", "wrong_reads")
 
 
 @dataclass(frozen=True)
@@ -14,17 +26,31 @@ class Stored:
     term: int
     chain_crc: int
     body: bytes
+    kind: str = "normal"  # normal, noop, config_change
+
+
+@dataclass
+class MemberLog:
+    """One member's log as its files hold it, and its checkpoint's commit index."""
+
+    entries: list[Stored]
+    committed_index: int
 
 
 @dataclass
 class Verdict:
     acked: int = 0  # bodies acknowledged
-    lost: int = 0  # acknowledged, but not in the log
+    lost: int = 0  # acknowledged, but not in the committed log
     misplaced: int = 0  # acknowledged at an index that holds something else
     duplicated: int = 0  # in the log more than once
     failed_present: int = 0  # refused, yet in the log
-    divergent: int = 0  # indices where members' logs differ
+    torn_batches: int = 0  # a batch in the log in part, or not at consecutive indices
+    reordered: int = 0  # acknowledged before another append began, yet at a higher index
+    unwritten: int = 0  # an entry no client sent
+    wrong_type: int = 0  # a client's body in an entry that is not NORMAL, or a NOOP with a body
+    divergent: int = 0  # indices where members' committed logs differ
     stale_reads: int = 0  # "not found" for an index acknowledged before the read began
+    nonmonotonic_reads: int = 0  # "not found" for an index an earlier, completed read returned
     wrong_reads: int = 0  # a read that returned other bytes than the log holds
     commit_fell: int = 0
     problems: list[str] = field(default_factory=list)
@@ -43,82 +69,206 @@ class Verdict:
             self.problems.append("... (more)")
 
 
-def check(history: History, logs: dict[str, list[Stored]], commit_violations: list[str]) -> Verdict:
+def read_logs(data_dirs: dict[str, Path]) -> dict[str, MemberLog]:
+    """Each stopped member's log from its data files, every CRC and link checked by the offline reader."""
+    logs = {}
+    for member_id, path in data_dirs.items():
+        plan = open_data_dir(str(path))
+        entries = []
+        for part in plan.files:
+            for batch in read_file(part, plan.data_file_size, plan.committed_index, text=False, mark_corrupt=False,
+                                   committed_only=False, batch_rows=4096):
+                rows = batch.to_pydict()
+                entries += [Stored(i, t, c & 0xFFFFFFFF, b, k) for i, t, c, b, k in
+                            zip(rows["index"], rows["term"], rows["chain_crc"], rows["body"], rows["type"],
+                                strict=True)]
+        logs[member_id] = MemberLog(entries, plan.committed_index)
+    return logs
+
+
+def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str] = ()) -> Verdict:
     verdict = Verdict()
-    _compare_members(logs, verdict)
-    reference = max(logs.values(), key=len)
-    by_index = {e.index: e for e in reference}
-    where: dict[bytes, list[int]] = {}
-    for e in reference:
-        where.setdefault(e.body, []).append(e.index)
+    committed = _committed_logs(logs)
+    _compare_members(committed, verdict)
+    reference = max(committed.values(), key=len, default=[])
     appends = [op for op in history.ops if op.kind == "append"]
-    for op in appends:
-        for k, body in enumerate(op.bodies):
-            found = where.get(body, [])
-            if len(found) > 1:
-                verdict.duplicated += 1
-                verdict.note(f"{body!r} is in the log {len(found)} times, at {found} ({_describe(op)})", op)
-            if op.outcome == "ok":
-                verdict.acked += 1
-                assert op.index is not None
-                if not found:
-                    verdict.lost += 1
-                    verdict.note(f"acknowledged {body!r} at {op.index + k} is not in the log ({_describe(op)})", op)
-                elif found[0] != op.index + k:
-                    verdict.misplaced += 1
-                    verdict.note(f"acknowledged {body!r} at {op.index + k} is at {found} ({_describe(op)})", op)
-            elif op.outcome == "fail" and found:
-                verdict.failed_present += 1
-                verdict.note(f"refused {body!r} ({op.code}) is in the log at {found} ({_describe(op)})", op)
-    _check_reads(history, appends, by_index, verdict)
-    verdict.commit_fell = len(commit_violations)
-    for violation in commit_violations:
+    where = _where(reference)
+    _check_appends(appends, where, verdict)
+    _check_unwritten(appends, reference, verdict)
+    _check_order(appends, verdict)
+    by_index = {e.index: e for e in reference}
+    reads = [op for op in history.ops if op.is_read and op.outcome == "ok"]
+    _check_stale_reads(appends, reads, verdict)
+    _check_monotonic_reads(reads, verdict)
+    _check_read_values(reads, by_index, verdict)
+    for violation in violations:
+        verdict.commit_fell += "commit index fell" in violation
         verdict.note(violation)
     return verdict
 
 
+def _committed_logs(logs: dict[str, MemberLog]) -> dict[str, list[Stored]]:
+    """Each member's log up to its commit index: past it, replicas may differ and entries may go."""
+    return {m: [e for e in log.entries if e.index <= log.committed_index] for m, log in logs.items()}
+
+
+def _where(log: list[Stored]) -> dict[bytes, list[int]]:
+    where: dict[bytes, list[int]] = defaultdict(list)
+    for e in log:
+        if e.kind == "normal":
+            where[e.body].append(e.index)
+    return where
+
+
 def _compare_members(logs: dict[str, list[Stored]], verdict: Verdict) -> None:
-    """Every member holds the same entries over the range they all hold."""
+    """Every member holds the same committed entries over the range they all hold."""
     members = list(logs)
     first = max((log[0].index for log in logs.values() if log), default=0)
     last = min((log[-1].index for log in logs.values() if log), default=-1)
     views = {m: {e.index: e for e in logs[m]} for m in members}
     for index in range(first, last + 1):
         copies = {m: views[m].get(index) for m in members}
-        if len({(c.term, c.chain_crc, c.body) if c else None for c in copies.values()}) > 1:
+        if len({(c.term, c.chain_crc, c.body, c.kind) if c else None for c in copies.values()}) > 1:
             verdict.divergent += 1
             verdict.note(f"members differ at {index}: " + ", ".join(
                 f"{m}: {(c.term, c.chain_crc) if c else 'missing'}" for m, c in copies.items()))
 
 
-def _check_reads(history: History, appends: list[Op], by_index: dict[int, Stored], verdict: Verdict) -> None:
+def _check_appends(appends: list[Op], where: dict[bytes, list[int]], verdict: Verdict) -> None:
+    """Acknowledged bodies where they were acknowledged, once; refused ones absent; a batch whole or
+    absent, at consecutive indices, whatever its outcome."""
+    for op in appends:
+        found = [where.get(body, []) for body in op.bodies]
+        for k, body in enumerate(op.bodies):
+            if len(found[k]) > 1:
+                verdict.duplicated += 1
+                verdict.note(f"{body!r} is in the log {len(found[k])} times, at {found[k]} ({describe(op)})", op)
+            if op.outcome == "ok":
+                verdict.acked += 1
+                assert op.index is not None
+                if not found[k]:
+                    verdict.lost += 1
+                    verdict.note(f"acknowledged {body!r} at {op.index + k} is not in the log ({describe(op)})", op)
+                elif found[k][0] != op.index + k:
+                    verdict.misplaced += 1
+                    verdict.note(f"acknowledged {body!r} at {op.index + k} is at {found[k]} ({describe(op)})", op)
+            elif op.outcome == "fail" and found[k]:
+                verdict.failed_present += 1
+                verdict.note(f"refused {body!r} ({op.code}) is in the log at {found[k]} ({describe(op)})", op)
+        present = [f[0] for f in found if f]
+        if len(op.bodies) > 1 and present and (len(present) < len(op.bodies) or present != list(
+                range(present[0], present[0] + len(op.bodies)))):
+            verdict.torn_batches += 1
+            verdict.note(f"batch of {len(op.bodies)} is in the log as {[f or None for f in found]} "
+                         f"({describe(op)})", op)
+
+
+def _check_unwritten(appends: list[Op], log: list[Stored], verdict: Verdict) -> None:
+    """Every entry is a NOOP (with no body) or a NORMAL entry with a body some client sent."""
+    sent = {body for op in appends for body in op.bodies}
+    for e in log:
+        if e.kind == "noop":
+            if e.body:
+                verdict.wrong_type += 1
+                verdict.note(f"NOOP entry {e.index} has a body {e.body[:40]!r}")
+        elif e.kind != "normal":
+            verdict.wrong_type += 1
+            verdict.note(f"entry {e.index} is a {e.kind} entry, and nobody changed the membership")
+        elif e.body not in sent:
+            verdict.unwritten += 1
+            verdict.note(f"entry {e.index} holds {e.body[:40]!r}, which no client sent")
+
+
+def _check_order(appends: list[Op], verdict: Verdict) -> None:
+    """Real-time order: an append acknowledged before another was invoked has the lower index."""
+    done = sorted((op.complete, op.index + len(op.bodies) - 1, i) for i, op in enumerate(appends)
+                  if op.outcome == "ok" and op.complete is not None and op.index is not None)
+    times = [t for t, _, _ in done]
+    highest: list[tuple[int, int]] = []  # (last index, position in appends) of the highest so far
+    for _, last, i in done:
+        highest.append(max(highest[-1], (last, i)) if highest else (last, i))
+    for op in appends:
+        if op.outcome != "ok" or op.index is None:
+            continue
+        before = bisect.bisect_left(times, op.invoke)
+        if before and highest[before - 1][0] >= op.index:
+            earlier = appends[highest[before - 1][1]]
+            verdict.reordered += 1
+            verdict.note(f"appended at {op.index}, after an append acknowledged at {highest[before - 1][0]} "
+                         f"completed ({describe(earlier)}; then {describe(op)})", op)
+
+
+def _check_stale_reads(appends: list[Op], reads: list[Op], verdict: Verdict) -> None:
+    """A read must see every append acknowledged before it began."""
     acks = sorted((op.complete, op.index + len(op.bodies) - 1) for op in appends
                   if op.outcome == "ok" and op.complete is not None and op.index is not None)
     times = [t for t, _ in acks]
-    highest: list[int] = []
-    top = -1
-    for _, last in acks:
-        top = max(top, last)
-        highest.append(top)
-    for op in history.ops:
-        if op.kind != "read" or op.outcome != "ok":
-            continue
+    highest = _running_max(last for _, last in acks)
+    for op in _claims_of_end(reads):
+        end = op.seen_end
+        known = bisect.bisect_left(times, op.invoke)
+        if known and highest[known - 1] >= end:
+            verdict.stale_reads += 1
+            verdict.note(f"{op.member} said the log ends before {end}, though {highest[known - 1]} was "
+                         f"acknowledged before the read began ({describe(op)})", op)
+
+
+def _check_monotonic_reads(reads: list[Op], verdict: Verdict) -> None:
+    """Once a read returned an index, no read that begins after it completed says the index is not there."""
+    done = sorted((op.complete, op.seen_end - 1) for op in reads
+                  if op.complete is not None and (op.value is not None or op.entries))
+    times = [t for t, _ in done]
+    highest = _running_max(seen for _, seen in done)
+    for op in _claims_of_end(reads):
+        end = op.seen_end
+        before = bisect.bisect_left(times, op.invoke)
+        if before and highest[before - 1] >= end:
+            verdict.nonmonotonic_reads += 1
+            verdict.note(f"{op.member} said the log ends before {end}, though an earlier read returned "
+                         f"{highest[before - 1]} ({describe(op)})", op)
+
+
+def _check_read_values(reads: list[Op], by_index: dict[int, Stored], verdict: Verdict) -> None:
+    """What a read returned is what the committed log holds at that index."""
+    for op in reads:
         assert op.index is not None
-        if op.value is None or op.code == "INDEX_OUT_OF_RANGE":
-            known = bisect.bisect_left(times, op.invoke)  # appends acknowledged before this read began
-            if known and highest[known - 1] >= op.index:
-                verdict.stale_reads += 1
-                verdict.note(f"{op.member} said {op.index} is not there, acknowledged before the read began "
-                             f"({_describe(op)})", op)
-            continue
-        stored = by_index.get(op.index)
-        if stored is None or stored.body != op.value:
-            verdict.wrong_reads += 1
-            verdict.note(f"{op.member} returned {op.value!r} for {op.index}; the log holds "
-                         f"{stored.body if stored else 'nothing'!r} ({_describe(op)})", op)
+        returned: list[tuple[int, str | None, bytes]] = (
+            [(op.index, None, op.value)] if op.value is not None else list(op.entries))  # a get: no type
+        for index, kind, body in returned:
+            stored = by_index.get(index)
+            if stored is None or stored.body != body or kind not in (None, stored.kind):
+                verdict.wrong_reads += 1
+                verdict.note(f"{op.member} returned {body!r} for {index}; the log holds "
+                             f"{stored.body if stored else 'nothing'!r} ({describe(op)})", op)
+                break
 
 
-def _describe(op: Op) -> str:
+def _claims_of_end(reads: list[Op]) -> Iterable[Op]:
+    """The reads whose answer says where the committed log ends: a get that found nothing, a short
+    page or stream (a full one says nothing of the end)."""
+    for op in reads:
+        assert op.index is not None
+        if (op.value is None if op.kind == "get" else op.seen_end < op.index + op.limit):
+            yield op
+
+
+def _running_max(values: Iterable[int]) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        out.append(max(out[-1], v) if out else v)
+    return out
+
+
+def read_availability(history: History) -> dict[str, dict[str, int]]:
+    """Reads answered and failed, by the fault going on when each began."""
+    table: dict[str, dict[str, int]] = defaultdict(lambda: {"ok": 0, "failed": 0})
+    for op in history.ops:
+        if op.is_read:
+            table[history.fault_at(op.invoke)]["ok" if op.outcome == "ok" else "failed"] += 1
+    return dict(sorted(table.items()))
+
+
+def describe(op: Op) -> str:
     took = f"{op.complete - op.invoke:.3f}s" if op.complete is not None else "?"
     return f"{op.kind} by {op.client} via {op.member} at t={op.invoke:.3f} took {took}: {op.outcome} {op.code or ''}"
 
@@ -129,5 +279,5 @@ def history_around(history: History, op: Op, seconds: float = 1.0, most: int = 4
     near = [o for o in history.ops if o.invoke <= end + seconds
             and (o.complete if o.complete is not None else o.invoke) >= op.invoke - seconds]
     near.sort(key=lambda o: o.invoke)
-    return [("=> " if o is op else "   ") + _describe(o) + (f" index {o.index}" if o.index is not None else "")
+    return [("=> " if o is op else "   ") + describe(o) + (f" index {o.index}" if o.index is not None else "")
             for o in near[:most]]

@@ -21,6 +21,7 @@ class FaultCluster(LocalCluster):
         self.network = Network({m.id: m.peer_port for m in self.members.values()})
         self.paused: set[str] = set()
         self.overrides: dict[str, dict[str, Any]] = {}  # settings of one member's next start
+        self.stopping: set[str] = set()  # members being stopped on purpose: their exit is no crash
 
     def command(self, member: Member) -> list[str]:
         args = super().command(member)
@@ -38,7 +39,15 @@ class FaultCluster(LocalCluster):
         return ";".join(f"{m.id}-127.0.0.1:{m.peer_port if m.id == member.id else self.network.port(member.id, m.id)}"
                         for m in self.members.values())
 
+    def stop_member(self, member_id: str, sig: int = signal.SIGTERM) -> int | None:
+        self.stopping.add(member_id)
+        try:
+            return super().stop_member(member_id, sig)
+        finally:
+            self.stopping.discard(member_id)
+
     def stop(self) -> None:
+        self.stopping.update(self.members)
         for member_id in list(self.paused):
             self.resume(member_id)
         super().stop()

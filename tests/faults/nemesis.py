@@ -1,29 +1,39 @@
-"""The faults, each applied for a while and then healed, on a seeded schedule."""
+"""The faults, each applied for a while and then healed, on a seeded schedule.
+
+Each fault shows that it took effect (a killed process's exit status, the
+proxy's counts of what it held, delayed or refused, a member's own word on
+its disk, recovery's truncation, the repair of a flipped bit); one that did
+nothing is a problem of the run, not a pass.
+"""
 
 from __future__ import annotations
 
 import random
+import re
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
 from storage import read_checkpoint
 from storage.codec import ENTRY_MAGICS, HEADER, HEADER_SIZE
 from tests.faults.harness import FaultCluster
-from tests.faults.workload import History, Op, send_append
+from tests.faults.workload import FaultWindow, History, Op, send_append, send_read
 
 FAILOVER_BOUND_S = 15.0  # after a fault that removes the leader, a write must succeed within this
 RECOVERY_BOUND_S = 30.0  # after healing, the members must agree on a leader within this
+EVIDENCE_S = 20.0  # how long a fault may take to show its effect (a scrub to find a flipped bit)
 DISK_FULL = {"disk_space_ratio_to_check_expired": 0.01, "disk_space_ratio_to_force_clean": 0.02,
              "enable_disk_force_clean": False}  # any real disk is "full" for a node started with these
 
 CHANNEL_BITS = (32 * 8, 36 * 8)  # the channel field's bits in an entry header
 
-KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "halves", "ring", "one_way", "slow",
-         "disk_full", "tail_cut", "bit_flip"]
+KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "refuse_leader", "halves", "ring",
+         "one_way", "slow", "disk_full", "tail_cut", "bit_flip", "isolated_tail_cut"]
+OPENED = re.compile(rb" opened \S+: log (-?\d+)\.\.(-?\d+),")  # app.node's line once the log is recovered
+REPAIRED = (b"repaired from", b"cutting the log there")  # a damaged entry repaired, or cut away by recovery
 
 
 @dataclass
@@ -33,6 +43,7 @@ class Nemesis:
     rng: random.Random
     log: Callable[[str], None]
     faults: dict[str, int] = field(default_factory=dict)
+    effective: dict[str, int] = field(default_factory=dict)  # faults that showed every effect, by kind
     failovers_ms: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     _probe: int = 0
@@ -40,8 +51,14 @@ class Nemesis:
     def apply(self, kind: str, hold_s: float) -> None:
         """Inject one fault, hold it, heal it, and wait until the cluster has a leader again."""
         self.faults[kind] = self.faults.get(kind, 0) + 1
-        getattr(self, kind)(hold_s)
-        self.cluster.network.heal()
+        started, problems = time.monotonic(), len(self.problems)
+        try:
+            getattr(self, kind)(hold_s)
+        finally:
+            self.cluster.network.heal()
+            self.history.faults.append(FaultWindow(kind, started, time.monotonic()))
+        if len(self.problems) == problems:
+            self.effective[kind] = self.effective.get(kind, 0) + 1
         try:
             self.cluster.wait_leader(RECOVERY_BOUND_S, among=self.cluster.running_ids())
         except TimeoutError:
@@ -54,7 +71,7 @@ class Nemesis:
     def kill_leader(self, hold_s: float) -> None:
         leader = self._leader()
         self.log(f"  SIGKILL leader {leader}")
-        self.cluster.kill_member(leader)
+        self._kill("kill_leader", leader)
         self._failover(exclude={leader})
         time.sleep(hold_s)
         self.cluster.start_member(leader)
@@ -62,7 +79,7 @@ class Nemesis:
     def kill_random(self, hold_s: float) -> None:
         victim = self.rng.choice(list(self.cluster.members))
         self.log(f"  SIGKILL {victim}")
-        self.cluster.kill_member(victim)
+        self._kill("kill_random", victim)
         time.sleep(hold_s)
         self.cluster.start_member(victim)
 
@@ -70,17 +87,37 @@ class Nemesis:
         leader = self._leader()
         self.log(f"  SIGSTOP leader {leader}")
         self.cluster.pause(leader)
-        self._failover(exclude={leader})
+        probe = self._failover(exclude={leader})
+        self._shown("pause_leader", probe is not None, f"no other member took a write while {leader} was stopped")
         time.sleep(hold_s)
         self.cluster.resume(leader)
+        if probe is not None:  # it may still believe it leads: it must not answer from its own log
+            self._stale_read(leader, probe)
 
     def isolate_leader(self, hold_s: float) -> None:
         leader = self._leader()
         rest = set(self.cluster.members) - {leader}
         self.log(f"  partition {{{leader}}} | {sorted(rest)}")
+        before = self.cluster.network.effect()
         self.cluster.network.partition({leader}, rest)
-        self._failover(exclude={leader})
+        probe = self._failover(exclude={leader})
+        if probe is not None:  # the old leader, cut off, must not serve a read of what it has not seen
+            self._stale_read(leader, probe)
         time.sleep(hold_s)
+        self._held("isolate_leader", before)
+
+    def refuse_leader(self, hold_s: float) -> None:
+        """Reset the leader's peer connections, and every new one, both ways, until healed."""
+        leader = self._leader()
+        rest = set(self.cluster.members) - {leader}
+        self.log(f"  connections refused {{{leader}}} | {sorted(rest)}")
+        before = self.cluster.network.effect()
+        self.cluster.network.refuse({leader}, rest)
+        probe = self._failover(exclude={leader})
+        if probe is not None:
+            self._stale_read(leader, probe)
+        time.sleep(hold_s)
+        self._held("refuse_leader", before)
 
     def halves(self, hold_s: float) -> None:
         members = list(self.cluster.members)
@@ -88,8 +125,10 @@ class Nemesis:
         cut = len(members) // 2
         a, b = set(members[:cut]), set(members[cut:])
         self.log(f"  partition {sorted(a)} | {sorted(b)}")
+        before = self.cluster.network.effect()
         self.cluster.network.partition(a, b)
         time.sleep(hold_s)
+        self._held("halves", before)
 
     def ring(self, hold_s: float) -> None:
         """Each member reaches only its ring neighbours (5 members: every member sees a majority, no two
@@ -103,66 +142,116 @@ class Nemesis:
         else:
             pairs = [(members[0], members[1])]
         self.log(f"  ring: cut {pairs}")
+        before = self.cluster.network.effect()
         self.cluster.network.cut(pairs)
         time.sleep(hold_s)
+        self._held("ring", before)
 
     def one_way(self, hold_s: float) -> None:
         leader = self._leader()
         other = self.rng.choice([m for m in self.cluster.members if m != leader])
         src, dst = (leader, other) if self.rng.random() < 0.5 else (other, leader)
         self.log(f"  everything {src} sends {dst} is lost")
+        before = self.cluster.network.effect()
         self.cluster.network.lose(src, dst)
         time.sleep(hold_s)
+        self._held("one_way", before)
 
     def slow(self, hold_s: float) -> None:
         delay = self.rng.choice([0.02, 0.1, 0.3])
         members = list(self.cluster.members)
         pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
         self.log(f"  every link {delay * 1000:.0f} ms slower per chunk")
+        before = self.cluster.network.effect()
         self.cluster.network.slow(pairs, delay)
         time.sleep(hold_s)
+        self._held("slow", before)
 
     def disk_full(self, hold_s: float) -> None:
         victim = self.rng.choice(list(self.cluster.members))
         self.log(f"  {victim} restarted with a full disk")
         self.cluster.restart_with(victim, DISK_FULL)
+        self._shown("disk_full", self._until(lambda: self._disk_full(victim)), f"{victim} never said its disk is full")
         time.sleep(hold_s)
         self.cluster.restart_with(victim, {})
 
     def tail_cut(self, hold_s: float) -> None:
-        """SIGKILL a member and cut its last data file at a random byte near its end (zeros after it)."""
+        """SIGKILL a member and cut its last data file at a random byte within its last few entries (zeros
+        after it): recovery must truncate the log there."""
         victim = self.rng.choice(list(self.cluster.members))
         self.cluster.kill_member(victim)
-        path, data = _last_data_file(self.cluster.members[victim].data_dir)
-        written = len(data.rstrip(b"\0"))
-        cut = self.rng.randint(max(0, written - 4096), written)
-        self.log(f"  {victim} killed, {path.name} cut at byte {cut} of {written} written")
-        path.write_bytes(data[:cut] + bytes(len(data) - cut))
+        last = self._cut_tail(victim)
         time.sleep(hold_s)
+        self._restart_truncated("tail_cut", victim, last)
+
+    def isolated_tail_cut(self, hold_s: float) -> None:
+        """Two faults at once: a member cut off from the rest is killed, its tail cut, and restarted while
+        still cut off; it must recover and catch up once the partition heals."""
+        victim = self.rng.choice(list(self.cluster.members))
+        rest = set(self.cluster.members) - {victim}
+        self.log(f"  partition {{{victim}}} | {sorted(rest)}, then {victim} killed with its tail cut")
+        before = self.cluster.network.effect()
+        self.cluster.network.partition({victim}, rest)
+        time.sleep(hold_s / 2)
+        self.cluster.kill_member(victim)
+        last = self._cut_tail(victim)
+        self._restart_truncated("isolated_tail_cut", victim, last)
+        time.sleep(hold_s / 2)
+        self._held("isolated_tail_cut", before)
+
+    def _cut_tail(self, victim: str) -> int | None:
+        """Cut the newest data file that holds entries inside its last entry; the index of that entry."""
+        for path in sorted((self.cluster.members[victim].data_dir / "data").iterdir(), reverse=True):
+            data = path.read_bytes()
+            entries = _entries(data)
+            if entries:
+                index, start, size = entries[-1]
+                written = len(data[:start + size].rstrip(b"\0"))  # a cut among trailing zeros would change nothing
+                cut = self.rng.randint(max(0, written - 4096), written - 1)
+                self.log(f"  {victim} killed, {path.name} cut at byte {cut} of {written} written (last entry {index})")
+                path.write_bytes(data[:cut] + bytes(len(data) - cut))
+                return index
+        self.log(f"  {victim} killed; it holds no entry to cut")
+        return None
+
+    def _restart_truncated(self, kind: str, victim: str, last: int | None) -> None:
+        """Start the victim; recovery must say its log now ends before the entry that was cut."""
+        offset = self._log_size(victim)
         self.cluster.start_member(victim)
+        opened = self._until(lambda: OPENED.search(self._log_since(victim, offset)))
+        end = int(opened.group(2)) if opened else None
+        self._shown(kind, last is not None and end is not None and end < last,
+                    f"{victim}'s log was cut inside entry {last}, and recovery says it ends at {end}")
 
     def bit_flip(self, hold_s: float) -> None:
         """SIGKILL a member and flip one bit of a committed entry in one of its data files: in the last
-        files recovery finds it on open, in older ones the scrub or a read does. Not in the channel
-        field, the one that DLedger's format covers by no CRC and no index record (raftlog writes 0)."""
+        files recovery finds it on open, in older ones the scrub or a read does, and the entry is repaired
+        from a replica's copy (or cut away and fetched again). Not in the channel field, the one that
+        DLedger's format covers by no CRC and no index record (raftlog writes 0)."""
         victim = self.rng.choice(list(self.cluster.members))
         self.cluster.kill_member(victim)
         member = self.cluster.members[victim]
         committed = read_checkpoint(member.data_dir / "checkpoint.db").committed_index
-        path = self.rng.choice(sorted((member.data_dir / "data").iterdir()))
-        data = path.read_bytes()
-        entries = [e for e in _entries(data) if e[0] <= committed]
-        if entries:
-            index, start, size = self.rng.choice(entries)
-            bit = self.rng.choice([b for b in range(size * 8) if not CHANNEL_BITS[0] <= b < CHANNEL_BITS[1]])
-            flipped = bytearray(data)
-            flipped[start + bit // 8] ^= 1 << bit % 8
-            path.write_bytes(bytes(flipped))
-            self.log(f"  {victim} killed, bit {bit} of committed entry {index} flipped ({path.name})")
-        else:
-            self.log(f"  {victim} killed; {path.name} holds no committed entry to flip")
+        candidates = []
+        for path in sorted((member.data_dir / "data").iterdir()):
+            data = path.read_bytes()
+            candidates += [(path, data, e) for e in _entries(data) if e[0] <= committed]
+        if not candidates:
+            self.log(f"  {victim} killed; it holds no committed entry to flip")
+            self._shown("bit_flip", False, f"{victim} held no committed entry to flip")
+            self.cluster.start_member(victim)
+            return
+        path, data, (index, start, size) = self.rng.choice(candidates)
+        bit = self.rng.choice([b for b in range(size * 8) if not CHANNEL_BITS[0] <= b < CHANNEL_BITS[1]])
+        flipped = bytearray(data)
+        flipped[start + bit // 8] ^= 1 << bit % 8
+        path.write_bytes(bytes(flipped))
+        self.log(f"  {victim} killed, bit {bit} of committed entry {index} flipped ({path.name})")
         time.sleep(hold_s)
+        offset = self._log_size(victim)
         self.cluster.start_member(victim)
+        self._shown("bit_flip", self._until(lambda: any(m in self._log_since(victim, offset) for m in REPAIRED)),
+                    f"the flipped bit in {victim}'s entry {index} was never found and repaired")
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -180,8 +269,51 @@ class Nemesis:
             time.sleep(0.05)
         return leader
 
-    def _failover(self, exclude: set[str]) -> None:
-        """Time from now until a write through the other members succeeds (a new leader serves)."""
+    def _kill(self, kind: str, member_id: str) -> None:
+        code = self.cluster.stop_member(member_id, signal.SIGKILL)
+        self._shown(kind, code == -signal.SIGKILL, f"{member_id} was to be killed, and exited with {code}")
+
+    def _held(self, kind: str, before: int) -> None:
+        """The links held, delayed or refused some traffic since `before`."""
+        self._shown(kind, self.cluster.network.effect() > before, "the links it changed carried nothing to hold")
+
+    def _shown(self, kind: str, took_effect: object, otherwise: str) -> None:
+        if not took_effect:
+            self.problems.append(f"{kind} did nothing: {otherwise}")
+            self.log(f"  {kind} did nothing: {otherwise}")
+
+    def _stale_read(self, member_id: str, probe: Op) -> None:
+        """Read the write a new leader took from the member that led before: it must wait or refuse,
+        never say the entry is not there (the checker judges the answer)."""
+        op = Op("get", "nemesis", member_id, time.monotonic(), index=probe.index)
+        with httpx.Client(timeout=3.0) as http:
+            send_read(http, self.cluster.members[member_id].client_url, op)
+        self.history.add(op)
+
+    def _disk_full(self, member_id: str) -> bool:
+        status = self.cluster.status(member_id)
+        return bool(status and status.get("disk", {}).get("full"))
+
+    def _log_size(self, member_id: str) -> int:
+        path = self.cluster.members[member_id].log_path
+        return path.stat().st_size if path.exists() else 0
+
+    def _log_since(self, member_id: str, offset: int) -> bytes:
+        with open(self.cluster.members[member_id].log_path, "rb") as f:
+            f.seek(offset)
+            return f.read()
+
+    @staticmethod
+    def _until(condition: Callable[[], object], timeout_s: float = EVIDENCE_S) -> object:
+        """Poll a member's state until the condition holds; its last value."""
+        deadline = time.monotonic() + timeout_s
+        while not (value := condition()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return value
+
+    def _failover(self, exclude: set[str]) -> Op | None:
+        """Time from now until a write through the other members succeeds (a new leader serves);
+        the write, acknowledged."""
         started = time.monotonic()
         urls = {m: member.client_url for m, member in self.cluster.members.items() if m not in exclude}
         with httpx.Client(timeout=1.0) as http:
@@ -195,14 +327,10 @@ class Nemesis:
                         took = (op.complete - started) * 1000
                         self.failovers_ms.append(took)
                         self.log(f"  a new leader took a write after {took:.0f} ms")
-                        return
+                        return op
                 time.sleep(0.02)
         self.problems.append(f"no write succeeded within {FAILOVER_BOUND_S:.0f} s of losing the leader")
-
-
-def _last_data_file(data_dir: Path) -> tuple[Path, bytes]:
-    path = sorted((data_dir / "data").iterdir())[-1]
-    return path, path.read_bytes()
+        return None
 
 
 def _entries(data: bytes) -> list[tuple[int, int, int]]:

@@ -5,6 +5,11 @@ link must not carry are held, not dropped: a partition looks to both ends
 like a network that has gone silent (their own timeouts fire), and when it
 heals the held bytes flow on, as TCP would retransmit them. Each link has two
 directions: `up` (what A sends, its requests) and `down` (B's answers).
+
+A link can also be refused: its open connections are reset and new ones are
+reset as they connect, as a host that is up but rejects the port does. Each
+direction counts what it held or delayed, and each link the connections it
+refused, so a fault can show that it took effect.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ class Direction:
         self.open = asyncio.Event()
         self.open.set()
         self.delay_s = 0.0
+        self.held = 0  # chunks (and connections) that waited for this direction to open
+        self.delayed = 0  # chunks sent late
 
 
 class Link:
@@ -35,8 +42,11 @@ class Link:
         self.port = 0
         self.up = Direction()
         self.down = Direction()
+        self.refused = False
+        self.refusals = 0  # connections reset at connect time, or while open, by `refused`
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -54,25 +64,43 @@ class Link:
         assert task is not None
         self._tasks.add(task)
         try:
+            if self.refused:
+                self.refusals += 1
+                client_w.transport.abort()  # a reset, as from a port nobody listens on
+                return
+            if not self.up.open.is_set():
+                self.up.held += 1
             await self.up.open.wait()  # a held link does not even let a connection through
             try:
                 server_r, server_w = await asyncio.open_connection("127.0.0.1", self.target_port)
             except OSError:  # the target node is down: so is this connection
                 return
+            self._writers |= {client_w, server_w}
             try:
                 await asyncio.gather(self._pump(client_r, server_w, self.up), self._pump(server_r, client_w, self.down))
             finally:
+                self._writers -= {client_w, server_w}
                 server_w.close()
         finally:
             client_w.close()
             self._tasks.discard(task)
 
+    def refuse(self) -> None:
+        """Reset every open connection of this link, and each new one until healed."""
+        self.refused = True
+        for writer in list(self._writers):
+            self.refusals += 1
+            writer.transport.abort()
+
     @staticmethod
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: Direction) -> None:
         try:
             while data := await reader.read(CHUNK):
+                if not direction.open.is_set():
+                    direction.held += 1
                 await direction.open.wait()
                 if direction.delay_s:
+                    direction.delayed += 1
                     await asyncio.sleep(direction.delay_s)
                 writer.write(data)
                 await writer.drain()
@@ -110,15 +138,31 @@ class Network:
     def heal(self) -> None:
         def heal() -> None:
             for link in self.links.values():
+                link.refused = False
                 for d in (link.up, link.down):
                     d.open.set()
                     d.delay_s = 0.0
         self._run(heal)
 
+    def effect(self) -> int:
+        """What the links have done to traffic so far: chunks and connections held, delayed or refused."""
+        return sum(link.up.held + link.down.held + link.up.delayed + link.down.delayed + link.refusals
+                   for link in self.links.values())
+
     def partition(self, *groups: set[str]) -> None:
         """Members in different groups cannot reach each other, in either direction."""
         where = {m: i for i, g in enumerate(groups) for m in g}
         self._hold([(a, b) for a, b in self.links if where.get(a, -1) != where.get(b, -2)])
+
+    def refuse(self, *groups: set[str]) -> None:
+        """As `partition`, but connections between the groups are reset, not held."""
+        where = {m: i for i, g in enumerate(groups) for m in g}
+
+        def refuse() -> None:
+            for (a, b), link in self.links.items():
+                if where.get(a, -1) != where.get(b, -2):
+                    link.refuse()
+        self._run(refuse)
 
     def cut(self, pairs: list[tuple[str, str]]) -> None:
         """Cut these pairs of members apart, both ways (for rings and other shapes)."""

@@ -1,11 +1,18 @@
 """One run of the fault suite: a cluster, clients, a seeded schedule of faults, then the checker.
 
     python -m tests.faults --seconds 60 --seed 7 [--nodes 5] [--json] [--verbose]
+
+The verdict covers safety (the checker, on the logs read from the stopped
+members' files), liveness (a group that stops making progress ends the run
+with a violation, not a crash of the harness), crashes (a member that exits
+when no fault stopped it, a traceback or an unexpected ERROR in a node's log)
+and faults that did nothing.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -17,20 +24,27 @@ from typing import Any
 import httpx
 
 from app.launcher import SMALL_FILES
-from storage.codec import iter_entries
-from tests.faults.checker import Stored, Verdict, check, history_around
+from pipeline.entries import CorruptDataError
+from pipeline.options import PipelineError
+from tests.faults.checker import COUNTS, MemberLog, Verdict, check, history_around, read_availability, read_logs
 from tests.faults.harness import FaultCluster
 from tests.faults.nemesis import KINDS, Nemesis
-from tests.faults.workload import CommitWatcher, History, Reader, Writer
+from tests.faults.workload import History, Observer, Reader, Writer
 
-# 64 KiB data files: a run writes many, so damage lands both where recovery rescans and below
-SETTINGS = {**SMALL_FILES, "data_file_size": 64 << 10, "max_entry_bytes": 16 << 10, "checkpoint_interval_ms": 200}
+# 64 KiB data files: a run writes many, so damage lands both where recovery rescans and below; a scrub
+# every second finds a flipped bit in the older files
+SETTINGS = {**SMALL_FILES, "data_file_size": 64 << 10, "max_entry_bytes": 16 << 10, "checkpoint_interval_ms": 200,
+            "scrub_interval_ms": 1000}
 CONVERGE_S = 60.0
+# ERROR lines a node writes when a fault of the suite's own making is found (a flipped bit, a cut log)
+EXPECTED_ERRORS = (re.compile(rb"entry \d+ is damaged on this member"), re.compile(rb"cutting the log there"))
+PROBLEM_LINE = re.compile(rb"^.*(?:Traceback|\d ERROR |\d CRITICAL ).*$", re.MULTILINE)
+LEADS = re.compile(rb" (\S+) is leader in term (\d+) ")  # raft.member_state's line on becoming leader
 
 
 def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, writers: int = 3, readers: int = 2,
         kinds: list[str] | None = None, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Run faults for about `seconds` and check the outcome; returns the summary."""
+    """Run faults for about `seconds` (each kind at least once) and check the outcome; returns the summary."""
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="raftlog-faults-") as tmp:
         cluster = FaultCluster(root or Path(tmp), nodes, SETTINGS)
@@ -41,31 +55,28 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             urls = {m: member.client_url for m, member in cluster.members.items()}
             clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(writers)]
                        + [Reader(f"r{i}", urls, history, seed * 100 + 50 + i) for i in range(readers)])
-            watcher = CommitWatcher(cluster)
-            for thread in [*clients, watcher]:
+            observer = Observer(cluster)
+            for thread in [*clients, observer]:
                 thread.start()
             nemesis = Nemesis(cluster, history, rng, log)
-            kinds = list(kinds or KINDS)
-            rng.shuffle(kinds)
-            deadline = time.monotonic() + seconds
-            turn = 0
-            while time.monotonic() < deadline or turn < len(kinds):  # every kind at least once
-                kind = kinds[turn % len(kinds)]
-                turn += 1
-                log(f"[{time.monotonic() - deadline + seconds:6.1f}s] {kind}")
-                nemesis.apply(kind, rng.uniform(1.5, 3.5))
-                time.sleep(rng.uniform(0.5, 1.5))
+            liveness = _schedule(nemesis, list(kinds or KINDS), rng, seconds, log)
             for client in clients:
                 client.stop()
             for client in clients:
                 client.join(10)
-            watcher.stop()
-            watcher.join(5)
-            logs = _converged_logs(cluster, log)
-            verdict = check(history, logs, watcher.violations)
-            for problem in nemesis.problems:
-                verdict.note(problem)
-            summary = _summary(seed, seconds, nodes, history, nemesis, verdict)
+            if not liveness:
+                liveness = _converge(cluster, log)
+            observer.stop()
+            observer.join(5)
+            with httpx.Client(timeout=0.5) as http:
+                observer.look(http)  # a member that exited since the last look
+            for member_id in cluster.members:
+                cluster.stop_member(member_id)
+            crashes = _scan_node_logs(cluster, observer)
+            logs, unreadable = _read_final_logs(cluster)
+            verdict = check(history, logs, [*observer.violations, *liveness, *crashes, *unreadable,
+                                            *nemesis.problems])
+            summary = _summary(seed, seconds, nodes, history, nemesis, verdict, liveness)
             if summary["violations"]:
                 summary["node_logs"] = {m: cluster.tail(m, 60) for m in cluster.members}
                 if verdict.suspects:
@@ -79,35 +90,70 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             cluster.stop()
 
 
-def _converged_logs(cluster: FaultCluster, log: Callable[[str], None]) -> dict[str, list[Stored]]:
-    """Wait until every member has committed the same log end, then read each member's own log."""
+def _schedule(nemesis: Nemesis, kinds: list[str], rng: random.Random, seconds: float,
+              log: Callable[[str], None]) -> list[str]:
+    """Apply faults until `seconds` have passed and every kind has had a turn; the liveness violation
+    if the group stopped making progress."""
+    rng.shuffle(kinds)
+    started = time.monotonic()
+    turn = 0
+    while time.monotonic() - started < seconds or turn < len(kinds):
+        kind = kinds[turn % len(kinds)]
+        turn += 1
+        log(f"[{time.monotonic() - started:6.1f}s] {kind}")
+        try:
+            nemesis.apply(kind, rng.uniform(1.5, 3.5))
+        except TimeoutError as exc:
+            return [f"liveness: the group stopped making progress during {kind}: {exc}"]
+        time.sleep(rng.uniform(0.5, 1.5))
+    return []
+
+
+def _converge(cluster: FaultCluster, log: Callable[[str], None]) -> list[str]:
+    """Wait until every member has committed the same log end; a liveness violation if they do not."""
     for member_id, member in cluster.members.items():
-        if not member.running:
+        if not member.running:  # it exited on its own: the observer has said so
+            cluster.stop_member(member_id)
             cluster.start_member(member_id)
-    cluster.wait_leader(60)
     deadline = time.monotonic() + CONVERGE_S
-    while True:
+    said: list[dict[str, Any] | None] = []
+    while time.monotonic() < deadline:
         said = [cluster.status(m) for m in cluster.members]
         ends = {(s["end_index"], s["committed_index"]) for s in said if s}
-        if len(ends) == 1 and all(said) and len({e for pair in ends for e in pair}) == 1:
-            break
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the members did not converge: {[(s or {}).get('self') for s in said]} {ends}")
+        if all(said) and len(ends) == 1 and len({e for pair in ends for e in pair}) == 1:
+            log(f"converged at index {ends.pop()[0]}")
+            return []
         time.sleep(0.2)
-    log(f"converged at index {ends.pop()[0]}")
-    logs = {}
-    with httpx.Client(timeout=30) as http:
-        for member_id, member in cluster.members.items():
-            answer = http.get(f"{member.client_url}/v1/entries", params={"start": 0, "consistency": "local"},
-                              headers={"accept": "application/vnd.raftlog.entries"})
-            answer.raise_for_status()
-            entries = iter_entries(answer.content)
-            logs[member_id] = [Stored(e.index, e.term, e.chain_crc, bytes(e.body)) for e in entries]
-    return logs
+    seen = [(s["self"], s["role"], s["end_index"], s["committed_index"]) if s else None for s in said]
+    return [f"liveness: the members did not converge within {CONVERGE_S:.0f} s of the last fault: {seen}"]
+
+
+def _scan_node_logs(cluster: FaultCluster, observer: Observer) -> list[str]:
+    """Tracebacks and ERROR lines no fault explains, and every leader each log names (no polling gaps)."""
+    problems = []
+    for member_id, member in cluster.members.items():
+        text = member.log_path.read_bytes() if member.log_path.exists() else b""
+        for match in LEADS.finditer(text):
+            observer.saw(int(match.group(2)), match.group(1).decode())
+        for line in PROBLEM_LINE.findall(text):
+            if not any(expected.search(line) for expected in EXPECTED_ERRORS):
+                problems.append(f"{member_id} logged: {line.decode(errors='replace')[:300]}")
+    return problems[:10]
+
+
+def _read_final_logs(cluster: FaultCluster) -> tuple[dict[str, MemberLog], list[str]]:
+    """The stopped members' logs, read from their files by the offline reader."""
+    logs, problems = {}, []
+    for member_id, member in cluster.members.items():
+        try:
+            logs.update(read_logs({member_id: member.data_dir}))
+        except (CorruptDataError, PipelineError) as exc:
+            problems.append(f"{member_id}'s files do not read back: {exc}")
+    return logs, problems
 
 
 def _summary(seed: int, seconds: float, nodes: int, history: History, nemesis: Nemesis,
-             verdict: Verdict) -> dict[str, Any]:
+             verdict: Verdict, liveness: list[str]) -> dict[str, Any]:
     appends = [op for op in history.ops if op.kind == "append"]
     failovers = nemesis.failovers_ms
     return {
@@ -117,11 +163,12 @@ def _summary(seed: int, seconds: float, nodes: int, history: History, nemesis: N
         "acked": verdict.acked,
         "unknown": sum(len(op.bodies) for op in appends if op.outcome == "unknown"),
         "failed": sum(len(op.bodies) for op in appends if op.outcome == "fail"),
-        "lost": verdict.lost + verdict.misplaced, "duplicated": verdict.duplicated,
-        "failed_present": verdict.failed_present, "divergent": verdict.divergent,
-        "stale_reads": verdict.stale_reads, "wrong_reads": verdict.wrong_reads,
+        **{name: getattr(verdict, name) for name in COUNTS},
         "commit_fell": verdict.commit_fell,
+        "live": not liveness,
         "faults": dict(sorted(nemesis.faults.items())),
+        "effective": dict(sorted(nemesis.effective.items())),
+        "read_availability": read_availability(history),
         "failovers": len(failovers),
         "failover_ms_p50": round(statistics.median(failovers)) if failovers else None,
         "failover_ms_max": round(max(failovers)) if failovers else None,
@@ -135,12 +182,15 @@ def print_summary(summary: dict[str, Any], out: Any = sys.stdout) -> None:
     print(f"operations {summary['ops']:,} (appends {summary['appends']:,}, reads {summary['reads']:,}); "
           f"entries acknowledged {summary['acked']:,}, unknown {summary['unknown']:,}, "
           f"refused {summary['failed']:,}", file=out)
-    print("faults: " + ", ".join(f"{k} {v}" for k, v in summary["faults"].items()), file=out)
+    print("faults (took effect/applied): " + ", ".join(
+        f"{k} {summary['effective'].get(k, 0)}/{v}" for k, v in summary["faults"].items()), file=out)
     print(f"failovers {summary['failovers']}: median {summary['failover_ms_p50']} ms, worst "
           f"{summary['failover_ms_max']} ms", file=out)
-    print(f"lost {summary['lost']}, duplicated {summary['duplicated']}, refused but present "
-          f"{summary['failed_present']}, divergent {summary['divergent']}, stale reads {summary['stale_reads']}, "
-          f"wrong reads {summary['wrong_reads']}, commit index fell {summary['commit_fell']}", file=out)
+    print("reads answered, by the fault going on: " + ", ".join(
+        f"{k} {v['ok'] / max(v['ok'] + v['failed'], 1):.0%} of {v['ok'] + v['failed']}"
+        for k, v in summary["read_availability"].items()), file=out)
+    print(", ".join(f"{name.replace('_', ' ')} {summary[name]}" for name in (*COUNTS, "commit_fell"))
+          + f", live {'yes' if summary['live'] else 'NO'}", file=out)
     if summary["violations"]:
         print("VIOLATIONS:", file=out)
         for v in summary["violations"]:

@@ -2,23 +2,41 @@
 
 from __future__ import annotations
 
-from tests.faults.checker import Stored, check, history_around
-from tests.faults.workload import History, Op
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from storage import Store, StoreConfig
+from storage.codec import Magic
+from tests.faults.checker import MemberLog, Stored, check, history_around, read_availability, read_logs
+from tests.faults.workload import FaultWindow, History, Observer, Op
 
 
-def log_of(*bodies: bytes) -> list[Stored]:
-    return [Stored(i, 1, 1000 + i, b) for i, b in enumerate(bodies)]
+def log_of(*bodies: bytes, kinds: dict[int, str] | None = None) -> MemberLog:
+    kinds = kinds or {}
+    entries = [Stored(i, 1, 1000 + i, b, kinds.get(i, "noop" if not b else "normal")) for i, b in enumerate(bodies)]
+    return MemberLog(entries, len(entries) - 1)
 
 
-def append(body: bytes, outcome: str, index: int | None, t: float) -> Op:
-    return Op("append", "w0", "n1", t, [body], index=index, complete=t + 0.1, outcome=outcome)
+def append(body: bytes | list[bytes], outcome: str, index: int | None, t: float, took: float = 0.1) -> Op:
+    bodies = body if isinstance(body, list) else [body]
+    return Op("append", "w0", "n1", t, bodies, index=index, complete=t + took, outcome=outcome)
 
 
-def read(index: int, value: bytes | None, t: float) -> Op:
-    op = Op("read", "r0", "n2", t, index=index, complete=t + 0.1, outcome="ok", value=value)
+def read(index: int, value: bytes | None, t: float, took: float = 0.1) -> Op:
+    op = Op("get", "r0", "n2", t, index=index, complete=t + took, outcome="ok", value=value)
     if value is None:
         op.code = "INDEX_OUT_OF_RANGE"
     return op
+
+
+def page(start: int, limit: int, entries: list[tuple[int, str, bytes]], t: float, kind: str = "page") -> Op:
+    return Op(kind, "r1", "n3", t, index=start, complete=t + 0.1, outcome="ok", limit=limit, entries=entries)
 
 
 def history(*ops: Op) -> History:
@@ -28,14 +46,20 @@ def history(*ops: Op) -> History:
     return h
 
 
+def same(log: MemberLog) -> dict[str, MemberLog]:
+    return {"n1": log, "n2": log}
+
+
 def test_a_clean_history_passes() -> None:
     h = history(append(b"a", "ok", 1, 0.0), append(b"b", "unknown", None, 0.2), append(b"c", "fail", None, 0.3),
-                read(1, b"a", 0.5), read(3, None, 0.6))
-    verdict = check(h, {"n1": log_of(b"", b"a", b"b"), "n2": log_of(b"", b"a", b"b")}, [])
+                append([b"d", b"e"], "unknown", None, 0.35), read(1, b"a", 0.5), read(5, None, 0.6),
+                page(0, 10, [(0, "noop", b""), (1, "normal", b"a")], 0.25),
+                page(1, 2, [(1, "normal", b"a"), (2, "normal", b"b")], 0.7, "stream"))
+    verdict = check(h, same(log_of(b"", b"a", b"b", b"d", b"e")))
     assert verdict.ok and verdict.acked == 1, verdict.problems
 
 
-def test_each_violation_is_counted() -> None:
+def test_each_violation_of_the_log_is_counted() -> None:
     h = history(append(b"lost", "ok", 1, 0.0), append(b"dup", "unknown", None, 0.1),
                 append(b"refused", "fail", None, 0.2), append(b"moved", "ok", 2, 0.3),
                 read(2, None, 1.0), read(3, b"other", 1.1))
@@ -46,3 +70,119 @@ def test_each_violation_is_counted() -> None:
     assert (verdict.stale_reads, verdict.wrong_reads, verdict.divergent, verdict.commit_fell) == (1, 1, 1, 1)
     around = history_around(h, verdict.suspects[0])
     assert any(line.startswith("=> ") for line in around)
+
+
+def test_an_append_acknowledged_before_another_began_must_have_the_lower_index() -> None:
+    """Real-time order (linearizability of appends): A acknowledged at 2 before B was invoked, B at 1."""
+    a, b = append(b"a", "ok", 2, 0.0), append(b"b", "ok", 1, 0.5)
+    assert check(history(a, b), same(log_of(b"", b"b", b"a"))).reordered == 1
+    concurrent = append(b"b", "ok", 1, 0.05)  # invoked before A completed: either order is linearizable
+    assert check(history(a, concurrent), same(log_of(b"", b"b", b"a"))).ok
+
+
+def test_entries_nobody_wrote_and_entries_of_the_wrong_type_are_violations() -> None:
+    h = history(append(b"a", "ok", 1, 0.0), append(b"b", "unknown", None, 0.1))
+    verdict = check(h, same(log_of(b"", b"a", b"ghost", b"b", kinds={3: "noop"})))
+    assert (verdict.unwritten, verdict.wrong_type) == (1, 1), verdict.problems
+    config = check(h, same(log_of(b"", b"a", b"b", kinds={2: "config_change"})))
+    assert config.wrong_type == 1
+
+
+@pytest.mark.parametrize(("log", "torn"), [
+    ((b"", b"x", b"y", b"z"), 0),  # all of it, in order
+    ((b"",), 0),  # none of it
+    ((b"", b"x", b"y"), 1),  # a part
+    ((b"", b"x", b"other", b"y", b"z"), 1),  # all, but not at consecutive indices
+])
+def test_a_batch_of_unknown_outcome_is_all_or_nothing_and_contiguous(log: tuple[bytes, ...], torn: int) -> None:
+    h = history(append([b"x", b"y", b"z"], "unknown", None, 0.0), append(b"other", "unknown", None, 0.0))
+    assert check(h, same(log_of(*log))).torn_batches == torn
+
+
+def test_a_read_must_not_lose_what_an_earlier_read_returned() -> None:
+    """Monotonic reads, for a write whose outcome was unknown: nothing acknowledged it, a read saw it."""
+    h = history(append(b"a", "unknown", None, 0.0), read(1, b"a", 1.0), read(1, None, 2.0))
+    assert check(h, same(log_of(b"", b"a"))).nonmonotonic_reads == 1
+    overlapping = history(append(b"a", "unknown", None, 0.0), read(1, b"a", 1.0), read(1, None, 1.05))
+    assert check(overlapping, same(log_of(b"", b"a"))).ok  # began before the first one completed
+
+
+def test_pages_and_streams_are_held_to_the_same_checks() -> None:
+    log = log_of(b"", b"a", b"b")
+    acked = [append(b"a", "ok", 1, 0.0), append(b"b", "ok", 2, 0.2)]
+    short = page(1, 5, [(1, "normal", b"a")], 1.0, "stream")  # the log ends before 2, it says
+    assert check(history(*acked, short), same(log)).stale_reads == 1
+    full = page(1, 1, [(1, "normal", b"a")], 1.0)  # a full page says nothing of the end
+    assert check(history(*acked, full), same(log)).ok
+    wrong = page(0, 5, [(0, "noop", b""), (1, "normal", b"b")], 1.0)
+    assert check(history(*acked, wrong), same(log)).wrong_reads == 1
+    typed = page(0, 1, [(0, "normal", b"")], 1.0)  # the NOOP, as if it were a client's empty entry
+    assert check(history(*acked, typed), same(log)).wrong_reads == 1
+    seen = page(0, 5, [(0, "noop", b""), (1, "normal", b"a"), (2, "normal", b"b")], 1.0)
+    assert check(history(*acked, seen, read(2, None, 2.0)), same(log)).nonmonotonic_reads == 1
+
+
+def test_members_may_differ_only_past_their_commit_index() -> None:
+    h = history(append(b"a", "ok", 1, 0.0))
+    ahead = MemberLog([*log_of(b"", b"a").entries, Stored(2, 2, 7, b"uncommitted")], 1)
+    behind = MemberLog([*log_of(b"", b"a").entries, Stored(2, 3, 9, b"other")], 1)
+    assert check(h, {"n1": ahead, "n2": behind}).ok
+
+
+def test_read_availability_is_counted_by_the_fault_going_on() -> None:
+    h = history(read(1, b"a", 0.5), read(1, b"a", 1.5), Op("get", "r0", "n1", 1.6, index=1, outcome="fail"))
+    h.faults.append(FaultWindow("halves", 1.0, 2.0))
+    assert read_availability(h) == {"halves": {"ok": 1, "failed": 1}, "none": {"ok": 1, "failed": 0}}
+
+
+class _Cluster:
+    """What the observer looks at: members with processes, and who is being stopped on purpose."""
+
+    def __init__(self, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+        self.members = {m: type("M", (), {"process": p, "client_url": "http://127.0.0.1:9"})()
+                        for m, p in processes.items()}
+        self.paused: set[str] = set()
+        self.stopping: set[str] = set()
+
+
+def test_a_member_that_exits_when_no_fault_stopped_it_is_a_violation() -> None:
+    crashing = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    stopped = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        crashing.wait(10)
+        cluster = _Cluster({"n1": crashing, "n2": stopped})
+        cluster.stopping.add("n2")
+        os.kill(stopped.pid, signal.SIGKILL)
+        stopped.wait(10)
+        observer = Observer(cluster)  # type: ignore[arg-type]
+        with httpx.Client(timeout=0.2) as http:
+            observer.look(http)
+            observer.look(http)
+        assert observer.violations == [f"n1 (pid {crashing.pid}) exited with code 3, though no fault stopped it"]
+    finally:
+        stopped.kill()
+
+
+def test_two_leaders_in_one_term_are_a_violation() -> None:
+    observer = Observer(_Cluster({}))  # type: ignore[arg-type]
+    observer.saw(3, "n1")
+    observer.saw(3, "n1")
+    observer.saw(4, "n2")
+    assert not observer.violations
+    observer.saw(3, "n2")
+    assert observer.violations == ["two leaders in term 3: ['n1', 'n2']"]
+
+
+async def test_the_final_logs_are_read_from_the_data_files(tmp_path: Path) -> None:
+    """The offline reader, not the node's API, with each entry's type."""
+    store = Store.open(tmp_path / "n1", StoreConfig(data_file_size=4096, index_file_size=32 * 64))
+    store.start()
+    try:
+        await store.append_as_leader([b""], term=1, magic=Magic.NOOP)
+        await store.append_as_leader([b"a", b"bb"], term=1)
+        await store.flush()
+    finally:
+        await store.close()
+    logs = read_logs({"n1": tmp_path / "n1"})
+    assert [(e.index, e.body, e.kind) for e in logs["n1"].entries] == [(0, b"", "noop"), (1, b"a", "normal"),
+                                                                         (2, b"bb", "normal")]

@@ -3,10 +3,17 @@
 An append is `ok` (with its index), `fail` (certainly not appended: the request
 never arrived, or the answer says it was refused before it was written), or
 `unknown` (a timeout, a lost connection, or an answer that leaves it open).
+
+A read is `ok` with what it saw, or `fail`. Reads come in three shapes, all
+linearizable: one index (`get`), a JSON page of a range (`page`), and an
+NDJSON stream of a range (`stream`); each records the entries it returned as
+(index, type, body), and the first index it did not return (`seen_end`).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import threading
 import time
@@ -20,25 +27,48 @@ from tests.faults.harness import FaultCluster
 DEFINITE = {"UNEXPECTED_ARGUMENT", "REQUEST_WITH_EMPTY_BODYS", "NOT_LEADER", "LEADER_PENDING_FULL",
             "LEADER_TRANSFERRING", "LEADER_NOT_READY", "DISK_FULL"}
 TIMEOUT_S = 3.0
+READ_SHAPES = ("get", "get", "get", "page", "stream")
 
 
 @dataclass
 class Op:
-    kind: str  # "append" or "read"
+    kind: str  # "append", or a read: "get", "page", "stream"
     client: str
     member: str
     invoke: float
     bodies: list[bytes] = field(default_factory=list)
-    index: int | None = None  # append: the first index; read: the index asked for
+    index: int | None = None  # append: the first index; read: the (first) index asked for
     complete: float | None = None
     outcome: str = "unknown"  # ok, fail, unknown
-    value: bytes | None = None  # read: the body returned (None: not found)
+    value: bytes | None = None  # get: the body returned (None: not found)
     code: str | None = None
+    limit: int = 1  # page and stream: how many entries were asked for
+    entries: list[tuple[int, str, bytes]] = field(default_factory=list)  # page and stream: what came back
+
+    @property
+    def is_read(self) -> bool:
+        return self.kind != "append"
+
+    @property
+    def seen_end(self) -> int:
+        """The first index a successful read did not return: its answer says the log ends before it."""
+        assert self.index is not None
+        if self.kind == "get":
+            return self.index + (self.value is not None)
+        return self.index + len(self.entries)
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    kind: str
+    start: float
+    end: float
 
 
 class History:
     def __init__(self) -> None:
         self.ops: list[Op] = []
+        self.faults: list[FaultWindow] = []
         self.lock = threading.Lock()
         self.acked: list[tuple[int, float]] = []  # (index, complete time) of ok appends, for readers
 
@@ -48,6 +78,10 @@ class History:
             if op.kind == "append" and op.outcome == "ok":
                 assert op.index is not None and op.complete is not None
                 self.acked.append((op.index, op.complete))
+
+    def fault_at(self, t: float) -> str:
+        """The kind of fault going on at monotonic time t ("none" between faults)."""
+        return next((w.kind for w in reversed(self.faults) if w.start <= t <= w.end), "none")
 
 
 def send_append(http: httpx.Client, url: str, op: Op) -> None:
@@ -82,6 +116,48 @@ def send_append(http: httpx.Client, url: str, op: Op) -> None:
         op.outcome = "fail"
 
 
+def send_read(http: httpx.Client, url: str, op: Op) -> None:
+    """Read what the op asks for, linearizably, and record what came back."""
+    try:
+        if op.kind == "get":
+            response = http.get(f"{url}/v1/entries/{op.index}", headers={"accept": "application/octet-stream"})
+            if response.status_code == 200:
+                op.outcome, op.value = "ok", response.content
+            elif response.status_code == 404:
+                op.outcome, op.code = "ok", "INDEX_OUT_OF_RANGE"
+            else:
+                op.code = _code(response)
+        else:
+            accept = "application/json" if op.kind == "page" else "application/x-ndjson"
+            response = http.get(f"{url}/v1/entries", params={"start": op.index, "limit": op.limit},
+                                headers={"accept": accept})
+            if response.status_code == 200:
+                lines = (response.json()["entries"] if op.kind == "page"
+                         else [json.loads(line) for line in response.text.splitlines() if line])
+                op.entries = [(e["index"], e["type"], _body(e)) for e in lines]
+                op.outcome = "ok"
+            else:
+                op.code = _code(response)
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        op.code = type(exc).__name__
+    finally:
+        op.complete = time.monotonic()
+    if op.outcome != "ok":
+        op.outcome = "fail"
+
+
+def _code(response: httpx.Response) -> str:
+    try:
+        return response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return f"http {response.status_code}"
+
+
+def _body(entry: dict[str, object]) -> bytes:
+    text = str(entry["body"])
+    return base64.b64decode(text) if entry["encoding"] == "base64" else text.encode()
+
+
 class Client(threading.Thread):
     def __init__(self, name: str, urls: dict[str, str], history: History, seed: int) -> None:
         super().__init__(name=name, daemon=True)
@@ -111,65 +187,81 @@ class Writer(Client):
                 if op.outcome != "ok":
                     self.stopping.wait(0.05)  # do not spin against a member that is down
 
+
 class Reader(Client):
-    """Reads acknowledged indices back, linearizably, from every member in turn."""
+    """Reads acknowledged indices back from every member in turn, sampled across the whole log:
+    one index (and just past the newest), a JSON page, or an NDJSON stream."""
 
     def run(self) -> None:
         with httpx.Client(timeout=TIMEOUT_S) as http:
             while not self.stopping.is_set():
                 with self.history.lock:
-                    acked = self.history.acked[-200:]
-                if not acked:
+                    count = len(self.history.acked)
+                    newest = self.random.random() < 0.5
+                    acked = self.history.acked[-1 if newest else self.random.randrange(count)] if count else None
+                if acked is None:
                     self.stopping.wait(0.05)
                     continue
-                index = self.random.choice(acked)[0] + self.random.randint(0, 2)  # and just past it
+                kind = self.random.choice(READ_SHAPES)
+                index = acked[0] + (self.random.randint(0, 2) if kind == "get" else 0)
                 member = self.random.choice(list(self.urls))
-                op = Op("read", self.name, member, time.monotonic(), index=index)
-                try:
-                    response = http.get(f"{self.urls[member]}/v1/entries/{index}",
-                                        headers={"accept": "application/octet-stream"})
-                    if response.status_code == 200:
-                        op.outcome, op.value = "ok", response.content
-                    elif response.status_code == 404:
-                        op.outcome, op.code = "ok", "INDEX_OUT_OF_RANGE"
-                    else:
-                        op.outcome, op.code = "fail", f"http {response.status_code}"
-                except httpx.HTTPError as exc:
-                    op.outcome, op.code = "fail", type(exc).__name__
-                op.complete = time.monotonic()
+                op = Op(kind, self.name, member, time.monotonic(), index=index, limit=self.random.randint(1, 20))
+                send_read(http, self.urls[member], op)
                 self.history.add(op)
                 if op.outcome != "ok":
                     self.stopping.wait(0.05)
 
 
-class CommitWatcher(threading.Thread):
-    """Polls every member's commit index; it must never fall within one run of a process."""
+class Observer(threading.Thread):
+    """Polls every member's status: a commit index must never fall within one run of a process, a term
+    has at most one leader, and a member exits only when a fault stopped it."""
 
     def __init__(self, cluster: FaultCluster, interval_s: float = 0.2) -> None:
-        super().__init__(name="commit-watcher", daemon=True)
+        super().__init__(name="observer", daemon=True)
         self.cluster = cluster
         self.interval_s = interval_s
         self.stopping = threading.Event()
         self.violations: list[str] = []
+        self.leaders: dict[int, set[str]] = {}  # term -> every member seen leading it
         self._seen: dict[tuple[str, int], int] = {}  # (member, pid) -> highest commit index seen
+        self._exits: set[int] = set()  # pids whose exit was reported
 
     def run(self) -> None:
-        cluster = self.cluster
         with httpx.Client(timeout=0.5) as http:
             while not self.stopping.wait(self.interval_s):
-                for member_id, member in cluster.members.items():
-                    process = member.process
-                    if process is None or member_id in cluster.paused:
-                        continue
-                    try:
-                        committed = http.get(f"{member.client_url}/v1/cluster").json()["committed_index"]
-                    except (httpx.HTTPError, ValueError, KeyError):
-                        continue
-                    key = (member_id, process.pid)
-                    if committed < self._seen.get(key, -1):
-                        self.violations.append(f"{member_id} (pid {process.pid}): commit index fell from "
-                                               f"{self._seen[key]} to {committed}")
-                    self._seen[key] = max(committed, self._seen.get(key, -1))
+                self.look(http)
+
+    def look(self, http: httpx.Client) -> None:
+        for member_id, member in self.cluster.members.items():
+            process = member.process
+            if process is None or member_id in self.cluster.paused:
+                continue
+            if (code := process.poll()) is not None:
+                if member_id not in self.cluster.stopping and process.pid not in self._exits:
+                    self._exits.add(process.pid)
+                    self.violations.append(f"{member_id} (pid {process.pid}) exited with code {code}, "
+                                           "though no fault stopped it")
+                continue
+            try:
+                status = http.get(f"{member.client_url}/v1/cluster").json()
+                committed, term = status["committed_index"], status["term"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                continue
+            if status.get("role") == "leader":
+                self.saw(term, member_id)
+            key = (member_id, process.pid)
+            if committed < self._seen.get(key, -1):
+                self.violations.append(f"{member_id} (pid {process.pid}): commit index fell from "
+                                       f"{self._seen[key]} to {committed}")
+            self._seen[key] = max(committed, self._seen.get(key, -1))
+
+    def saw(self, term: int, leader: str) -> None:
+        """Record that `leader` said it leads `term`; a second one for a term is a violation."""
+        names = self.leaders.setdefault(term, set())
+        if leader not in names:
+            names.add(leader)
+            if len(names) == 2:
+                self.violations.append(f"two leaders in term {term}: {sorted(names)}")
 
     def stop(self) -> None:
         self.stopping.set()
