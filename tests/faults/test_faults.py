@@ -1,4 +1,5 @@
-"""The bounded fault run of `make test`: fixed seeds, every kind of fault at least once per run."""
+"""The bounded fault run of `make test`: fixed seeds, every kind of fault at least once per run, each
+shown to have taken effect; `make chaos` runs longer."""
 
 from __future__ import annotations
 
@@ -18,5 +19,6 @@ def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, capsys
     for member, tail in summary.get("node_logs", {}).items():
         print(f"--- {member} ---\n{tail}")
     assert summary["acked"] > 100, "the workload made too little progress to judge"
-    assert set(summary["faults"]) >= {"kill_leader", "pause_leader", "isolate_leader", "one_way", "disk_full"}
+    assert sum(v["ok"] for v in summary["read_availability"].values()) > 100, "too few reads answered to judge"
+    assert summary["effective"] == summary["faults"], "a fault did nothing (its reason is among the violations)"
     assert not summary["violations"], f"replay: {summary['replay']}"
