@@ -120,7 +120,8 @@ class Checkpoint:
         return replace(self._state, committed_index=committed, applied_index=applied)
 
     def load(self, log_end_index: int) -> CheckpointState:
-        """The state with committed and applied clamped to the recovered log end."""
+        """The state with committed and applied clamped to the recovered log end, and adopted: a
+        member that lost its tail notes progress again from there (what was beyond it is gone)."""
         state = self.state
         committed = min(state.committed_index, log_end_index)
         applied = min(state.applied_index, committed)
@@ -128,6 +129,7 @@ class Checkpoint:
             log.warning("checkpoint: committed %d / applied %d are beyond the log end %d; "
                         "using %d / %d", state.committed_index, state.applied_index,
                         log_end_index, committed, applied)
+            self._progress = (committed, applied)
         return replace(state, committed_index=committed, applied_index=applied)
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
