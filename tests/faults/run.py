@@ -38,7 +38,8 @@ SETTINGS = {**SMALL_FILES, "data_file_size": 64 << 10, "max_entry_bytes": 16 << 
 CONVERGE_S = 60.0
 # ERROR lines a node writes when a fault of the suite's own making is found (a flipped bit, a cut log)
 EXPECTED_ERRORS = (re.compile(rb"entry \d+ is damaged on this member"), re.compile(rb"cutting the log there"))
-PROBLEM_LINE = re.compile(rb"^.*(?:Traceback|\d ERROR |\d CRITICAL ).*$", re.MULTILINE)
+PROBLEM = re.compile(rb"\d (?:ERROR|CRITICAL) |\[(?:ERROR|CRITICAL)\]|^(?:ERROR|CRITICAL):")
+LOG_LINE = re.compile(rb"^(?:\d{4}-\d\d-\d\d |\[\d{4}-|INFO: |WARNING: |ERROR: )", re.MULTILINE)  # a new record
 LEADS = re.compile(rb" (\S+) is leader in term (\d+) ")  # raft.member_state's line on becoming leader
 
 
@@ -77,6 +78,8 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             verdict = check(history, logs, [*observer.violations, *liveness, *crashes, *unreadable,
                                             *nemesis.problems])
             summary = _summary(seed, seconds, nodes, history, nemesis, verdict, liveness)
+            if kinds:
+                summary["replay"] += f" --only {','.join(kinds)}"
             if summary["violations"]:
                 summary["node_logs"] = {m: cluster.tail(m, 60) for m in cluster.members}
                 if verdict.suspects:
@@ -129,16 +132,31 @@ def _converge(cluster: FaultCluster, log: Callable[[str], None]) -> list[str]:
 
 
 def _scan_node_logs(cluster: FaultCluster, observer: Observer) -> list[str]:
-    """Tracebacks and ERROR lines no fault explains, and every leader each log names (no polling gaps)."""
     problems = []
     for member_id, member in cluster.members.items():
         text = member.log_path.read_bytes() if member.log_path.exists() else b""
-        for match in LEADS.finditer(text):
-            observer.saw(int(match.group(2)), match.group(1).decode())
-        for line in PROBLEM_LINE.findall(text):
-            if not any(expected.search(line) for expected in EXPECTED_ERRORS):
-                problems.append(f"{member_id} logged: {line.decode(errors='replace')[:300]}")
+        problems += scan_log(member_id, text, observer)
     return problems[:10]
+
+
+def scan_log(member_id: str, text: bytes, observer: Observer) -> list[str]:
+    """Tracebacks and ERROR lines no fault explains, and every leader the log names (no polling gaps)."""
+    for match in LEADS.finditer(text):
+        observer.saw(int(match.group(2)), match.group(1).decode())
+    problems = []
+    for record in _records(text):
+        first, *rest = record.splitlines()
+        if (PROBLEM.search(first) or b"Traceback" in record) and not any(
+                expected.search(first) for expected in EXPECTED_ERRORS):
+            said = first + (b" ... " + rest[-1].strip() if rest else b"")  # the exception, if any
+            problems.append(f"{member_id} logged: {said.decode(errors='replace')[:600]}")
+    return problems
+
+
+def _records(text: bytes) -> list[bytes]:
+    """A node's log cut into records: a line that starts one, and the lines (a traceback) that follow it."""
+    starts = [m.start() for m in LOG_LINE.finditer(text)]
+    return [text[a:b].strip() for a, b in zip([0, *starts], [*starts, len(text)], strict=True) if text[a:b].strip()]
 
 
 def _read_final_logs(cluster: FaultCluster) -> tuple[dict[str, MemberLog], list[str]]:

@@ -14,6 +14,7 @@ import pytest
 from storage import Store, StoreConfig
 from storage.codec import Magic
 from tests.faults.checker import MemberLog, Stored, check, history_around, read_availability, read_logs
+from tests.faults.run import scan_log
 from tests.faults.workload import FaultWindow, History, Observer, Op
 
 
@@ -186,3 +187,27 @@ async def test_the_final_logs_are_read_from_the_data_files(tmp_path: Path) -> No
     logs = read_logs({"n1": tmp_path / "n1"})
     assert [(e.index, e.body, e.kind) for e in logs["n1"].entries] == [(0, b"", "noop"), (1, b"a", "normal"),
                                                                          (2, b"bb", "normal")]
+
+
+def test_a_node_log_is_scanned_for_errors_no_fault_explains_and_for_every_leader() -> None:
+    text = b"""2026-11-25 06:00:00,001 INFO raftlog.raft: n1 is leader in term 3 (leader n1)
+2026-11-25 06:00:00,002 ERROR raftlog.raft.repair: entry 7 is damaged on this member: reads of it fail
+2026-11-25 06:00:00,003 ERROR raftlog.raft.node: n1: task <coroutine> died
+Traceback (most recent call last):
+  File "raft/node.py", line 357, in _apply_loop
+AssertionError: the commit index never falls
+2026-11-25 06:00:00,004 INFO raftlog.raft: n1 is follower in term 4 (leader n2)
+Traceback (most recent call last):
+  File "app/cli.py", line 1, in main
+RuntimeError: died at exit
+INFO:     Shutting down
+"""
+    observer = Observer(_Cluster({}))  # type: ignore[arg-type]
+    observer.saw(3, "n2")
+    problems = scan_log("n1", text, observer)
+    assert problems == [
+        "n1 logged: 2026-11-25 06:00:00,003 ERROR raftlog.raft.node: n1: task <coroutine> died ... "
+        "AssertionError: the commit index never falls",
+        "n1 logged: 2026-11-25 06:00:00,004 INFO raftlog.raft: n1 is follower in term 4 (leader n2) ... "
+        "RuntimeError: died at exit"]
+    assert observer.violations == ["two leaders in term 3: ['n1', 'n2']"]
