@@ -25,7 +25,7 @@ from tests.faults.harness import FaultCluster
 
 # answers that mean "not appended": refused before anything was written
 DEFINITE = {"UNEXPECTED_ARGUMENT", "REQUEST_WITH_EMPTY_BODYS", "NOT_LEADER", "LEADER_PENDING_FULL",
-            "LEADER_TRANSFERRING", "LEADER_NOT_READY", "DISK_FULL"}
+            "LEADER_TRANSFERRING", "DISK_FULL"}
 TIMEOUT_S = 3.0
 READ_SHAPES = ("get", "get", "get", "page", "stream")
 
