@@ -130,3 +130,36 @@ def test_a_full_disk_on_a_follower_leaves_it_a_sound_prefix_and_it_catches_up(cl
     logs_agree(cluster)
     for member in cluster.members.values():
         assert "Traceback" not in member.log_path.read_text(errors="replace"), cluster.tail(member.id)
+
+
+@pytest.mark.xfail(strict=False, reason="raft/ (open bug): a term or vote the full disk cannot store raises "
+                   "CheckpointFullError out of MemberState.next_term and ends the elector task (logged 'task "
+                   "LeaderElector.run died'), so the member never adopts a term or stands again and the other "
+                   "two cannot elect; fails in most runs. Make it strict once the elector survives a failed write")
+def test_a_member_whose_disk_is_full_during_an_election_takes_part_again_once_space_is_freed(
+        cluster: LocalCluster) -> None:
+    old_leader = cluster.wait_leader()
+    full, other = (m for m in cluster.members if m != old_leader)
+    filler = fill(cluster.members[full].data_dir)
+    try:
+        eventually(lambda: says_full(cluster.members[full].client_url, True), f"{full} to say its disk is full")
+        cluster.kill_member(old_leader)  # the term and vote of the next election cannot be written on `full`
+        term = status(cluster.members[other].client_url)["term"]
+        eventually(lambda: status(cluster.members[other].client_url)["term"] > term
+                   and status(cluster.members[full].client_url)["role"] != "follower",
+                   f"{other} to stand (asking {full} for a vote it cannot store) and {full} to lose its leader")
+    finally:
+        filler.unlink()
+    leader = cluster.wait_leader(among=[full, other], timeout_s=10)  # about a second when it works
+    cluster.start_member(old_leader)
+    cluster.wait_leader()
+    # the member that was full must stand again when it loses a leader: its elector is alive
+    if leader != full:
+        cluster.kill_member(leader)
+        try:
+            eventually(lambda: cluster.wait_leader(among=[full, old_leader]) in (full, old_leader),
+                       f"a leader among {full} and {old_leader}")
+        finally:
+            cluster.start_member(leader)
+    cluster.wait_leader()
+
