@@ -13,7 +13,8 @@ directory's file system and:
 
 Whatever the pressure, it never deletes the last file, nor one holding an
 entry above the safe index the layer above supplies (what it still needs:
-uncommitted, unapplied or not yet replicated entries).
+the node passes its applied index, so nothing uncommitted or unapplied goes;
+a follower left behind the first kept entry gets a snapshot install).
 """
 
 from __future__ import annotations
