@@ -112,7 +112,8 @@ class LeaderElector:
         tasks = {peer: asyncio.ensure_future(self.node.transport.heartbeat(peer, request)) for peer in others}
         for task in tasks.values():
             task.add_done_callback(_consume)  # late answers are dropped, and so are their errors
-        await asyncio.wait(tasks.values(), timeout=self._ms(self.config.heartbeat_interval_ms))
+        if tasks:  # a group of one confirms itself
+            await asyncio.wait(tasks.values(), timeout=self._ms(self.config.heartbeat_interval_ms))
         answers = []
         for peer, task in tasks.items():
             response = _result(task)

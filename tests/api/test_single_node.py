@@ -106,6 +106,7 @@ async def test_hot_requests_skip_fastapi_and_answer_as_it_does(node: Node, clien
             assert {k: v for k, v in fast.headers.items() if k.startswith(("content-", "x-raftlog"))} == \
                    {k: v for k, v in slow.headers.items() if k.startswith(("content-", "x-raftlog"))}
     assert (await client.get(f"/v1/entries/{index}")).json()["body"] == "fast"
+    assert (await client.get(f"/v1/entries/{index + 1000}")).status_code == 404  # a group of one confirms itself
     too_big = await client.post("/v1/entries", content=b"x" * (node.service.limits.max_request_bytes + 1))
     assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "UNEXPECTED_ARGUMENT"
     assert (await client.get("/v1/entries/-1")).status_code == 400  # not digits: FastAPI's validation
