@@ -400,6 +400,22 @@ class SimCluster:
         self._read(Read(index, bytes(entry.body), invoked, self.now(), node_id))
         return bytes(entry.body)
 
+    async def read_range(self, node_id: str, start: int, limit: int) -> None:
+        """A linearizable range read from a member's API: each index of the page is a read that
+        returned it, and each index the page stopped short of, one that found nothing."""
+        service = self.members[node_id].service
+        assert service is not None
+        invoked = self.now()
+        try:
+            entries, _ = await service.read(start, limit, linearizable=True)
+        except ApiError as exc:
+            self._check_api_error(node_id, "range read", exc)
+            self.history.failed_reads += 1
+            return
+        got = {entry.index: bytes(entry.body) for entry in entries}
+        for index in range(start, start + limit):
+            self._read(Read(index, got.get(index), invoked, self.now(), node_id))
+
     def _check_api_error(self, node_id: str, what: str, exc: ApiError) -> None:
         if exc.code is Code.INTERNAL_ERROR:  # a crash below, turned into a 500
             self.violations.append(f"{what} on {node_id} answered INTERNAL_ERROR: {exc.message}")

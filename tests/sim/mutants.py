@@ -82,8 +82,19 @@ def commits_earlier_terms(original: Callable[..., Any]) -> Callable[..., Any]:
 def reads_local_commit_index(original: Callable[..., Any]) -> Callable[..., Any]:
     """The service serves a linearizable read from the member's own commit index."""
 
-    async def readable_end(self: LogService, index: int, linearizable: bool) -> int:
+    async def readable_end(self: LogService, first: int, last: int, linearizable: bool) -> int:
         return self.node.committed_index
+
+    return readable_end
+
+
+def ends_ranges_at_local_commit_index(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A range that starts within the member's commit index ends there, without a read-index round."""
+
+    async def readable_end(self: LogService, first: int, last: int, linearizable: bool) -> int:
+        if self.node.committed_index >= first:
+            return self.node.committed_index
+        return await original(self, first, last, linearizable)
 
     return readable_end
 
@@ -109,5 +120,6 @@ MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "reads-without-confirming": (RaftNode, "read_index", reads_without_confirming),
     "commits-earlier-terms": (RaftNode, "_check_quorum", commits_earlier_terms),
     "reads-local-commit-index": (LogService, "readable_end", reads_local_commit_index),
+    "ends-ranges-at-local-commit-index": (LogService, "readable_end", ends_ranges_at_local_commit_index),
     "retries-forwarded-appends": (LogService, "append", retries_forwarded_appends),
 }

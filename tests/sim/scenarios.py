@@ -27,6 +27,7 @@ from tests.sim.cluster import SimCluster, run_until
 from tests.sim.mutants import MUTANTS
 from tests.sim.vloop import run_virtual
 
+RANGE_LIMIT = 5  # entries a range read asks for
 CONVERGE_S = 15.0  # virtual seconds a healed group gets to agree on one log
 NEMESES = ("calm", "lossy", "partition", "isolate-leader", "crash", "crash-leader", "one-way",
            "transfer", "transfer-isolate", "damage")
@@ -93,16 +94,21 @@ async def _clients(cluster: SimCluster, rng: random.Random, stop: asyncio.Event)
 
 
 async def _readers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
-    """Linearizable reads of acknowledged indices across the whole log (and of the newest), from
-    any member; a stale leader, when there is one, is asked half the time."""
+    """Linearizable reads of acknowledged indices across the whole log (and of the newest), single
+    or in short range pages, from any member; a stale leader, when there is one, is asked half
+    the time."""
     tasks: list[asyncio.Task[object] | None] = []
     while not stop.is_set():
         acks, running = cluster.history.acks, cluster.running
         if acks and running:
             index = (acks[-1] if rng.random() < 0.3 else rng.choice(acks)).index
             stale = cluster.stale_leaders()
-            node = rng.choice(stale) if stale and rng.random() < 0.5 else rng.choice(running)
-            tasks.append(cluster.call(node.config.self_id, cluster.read(node.config.self_id, index)))
+            node_id = (rng.choice(stale) if stale and rng.random() < 0.5 else rng.choice(running)).config.self_id
+            if rng.random() < 0.25:  # a page of a few entries around it
+                read = cluster.read_range(node_id, max(0, index - rng.randrange(3)), RANGE_LIMIT)
+            else:
+                read = cluster.read(node_id, index)
+            tasks.append(cluster.call(node_id, read))
         await asyncio.sleep(rng.uniform(0.01, 0.04))
     await _finished(tasks)
 
