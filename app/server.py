@@ -180,10 +180,14 @@ async def serve(settings: NodeSettings) -> None:
 
 
 def _quiet_cancelled_connection(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """At shutdown hypercorn cancels the peer connections still open after its graceful timeout, and
-    Python 3.11's asyncio.start_server logs each as an error with a traceback (3.12 closes them quietly):
-    a clean stop, not a fault. Anything else goes to the default handler."""
-    if isinstance(context.get("exception"), asyncio.CancelledError):
+    """At shutdown hypercorn cancels the peer connections still open after its graceful timeout, pushes
+    in flight included, and what that cancellation raises in a connection (a CancelledError, or h2's
+    errors on a stream it already dropped) escapes to Python 3.11's asyncio.start_server, which logs it
+    as an error with a traceback: a clean stop, not a fault, so it is logged at debug level. Anything
+    else goes to the default handler."""
+    if isinstance(context.get("exception"), asyncio.CancelledError) or "client_connected_cb" in context.get(
+            "message", ""):
+        log.debug("a peer connection closed at shutdown: %r", context.get("exception"))
         return
     loop.default_exception_handler(context)
 
