@@ -35,6 +35,7 @@ from raft.messages import (
 )
 from raft.transport import PeerUnavailable
 from raft.waiting import wait_event
+from storage.errors import StorageError
 
 if TYPE_CHECKING:
     from raft.node import RaftNode
@@ -165,7 +166,14 @@ class LeaderElector:
                 return
             if (self.last_parse_result is ParseResult.WAIT_TO_VOTE_NEXT
                     or self.need_increase_term_immediately):
-                term = await self.state.next_term()
+                try:
+                    term = await self.state.next_term()
+                except StorageError as exc:  # a term it cannot store, it cannot stand in: try again later
+                    log.warning("%s cannot store a new term (%s); it stands again later", self.config.self_id, exc)
+                    self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
+                    self.need_increase_term_immediately = False
+                    self.next_time_to_request_vote = self._next_vote_time()
+                    return
                 self.last_parse_result = ParseResult.WAIT_TO_REVOTE
             else:
                 term = self.state.current_term
@@ -254,7 +262,12 @@ class LeaderElector:
                 self.need_increase_term_immediately = True
                 self.wake.set()
             elif result is VoteResult.ACCEPT:
-                await self.state.vote_for(request.leader_id)
+                try:
+                    await self.state.vote_for(request.leader_id)
+                except StorageError as exc:  # a vote it cannot store, it does not give (no answer, in effect)
+                    log.warning("%s cannot store a vote for %s in term %d (%s); not granted", self.config.self_id,
+                                request.leader_id, request.term, exc)
+                    result = VoteResult.UNKNOWN
             term = (self.node.store.end_term if result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
                     else self.state.current_term)
             return VoteResponse(term, result)

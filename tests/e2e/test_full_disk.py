@@ -132,10 +132,6 @@ def test_a_full_disk_on_a_follower_leaves_it_a_sound_prefix_and_it_catches_up(cl
         assert "Traceback" not in member.log_path.read_text(errors="replace"), cluster.tail(member.id)
 
 
-@pytest.mark.xfail(strict=False, reason="raft/ (open bug): a term or vote the full disk cannot store raises "
-                   "CheckpointFullError out of MemberState.next_term and ends the elector task (logged 'task "
-                   "LeaderElector.run died'), so the member never adopts a term or stands again and the other "
-                   "two cannot elect; fails in most runs. Make it strict once the elector survives a failed write")
 def test_a_member_whose_disk_is_full_during_an_election_takes_part_again_once_space_is_freed(
         cluster: LocalCluster) -> None:
     old_leader = cluster.wait_leader()
