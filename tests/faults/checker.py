@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,32 +200,34 @@ def _check_order(appends: list[Op], verdict: Verdict) -> None:
 
 def _check_stale_reads(appends: list[Op], reads: list[Op], verdict: Verdict) -> None:
     """A read must see every append acknowledged before it began."""
-    acks = sorted((op.complete, op.index + len(op.bodies) - 1) for op in appends
-                  if op.outcome == "ok" and op.complete is not None and op.index is not None)
-    times = [t for t, _ in acks]
-    highest = _running_max(last for _, last in acks)
-    for op in _claims_of_end(reads):
-        end = op.seen_end
-        known = bisect.bisect_left(times, op.invoke)
-        if known and highest[known - 1] >= end:
-            verdict.stale_reads += 1
-            verdict.note(f"{op.member} said the log ends before {end}, though {highest[known - 1]} was "
-                         f"acknowledged before the read began ({describe(op)})", op)
+    acks = [(op.complete, op.index + len(op.bodies) - 1) for op in appends
+            if op.outcome == "ok" and op.complete is not None and op.index is not None]
+    for op, known in _ends_before_known(reads, acks):
+        verdict.stale_reads += 1
+        verdict.note(f"{op.member} said the log ends before {op.seen_end}, though {known} was "
+                     f"acknowledged before the read began ({describe(op)})", op)
 
 
 def _check_monotonic_reads(reads: list[Op], verdict: Verdict) -> None:
     """Once a read returned an index, no read that begins after it completed says the index is not there."""
-    done = sorted((op.complete, op.seen_end - 1) for op in reads
-                  if op.complete is not None and (op.value is not None or op.entries))
-    times = [t for t, _ in done]
-    highest = _running_max(seen for _, seen in done)
+    seen = [(op.complete, op.seen_end - 1) for op in reads
+            if op.complete is not None and (op.value is not None or op.entries)]
+    for op, known in _ends_before_known(reads, seen):
+        verdict.nonmonotonic_reads += 1
+        verdict.note(f"{op.member} said the log ends before {op.seen_end}, though an earlier read returned "
+                     f"{known} ({describe(op)})", op)
+
+
+def _ends_before_known(reads: list[Op], known: list[tuple[float, int]]) -> Iterator[tuple[Op, int]]:
+    """The reads that said the committed log ends before an index known to be in it, (time, index),
+    when they began: with that index."""
+    known = sorted(known)
+    times = [t for t, _ in known]
+    highest = _running_max(index for _, index in known)
     for op in _claims_of_end(reads):
-        end = op.seen_end
         before = bisect.bisect_left(times, op.invoke)
-        if before and highest[before - 1] >= end:
-            verdict.nonmonotonic_reads += 1
-            verdict.note(f"{op.member} said the log ends before {end}, though an earlier read returned "
-                         f"{highest[before - 1]} ({describe(op)})", op)
+        if before and highest[before - 1] >= op.seen_end:
+            yield op, highest[before - 1]
 
 
 def _check_read_values(reads: list[Op], by_index: dict[int, Stored], verdict: Verdict) -> None:

@@ -95,29 +95,24 @@ class Nemesis:
             self._stale_read(leader, probe)
 
     def isolate_leader(self, hold_s: float) -> None:
+        """Hold everything between the leader and the rest, both ways, until healed."""
+        self._cut_off_leader("isolate_leader", "partition", self.cluster.network.partition, hold_s)
+
+    def refuse_leader(self, hold_s: float) -> None:
+        """Reset the leader's peer connections, and every new one, both ways, until healed."""
+        self._cut_off_leader("refuse_leader", "connections refused", self.cluster.network.refuse, hold_s)
+
+    def _cut_off_leader(self, kind: str, what: str, cut: Callable[[set[str], set[str]], None], hold_s: float) -> None:
         leader = self._leader()
         rest = set(self.cluster.members) - {leader}
-        self.log(f"  partition {{{leader}}} | {sorted(rest)}")
+        self.log(f"  {what} {{{leader}}} | {sorted(rest)}")
         before = self.cluster.network.effect()
-        self.cluster.network.partition({leader}, rest)
+        cut({leader}, rest)
         probe = self._failover(exclude={leader})
         if probe is not None:  # the old leader, cut off, must not serve a read of what it has not seen
             self._stale_read(leader, probe)
         time.sleep(hold_s)
-        self._held("isolate_leader", before)
-
-    def refuse_leader(self, hold_s: float) -> None:
-        """Reset the leader's peer connections, and every new one, both ways, until healed."""
-        leader = self._leader()
-        rest = set(self.cluster.members) - {leader}
-        self.log(f"  connections refused {{{leader}}} | {sorted(rest)}")
-        before = self.cluster.network.effect()
-        self.cluster.network.refuse({leader}, rest)
-        probe = self._failover(exclude={leader})
-        if probe is not None:
-            self._stale_read(leader, probe)
-        time.sleep(hold_s)
-        self._held("refuse_leader", before)
+        self._held(kind, before)
 
     def halves(self, hold_s: float) -> None:
         members = list(self.cluster.members)
