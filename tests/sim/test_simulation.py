@@ -54,16 +54,18 @@ OUTAGE_SEEDS = range(1, 31)
 @pytest.mark.parametrize("disk", ["memory", "file"])
 def test_a_power_outage_of_every_member_loses_nothing_acknowledged_in_sync_mode(disk: str) -> None:
     results = [run_virtual(outage(seed, "sync", disk=disk)) for seed in OUTAGE_SEEDS]
-    assert sum(acked for acked, _ in results) > 500
-    assert [lost for _, lost in results] == [0] * len(results)
+    assert sum(acked for acked, _, _ in results) > 500
+    assert [lost for _, lost, _ in results] == [0] * len(results)
+    assert all(converged for _, _, converged in results)
 
 
 @pytest.mark.parametrize("disk", ["memory", "file"])
 def test_in_async_mode_a_power_outage_loses_what_was_acknowledged_since_the_last_flush(disk: str) -> None:
     """The price of flush_mode "async", as the README states it: the outage harness sees it."""
     results = [run_virtual(outage(seed, "async", disk=disk)) for seed in OUTAGE_SEEDS]
-    acked, lost = sum(a for a, _ in results), sum(n for _, n in results)
+    acked, lost = sum(a for a, _, _ in results), sum(n for _, n, _ in results)
     assert 0 < lost < acked * 0.05
+    assert all(converged for _, _, converged in results)
 
 
 @pytest.mark.parametrize("seed", [29, 33])
