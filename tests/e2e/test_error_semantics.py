@@ -8,8 +8,8 @@
   within read_wait_ms or on a leader no quorum confirms within max_wait_ack_ms;
 - and the table itself: every code's status in api.errors is the one README.md lists it under.
 
-Members are stopped with SIGSTOP, or cut off one way by the gates in front of their peer ports
-(tests.e2e.gates). Each test leaves the cluster whole again, under whichever leader it elects.
+Members are stopped with SIGSTOP, or cut off one way by the fault suite's proxies on their peer
+links (tests.faults.proxy). Each test leaves the cluster whole again, under whichever leader it elects.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 from api.errors import RETRY_LATER, STATUS, ApiError, too_large
 from app.launcher import SMALL_FILES
 from raft.messages import Code
-from tests.e2e.gates import GatedCluster, gated
+from tests.faults.harness import FaultCluster
 from tests.processes import eventually, metric
 
 SETTINGS = {
@@ -41,14 +41,51 @@ SETTINGS = {
 TIMEOUT_S = 30.0  # for a single HTTP call: generous, every wait in the cluster is shorter
 
 
+class Cluster(FaultCluster):
+    """What these tests do to the links into a member B, the links X->B: hold what reaches B (their
+    `up` directions) or B's answers (`down`), one way only, as B still reaches the others through
+    links of its own; and sever them, as B's death does."""
+
+    def into(self, member_id: str) -> list[tuple[str, str]]:
+        return [(other, member_id) for other in self.members if other != member_id]
+
+    def hold(self, member_id: str, *, requests: bool = True, answers: bool = True) -> None:
+        held = [name for name, on in (("up", requests), ("down", answers)) if on]
+        self.network.hold([(link, name) for link in self.into(member_id) for name in held])
+
+    def sever(self, member_id: str) -> None:
+        """Reset the connections the others opened to the member; what they held is dropped."""
+        self.network.reset(self.into(member_id))
+
+    def resume_all(self) -> None:
+        for member_id in sorted(self.paused):
+            self.resume(member_id)
+
+    def restore(self) -> str:
+        """Undo whatever a test did: links healed, members resumed and running; returns the leader."""
+        self.network.heal()
+        self.resume_all()
+        for member_id, member in self.members.items():
+            if not member.running:
+                self.stop_member(member_id)  # reaps it, closes its log
+                self.start_member(member_id)
+        return self.wait_leader()
+
+
 @pytest.fixture(scope="module")
-def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatedCluster]:
-    with gated(tmp_path_factory.mktemp("errors"), 3, settings=SETTINGS) as cluster:
+def module_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = Cluster(tmp_path_factory.mktemp("errors"), 3, SETTINGS)
+    try:
+        cluster.start()
+        cluster.wait_leader()
         yield cluster
+    finally:
+        cluster.network.heal()
+        cluster.stop()
 
 
 @pytest.fixture
-def cluster(module_cluster: GatedCluster) -> Iterator[GatedCluster]:
+def cluster(module_cluster: Cluster) -> Iterator[Cluster]:
     """The shared cluster, whole and under one leader before and after each test."""
     module_cluster.restore()
     yield module_cluster
@@ -58,11 +95,11 @@ def cluster(module_cluster: GatedCluster) -> Iterator[GatedCluster]:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def url(cluster: GatedCluster, member_id: str) -> str:
+def url(cluster: Cluster, member_id: str) -> str:
     return cluster.members[member_id].client_url
 
 
-def roles(cluster: GatedCluster) -> tuple[str, str, str]:
+def roles(cluster: Cluster) -> tuple[str, str, str]:
     """The leader and the two followers, as they are now."""
     leader = cluster.wait_leader()
     first, second = (m for m in cluster.members if m != leader)
@@ -108,7 +145,7 @@ def committed_bodies(base: str) -> list[bytes]:
         start = page["next"]
 
 
-def all_caught_up(cluster: GatedCluster, leader: str) -> bool:
+def all_caught_up(cluster: Cluster, leader: str) -> bool:
     target = metric(url(cluster, leader), "raftlog_committed_index")
     return all(metric(m.client_url, "raftlog_committed_index") >= target for m in cluster.members.values())
 
@@ -140,7 +177,7 @@ class InBackground(threading.Thread):
 # -- appends: unknown outcomes and refusals -----------------------------------------------------------
 
 
-def test_a_leader_without_a_quorum_times_out_then_is_full_then_has_no_leader(cluster: GatedCluster) -> None:
+def test_a_leader_without_a_quorum_times_out_then_is_full_then_has_no_leader(cluster: Cluster) -> None:
     leader, first, second = roles(cluster)
     base = url(cluster, leader)
     before = end_index(base)
@@ -170,7 +207,7 @@ def test_a_leader_without_a_quorum_times_out_then_is_full_then_has_no_leader(clu
     assert not [b for b in bodies if b.startswith(b"refused")]  # nothing refused was ever appended
 
 
-def test_an_append_that_timed_out_may_still_commit(cluster: GatedCluster) -> None:
+def test_an_append_that_timed_out_may_still_commit(cluster: Cluster) -> None:
     """Why 504 means "unknown": the quorum answers late, and the entry the client was told timed out
     is in the log. Had the client sent it again, it would be there twice."""
     leader, first, second = roles(cluster)
@@ -184,14 +221,14 @@ def test_an_append_that_timed_out_may_still_commit(cluster: GatedCluster) -> Non
 
 
 def test_a_forwarded_append_whose_leader_dies_before_answering_is_an_unknown_outcome(
-        cluster: GatedCluster) -> None:
+        cluster: Cluster) -> None:
     leader, first, _ = roles(cluster)
     before = int(metric(url(cluster, leader), "raftlog_committed_index"))
-    cluster.hold(leader, requests=False, answers=True)  # the leader's answers to the others wait in its gate
+    cluster.hold(leader, requests=False, answers=True)  # the leader's answers to the others are held
     body = b"committed, yet the client heard 502"
     forwarded = InBackground(lambda: append(url(cluster, first), body))
 
-    # the leader takes the forwarded append and commits it; its answer never leaves the gate
+    # the leader takes the forwarded append and commits it; its answer is held on the link
     eventually(lambda: metric(url(cluster, leader), "raftlog_committed_index") > before,
                "the forwarded append to commit")
     cluster.kill_member(leader)
@@ -204,7 +241,7 @@ def test_a_forwarded_append_whose_leader_dies_before_answering_is_an_unknown_out
 
 
 def test_appends_during_a_transfer_are_refused_and_the_transfer_fails_when_its_target_never_catches_up(
-        cluster: GatedCluster) -> None:
+        cluster: Cluster) -> None:
     leader, target, other = roles(cluster)
     cluster.pause(target)
     assert append(url(cluster, leader), b"the target misses this").status_code == 201
@@ -238,7 +275,7 @@ def test_appends_during_a_transfer_are_refused_and_the_transfer_fails_when_its_t
     assert [b for b in sent if b in bodies] == sent[:-2]  # the two refused appends left nothing
 
 
-def test_a_transfer_whose_target_does_not_answer_fails(cluster: GatedCluster) -> None:
+def test_a_transfer_whose_target_does_not_answer_fails(cluster: Cluster) -> None:
     leader, target, _ = roles(cluster)
     cluster.hold(target)  # caught up, but the leader's transfer request never reaches it
     failed = httpx.post(f"{url(cluster, leader)}/v1/cluster/leader", json={"target": target}, timeout=TIMEOUT_S)
@@ -248,7 +285,7 @@ def test_a_transfer_whose_target_does_not_answer_fails(cluster: GatedCluster) ->
     assert append(url(cluster, leader), b"no transfer in progress").status_code == 201
 
 
-def test_a_transfer_to_a_member_far_behind_is_refused(cluster: GatedCluster) -> None:
+def test_a_transfer_to_a_member_far_behind_is_refused(cluster: Cluster) -> None:
     leader, target, other = roles(cluster)
     cluster.pause(target)
     batch = [{"body": f"behind {i}"} for i in range(SETTINGS["max_leadership_transfer_wait_index"] + 1)]
@@ -263,7 +300,7 @@ def test_a_transfer_to_a_member_far_behind_is_refused(cluster: GatedCluster) -> 
     assert append(url(cluster, leader), b"no transfer in progress").status_code == 201
 
 
-def test_a_member_restarted_as_leader_gets_forwarded_calls_at_once(cluster: GatedCluster) -> None:
+def test_a_member_restarted_as_leader_gets_forwarded_calls_at_once(cluster: Cluster) -> None:
     """The others' idle connections to a member that restarted are dead, unseen: a forwarded call must
     not fail on one (it answered 502, an unknown outcome, for an append that was never sent)."""
     leader, first, second = roles(cluster)
@@ -284,7 +321,7 @@ def test_a_member_restarted_as_leader_gets_forwarded_calls_at_once(cluster: Gate
 # -- reads ---------------------------------------------------------------------------------------------
 
 
-def test_a_linearizable_read_on_a_member_that_cannot_catch_up_times_out(cluster: GatedCluster) -> None:
+def test_a_linearizable_read_on_a_member_that_cannot_catch_up_times_out(cluster: Cluster) -> None:
     leader, behind, _ = roles(cluster)
     cluster.hold(behind)  # the leader's pushes and beats no longer reach it; it still reaches the leader
     appended = append(url(cluster, leader), b"past the held member")
@@ -297,14 +334,14 @@ def test_a_linearizable_read_on_a_member_that_cannot_catch_up_times_out(cluster:
     local = httpx.get(f"{url(cluster, behind)}/v1/entries/{index}", params={"consistency": "local"})
     assert local.status_code == 404 and error_of(local)["code"] == "INDEX_OUT_OF_RANGE"
 
-    cluster.open_all()
+    cluster.network.heal()
     caught_up = eventually(lambda: (r := httpx.get(f"{url(cluster, behind)}/v1/entries/{index}",
                                                    timeout=TIMEOUT_S)).status_code == 200 and r,
                            "the member to catch up and serve the entry")
     assert caught_up.json()["body"] == "past the held member"
 
 
-def test_a_linearizable_read_on_a_leader_cut_from_its_quorum_times_out(cluster: GatedCluster) -> None:
+def test_a_linearizable_read_on_a_leader_cut_from_its_quorum_times_out(cluster: Cluster) -> None:
     leader, first, second = roles(cluster)
     base = url(cluster, leader)
     cluster.pause(first)

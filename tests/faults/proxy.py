@@ -7,9 +7,11 @@ heals the held bytes flow on, as TCP would retransmit them. Each link has two
 directions: `up` (what A sends, its requests) and `down` (B's answers).
 
 A link can also be refused: its open connections are reset and new ones are
-reset as they connect, as a host that is up but rejects the port does. Each
-direction counts what it held or delayed, and each link the connections it
-refused, so a fault can show that it took effect.
+reset as they connect, as a host that is up but rejects the port does. Or
+its open connections alone can be reset, as the death of a process does to
+its connections: bytes held on them are dropped. Each direction counts what
+it held or delayed, and each link the connections it refused, so a fault can
+show that it took effect.
 """
 
 from __future__ import annotations
@@ -88,9 +90,14 @@ class Link:
     def refuse(self) -> None:
         """Reset every open connection of this link, and each new one until healed."""
         self.refused = True
-        for writer in list(self._writers):
-            self.refusals += 1
+        self.refusals += self.reset()
+
+    def reset(self) -> int:
+        """Reset every open connection of this link; returns how many sockets (two a connection) it reset."""
+        writers = list(self._writers)
+        for writer in writers:
             writer.transport.abort()
+        return len(writers)
 
     @staticmethod
     async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: Direction) -> None:
@@ -99,6 +106,8 @@ class Link:
                 if not direction.open.is_set():
                     direction.held += 1
                 await direction.open.wait()
+                if writer.transport.is_closing():  # reset while it held these bytes: they are dropped
+                    return
                 if direction.delay_s:
                     direction.delayed += 1
                     await asyncio.sleep(direction.delay_s)
@@ -170,10 +179,7 @@ class Network:
 
     def lose(self, src: str, dst: str) -> None:
         """Everything src sends to dst is lost, whoever opened the connection; dst -> src still works."""
-        def lose() -> None:
-            self.links[src, dst].up.open.clear()
-            self.links[dst, src].down.open.clear()
-        self._run(lose)
+        self.hold([((src, dst), "up"), ((dst, src), "down")])
 
     def slow(self, pairs: list[tuple[str, str]], delay_s: float) -> None:
         def slow() -> None:
@@ -182,13 +188,25 @@ class Network:
                     link.up.delay_s = link.down.delay_s = delay_s
         self._run(slow)
 
+    def hold(self, directions: list[tuple[tuple[str, str], str]]) -> None:
+        """Hold these directions, each a link's (src, dst) and "up" or "down", until healed."""
+        assert all(name in ("up", "down") for _, name in directions)
+
+        def hold() -> None:
+            for key, name in directions:
+                getattr(self.links[key], name).open.clear()
+        self._run(hold)
+
+    def reset(self, links: list[tuple[str, str]]) -> None:
+        """Reset the open connections of these links, dropping what they held; new ones connect as before."""
+        def reset() -> None:
+            for key in links:
+                self.links[key].reset()
+        self._run(reset)
+
     def _hold(self, links: list[tuple[str, str]]) -> None:
         """Hold both directions of these links."""
-        def hold() -> None:
-            for key in links:
-                self.links[key].up.open.clear()
-                self.links[key].down.open.clear()
-        self._run(hold)
+        self.hold([(key, name) for key in links for name in ("up", "down")])
 
     def _run(self, fn: Callable[[], None]) -> None:
         done: Future[None] = Future()
