@@ -18,6 +18,7 @@ from raft.member_state import MemberState
 from raft.messages import Code, PushRequest, PushResponse, PushType
 from raft.node import RaftNode
 from raft.quorum import quorum_index
+from storage.codec import Magic
 
 
 def votes_twice(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,7 +114,17 @@ def retries_forwarded_appends(original: Callable[..., Any]) -> Callable[..., Any
     return append
 
 
+def acks_before_quorum(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The leader acknowledges an append once it is in its own log, before a quorum holds it."""
+
+    async def append(self: RaftNode, bodies: Sequence[bytes]) -> Any:
+        return await self._append_local(bodies, self.state.current_term, Magic.NORMAL)
+
+    return append
+
+
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
+    "acks-before-quorum": (RaftNode, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
     "acks-before-writing": (EntryHandler, "handle", acks_before_writing),
     "skips-truncation": (EntryHandler, "_truncate", skips_truncation),

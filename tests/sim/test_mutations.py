@@ -22,6 +22,7 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "seed", "voters", "found"), [
+    ("acks-before-quorum", 5, 3, "two acknowledgements at index"),
     ("votes-twice", 2, 3, "two leaders in term"),
     ("acks-before-writing", 2, 3, "durable on only"),
     ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
