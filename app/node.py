@@ -33,7 +33,11 @@ class Node:
         self.settings = settings
         self.checkpoint = checkpoint
         self.store = store
-        state = checkpoint.load(store.end_index)
+        # In flush_mode "async" a quorum acknowledges entries before flushing them: after a power loss the
+        # group may have gone on without one this member counts as committed, so it learns the commit index
+        # from its leader again (or it would refuse to truncate that entry for ever)
+        trusted = store.end_index if store.config.flush_mode == "sync" else store.before_begin_index
+        state = checkpoint.load(trusted)
         config = settings.raft_config()
         secret = settings.secret()
         self.peers = PeerClient(config.self_id, config.peers, rpc_timeout_ms=config.rpc_timeout_ms,

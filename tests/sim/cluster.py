@@ -262,8 +262,9 @@ class SimCluster:
         member = self.members[node_id]
         cp = member.checkpoint
         config = RaftConfig(self_id=node_id, peers=self.peers, rpc_timeout_ms=300, **self.overrides)
+        committed = cp.committed_index if self.flush_mode == "sync" else member.store.before_begin_index  # app.node's
         node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
-                        voted_for=cp.voted_for, committed_index=cp.committed_index,
+                        voted_for=cp.voted_for, committed_index=committed,
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
                         rejoining=rejoining or member.lost_data)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)

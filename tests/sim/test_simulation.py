@@ -75,3 +75,11 @@ def test_damage_found_by_recovery_makes_a_member_rejoin(seed: int) -> None:
     outcome = run_scenario(seed)
     assert outcome.ok, f"{outcome.violations[:3]}; replay: {outcome.replay()}"
     assert outcome.nemeses.count("damage") == 2 and outcome.rejoins == 2
+
+
+def test_after_an_async_power_outage_a_member_gives_up_an_entry_the_group_lost() -> None:
+    """Seed 32: the old leader had flushed, and checkpointed as committed, an entry its followers had
+    acknowledged but lost; the group went on without it. The old leader learns the commit index from the
+    new leader again and takes its log, instead of refusing for ever to truncate the entry."""
+    _, lost, converged = run_virtual(outage(32, "async"))
+    assert lost and converged
