@@ -119,16 +119,16 @@ class Checkpoint:
         committed, applied = self._progress
         return replace(self._state, committed_index=committed, applied_index=applied)
 
-    def load(self, log_end_index: int) -> CheckpointState:
-        """The state with committed and applied clamped to the recovered log end, and adopted: a
-        member that lost its tail notes progress again from there (what was beyond it is gone)."""
+    def load(self, trusted_index: int) -> CheckpointState:
+        """The state with committed and applied clamped to `trusted_index` (the recovered log end, or
+        less where the caller trusts less), and adopted: progress is noted again from there."""
         state = self.state
-        committed = min(state.committed_index, log_end_index)
+        committed = min(state.committed_index, trusted_index)
         applied = min(state.applied_index, committed)
         if (committed, applied) != (state.committed_index, state.applied_index):
-            log.warning("checkpoint: committed %d / applied %d are beyond the log end %d; "
-                        "using %d / %d", state.committed_index, state.applied_index,
-                        log_end_index, committed, applied)
+            log.info("checkpoint: committed %d / applied %d are beyond %d, the last index trusted; "
+                     "using %d / %d", state.committed_index, state.applied_index,
+                     trusted_index, committed, applied)
             self._progress = (committed, applied)
         return replace(state, committed_index=committed, applied_index=applied)
 

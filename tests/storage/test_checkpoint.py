@@ -65,7 +65,7 @@ async def test_progress_is_written_on_close_and_clamped_to_the_log(tmp_path: Pat
     cp = Checkpoint.open(path, create=False)
     try:
         assert (cp.state.committed_index, cp.state.applied_index) == (120, 100)
-        loaded = cp.load(log_end_index=90)  # the log recovered shorter than the checkpoint says
+        loaded = cp.load(trusted_index=90)  # the log recovered shorter than the checkpoint says
         assert (loaded.committed_index, loaded.applied_index) == (90, 90)
         cp.note_progress(95, 91)  # the member commits again from its recovered end (found by the fault suite)
         assert (cp.state.committed_index, cp.state.applied_index) == (95, 91)
