@@ -18,6 +18,7 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
+import h2.events
 import h2.settings
 import uvicorn
 import uvloop
@@ -89,6 +90,31 @@ def widen_h2_windows() -> None:
     H2Protocol.initiate = initiate_wide  # type: ignore[method-assign]
 
 
+def drop_data_of_closed_streams() -> None:
+    """Let hypercorn drop request data that arrives for a stream it has already closed.
+
+    hypercorn 0.17/0.18 look such a stream up unguarded (they guard the stream's end, not its data):
+    the KeyError ends the whole peer connection, and Python 3.11's asyncio logs it as an error with a
+    traceback. Data held up by a slow or partitioned network and let through once the stream was closed
+    does this (found by the fault suite). The data is acknowledged, so the connection's window stays open.
+    """
+    if getattr(H2Protocol._handle_events, "guarded", False):
+        return
+    handle_events = H2Protocol._handle_events
+
+    async def handle_known_streams(self: H2Protocol, events: list[h2.events.Event]) -> None:
+        known = []
+        for event in events:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
+                self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            else:
+                known.append(event)
+        await handle_events(self, known)
+
+    handle_known_streams.guarded = True  # type: ignore[attr-defined]
+    H2Protocol._handle_events = handle_known_streams  # type: ignore[method-assign]
+
+
 def peer_server_config(sock: socket.socket, settings: NodeSettings) -> HypercornConfig:
     """hypercorn against the pitfalls of long-lived HTTP/2 peer connections (DESIGN.md, Network);
     with mutual TLS when the settings give the peer certificates.
@@ -96,6 +122,7 @@ def peer_server_config(sock: socket.socket, settings: NodeSettings) -> Hypercorn
     hypercorn takes the socket over (and closes it when it stops).
     """
     widen_h2_windows()
+    drop_data_of_closed_streams()
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     if settings.peer_tls_cert is not None:

@@ -8,6 +8,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import h2.connection
+import h2.events
 import pytest
 from hypercorn.asyncio import serve
 
@@ -209,3 +211,43 @@ async def test_concurrent_large_pushes_on_one_connection_all_complete() -> None:
         await client.close()
     assert results == [[Code.SUCCESS] * 25] * 4
     assert len(seen) == 100 and len({tuple(scope["client"]) for scope in seen}) == 1
+
+
+async def test_data_for_a_stream_the_server_closed_is_dropped_and_the_connection_lives_on() -> None:
+    """Request data that arrives after the server answered and closed its stream (held up by a slow or
+    partitioned network) ended hypercorn's whole connection with a KeyError (found by the fault suite)."""
+    async def early(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"answered before the body came"})
+
+    async for address in running(early):
+        host, port = address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        conn = h2.connection.H2Connection()
+        conn.initiate_connection()
+        headers = [(":method", "POST"), (":path", "/raft/push"), (":scheme", "http"), (":authority", address)]
+
+        try:
+            conn.send_headers(1, headers)  # the body is still to come
+            writer.write(conn.data_to_send())
+            await until_ended(conn, reader, writer, 1)
+            conn.send_data(1, b"late", end_stream=True)
+            conn.send_headers(3, headers, end_stream=True)
+            writer.write(conn.data_to_send())
+            await until_ended(conn, reader, writer, 3)  # the same connection answers the next request
+        finally:
+            writer.close()
+
+
+async def until_ended(conn: h2.connection.H2Connection, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter, stream_id: int) -> None:
+    """Read the server's frames until it ends `stream_id`."""
+    while True:
+        data = await asyncio.wait_for(reader.read(65536), 5)
+        assert data, "the server closed the connection"
+        for event in conn.receive_data(data):
+            if isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
+                return
+        writer.write(conn.data_to_send())
