@@ -76,7 +76,8 @@ def tally_votes(term: int, answers: Iterable[tuple[VoteResult, int]]) -> VoteTal
             accepted += 1
         elif result is VoteResult.REJECT_ALREADY_HAS_LEADER:
             has_leader = True
-        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM):
+        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM,
+                        VoteResult.REJECT_REJOINING):  # a rejoining member's term may be larger too
             known_max_term = max(known_max_term, answer_term)
         elif result in (VoteResult.REJECT_EXPIRED_LEDGER_TERM, VoteResult.REJECT_SMALL_LEDGER_END_INDEX):
             bigger += 1

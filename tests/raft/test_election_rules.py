@@ -131,3 +131,12 @@ def test_heartbeat_decisions(view: LocalView, request_: HeartbeatRequest, expect
 )
 def test_heartbeat_rounds(answers: list, lost_too_long: bool, expected: tuple) -> None:
     assert parse_heartbeats(5, answers, quorum=2, quorum_lost_too_long=lost_too_long) == expected
+
+
+def test_a_rejoining_members_larger_term_makes_the_candidate_vote_in_a_new_term() -> None:
+    """Found by the fault suite: a member rejoining after losing data answered REJECT_REJOINING from
+    term 398 while the others elected a leader in 397; the leader's heartbeats met 398 and it stepped
+    down, then won 397 again, for 50 s, and the rejoining member never caught up."""
+    t = tally_votes(397, [(VoteResult.ACCEPT, 397), (VoteResult.ACCEPT, 397), (VoteResult.REJECT_REJOINING, 398)])
+    assert t.known_max_term == 398
+    assert parse_votes(t, 2)[0] is ParseResult.WAIT_TO_VOTE_NEXT
