@@ -103,13 +103,12 @@ def drop_data_of_closed_streams() -> None:
     handle_events = H2Protocol._handle_events
 
     async def handle_known_streams(self: H2Protocol, events: list[h2.events.Event]) -> None:
-        known = []
-        for event in events:
+        for event in events:  # one at a time: a stream opened by an event is known to the ones after it
             if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
                 self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                await self._flush()
             else:
-                known.append(event)
-        await handle_events(self, known)
+                await handle_events(self, [event])
 
     handle_known_streams.guarded = True  # type: ignore[attr-defined]
     H2Protocol._handle_events = handle_known_streams  # type: ignore[method-assign]

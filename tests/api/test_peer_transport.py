@@ -251,3 +251,40 @@ async def until_ended(conn: h2.connection.H2Connection, reader: asyncio.StreamRe
             if isinstance(event, h2.events.StreamEnded) and event.stream_id == stream_id:
                 return
         writer.write(conn.data_to_send())
+
+
+async def test_a_request_whose_headers_and_body_arrive_together_reaches_the_app_whole() -> None:
+    """The guard for closed streams must not take the body of a stream its own headers open."""
+    async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    async for address in running(echo):
+        host, port = address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        conn = h2.connection.H2Connection()
+        conn.initiate_connection()
+        headers = [(":method", "POST"), (":path", "/raft/push"), (":scheme", "http"), (":authority", address)]
+        try:
+            conn.send_headers(1, headers)
+            conn.send_data(1, b"the whole body", end_stream=True)
+            writer.write(conn.data_to_send())  # one write: one read, one batch of events on the server
+            received = b""
+            while True:
+                data = await asyncio.wait_for(reader.read(65536), 5)
+                assert data, "the server closed the connection"
+                events = conn.receive_data(data)
+                received += b"".join(e.data for e in events if isinstance(e, h2.events.DataReceived))
+                if any(isinstance(e, h2.events.StreamEnded) for e in events):
+                    break
+            assert received == b"the whole body"
+        finally:
+            writer.close()
