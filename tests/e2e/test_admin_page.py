@@ -82,7 +82,8 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     alert = wait.until(lambda d: d.switch_to.alert)
     assert target in alert.text
     alert.accept()
-    wait.until(lambda d: leaders(cards(d)) == [target])
+    wait.until(lambda d: d.find_element(By.ID, "transfer-result").text == f"{target} is taking over")
+    wait.until(lambda d: leaders(cards(d)) == [cluster.wait_leader()])  # the page follows whoever leads now
 
     browser.find_element(By.ID, "lookup-index").send_keys(str(first))
     browser.find_element(By.ID, "lookup-button").click()
