@@ -223,12 +223,7 @@ async def test_data_for_a_stream_the_server_closed_is_dropped_and_the_connection
         await send({"type": "http.response.body", "body": b"answered before the body came"})
 
     async for address in running(early):
-        host, port = address.split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        conn = h2.connection.H2Connection()
-        conn.initiate_connection()
-        headers = [(":method", "POST"), (":path", "/raft/push"), (":scheme", "http"), (":authority", address)]
-
+        conn, reader, writer, headers = await raw_h2(address)
         try:
             conn.send_headers(1, headers)  # the body is still to come
             writer.write(conn.data_to_send())
@@ -268,11 +263,7 @@ async def test_a_request_whose_headers_and_body_arrive_together_reaches_the_app_
         await send({"type": "http.response.body", "body": body})
 
     async for address in running(echo):
-        host, port = address.split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        conn = h2.connection.H2Connection()
-        conn.initiate_connection()
-        headers = [(":method", "POST"), (":path", "/raft/push"), (":scheme", "http"), (":authority", address)]
+        conn, reader, writer, headers = await raw_h2(address)
         try:
             conn.send_headers(1, headers)
             conn.send_data(1, b"the whole body", end_stream=True)
@@ -288,3 +279,14 @@ async def test_a_request_whose_headers_and_body_arrive_together_reaches_the_app_
             assert received == b"the whole body"
         finally:
             writer.close()
+
+
+async def raw_h2(address: str) -> tuple[h2.connection.H2Connection, asyncio.StreamReader, asyncio.StreamWriter,
+                                        list[tuple[str, str]]]:
+    """An HTTP/2 connection driven frame by frame, and the headers of a POST to the peer port."""
+    host, port = address.split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    conn = h2.connection.H2Connection()
+    conn.initiate_connection()
+    return conn, reader, writer, [(":method", "POST"), (":path", "/raft/push"), (":scheme", "http"),
+                                  (":authority", address)]
