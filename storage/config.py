@@ -26,6 +26,10 @@ class StoreConfig:
     index_file_size: int = INDEX_RECORD_SIZE * 5 * MIB  # 160 MiB, 5,242,880 records
     flush_mode: Literal["sync", "async"] = "sync"
     flush_interval_ms: int = 10  # flushFileInterval
+    # Flushes sync only the data files; the index is synced in the background once this many
+    # bytes of records (32 per entry) are behind, and recovery after a power loss rebuilds at
+    # most about this much of it beyond the last three data files.
+    index_sync_step_bytes: int = 4 * MIB
     file_reserved_hours: int = 72  # fileReservedHours
     delete_when: str = "04"  # deleteWhen: hours of the day, ';'-separated
     disk_space_ratio_to_check_expired: float = 0.70
@@ -40,6 +44,8 @@ class StoreConfig:
             raise ValueError(f"index_file_size must be a positive multiple of {INDEX_RECORD_SIZE}")
         if self.flush_mode not in ("sync", "async"):
             raise ValueError(f"flush_mode must be 'sync' or 'async', not {self.flush_mode!r}")
+        if self.index_sync_step_bytes < INDEX_RECORD_SIZE:
+            raise ValueError(f"index_sync_step_bytes must be at least {INDEX_RECORD_SIZE}")
         if self.flush_interval_ms <= 0 or self.clean_interval_ms <= 0:
             raise ValueError("flush_interval_ms and clean_interval_ms must be positive")
         if self.file_reserved_hours < 1:

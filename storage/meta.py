@@ -65,3 +65,26 @@ def save_json(path: Path, value: object) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+INDEX_MARK_NAME = "index-synced.json"
+
+
+def load_index_mark(data_dir: Path) -> int | None:
+    """The index mark: every index record below this log index is on disk and matches the data.
+
+    Flushes sync only the data files; the index follows lazily (`Store`), and
+    this mark says how far it has. None: no mark (a log written before there
+    was one, when every flush synced the index too), or one that cannot be read.
+    """
+    try:
+        raw = json.loads((data_dir / INDEX_MARK_NAME).read_text())
+        return int(raw["synced_end"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError, KeyError):
+        return -1  # cut short: nothing is known synced, recovery checks every record
+
+
+def save_index_mark(data_dir: Path, synced_end: int) -> None:
+    save_json(data_dir / INDEX_MARK_NAME, {"synced_end": synced_end})

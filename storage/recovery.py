@@ -66,14 +66,19 @@ class _Cursor:
     chain: int | None  # None: adopt the first scanned entry's (its predecessor was verified before)
 
 
-def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
-            committed_index: int, salvage: bool = False) -> tuple[LogEnd, RecoveryReport]:
+def recover(data: SegmentList, index: SegmentList, meta: StoreMeta, committed_index: int,
+            salvage: bool = False, index_synced: int | None = None) -> tuple[LogEnd, RecoveryReport]:
     """Scan, verify, repair the tail and the index; raise CorruptLogError if committed data is bad.
 
     `committed_index` must be durable on this node (the caller checkpoints at
     most what it flushed): a damaged entry at or below it is not a torn tail.
     With `salvage`, the log is cut before the first damaged or missing entry
     all the same, and `report.lost_from` says where committed data was lost.
+    `index_synced` is the index mark (meta.load_index_mark): records below it
+    are trusted, every later one is checked against the data and rewritten if
+    it differs (behind, ahead, stale, zeroed or torn by a power loss); None
+    trusts the records before the usual scan, as for a log whose flushes
+    synced the index.
     """
     started = time.perf_counter()
     report = RecoveryReport()
@@ -84,6 +89,8 @@ def recover(data: SegmentList, index: SegmentList, meta: StoreMeta,
         _check_committed_present(data, base, committed_index, salvage, report)
         return base, report
     cursor = _scan_start(data, index, meta, report)
+    if index_synced is not None and cursor.expected > max(index_synced, meta.base_index + 1):
+        cursor = _cursor_at_mark(data, index, meta, index_synced, report)
     end, stop = _scan(data, index, cursor, report)
     if stop is not None:
         reason, bad_pos, bad_index = stop
@@ -149,6 +156,31 @@ def _scan_start(data: SegmentList, index: SegmentList, meta: StoreMeta,
     first = data.segments[0]
     pos = meta.base_pos if meta.base_pos is not None and data.covers(meta.base_pos) else first.start
     return _Cursor(0, pos, meta.base_index + 1, meta.base_term, meta.base_chain_crc)
+
+
+def _cursor_at_mark(data: SegmentList, index: SegmentList, meta: StoreMeta, synced_end: int,
+                    report: RecoveryReport) -> _Cursor:
+    """Start the scan at entry `synced_end`, whose predecessor's record is synced: the
+    entry it points to must agree with it, or every file is scanned."""
+    first = data.segments[0]
+    from_base = _Cursor(0, meta.base_pos if meta.base_pos is not None and data.covers(meta.base_pos)
+                        else first.start, meta.base_index + 1, meta.base_term, meta.base_chain_crc)
+    last = synced_end - 1
+    if last <= meta.base_index:
+        return from_base
+    record_pos = last * INDEX_RECORD_SIZE
+    if index.covers(record_pos):
+        magic, pos, size, idx, term = INDEX_RECORD.unpack_from(index.view(record_pos, INDEX_RECORD_SIZE))
+        if magic in ENTRY_MAGICS and idx == last and data.covers(pos) and pos % data.file_size + size \
+                + MIN_BLANK_LEN <= data.file_size:
+            h_magic, h_size, h_idx, h_term, h_pos, _ch, chain, _bcrc, _bsize = \
+                HEADER.unpack_from(data.view(pos, HEADER_SIZE))
+            if (h_magic, h_size, h_idx, h_term, h_pos) == (magic, size, idx, term, pos):
+                seg_no = (pos - first.start) // data.file_size
+                return _Cursor(seg_no, pos + size, synced_end, term, chain)
+    report.notes.append(f"the synced index record of entry {last} does not match its entry: "
+                        "scanning every file")
+    return from_base
 
 
 def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,

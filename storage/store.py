@@ -10,7 +10,15 @@ Layout of a data directory::
 Writes go through the mappings; mutations (appends, truncate, reset, cleaning)
 are serialised by one asyncio lock and never wait on the disk except to create
 or delete files, which run in the store's single I/O thread together with the
-fdatasync calls of `flush`. Reads are synchronous and zero-copy: `get` and
+fdatasync calls of `flush`.
+
+One fdatasync per flush: a flush syncs the data files only. The index files
+follow in the background once `index_sync_step_bytes` of records are behind,
+and `<data_dir>/index-synced.json` (the index mark) records the log index
+below which every record is on disk. After a power loss, recovery rebuilds
+every record from the mark on from the data; a clean close syncs the index
+and moves the mark to the end, and a truncate or reset that rewrites records
+below the mark lowers it first. Reads are synchronous and zero-copy: `get` and
 `read_range` return memoryviews into the mappings, valid for committed entries
 for as long as the caller holds them (a truncate may overwrite the bytes of
 uncommitted ones: copy those if you keep them).
@@ -58,7 +66,7 @@ from storage.errors import (
     check_in_log,
 )
 from storage.flush import GroupFlusher
-from storage.meta import StoreMeta, load_meta, save_meta
+from storage.meta import StoreMeta, load_index_mark, load_meta, save_index_mark, save_meta
 from storage.recovery import LogEnd, RecoveryReport, recover
 from storage.segments import Segment, SegmentList
 
@@ -67,6 +75,7 @@ log = logging.getLogger("raftlog.storage")
 END_MARK = bytes(MIN_BLANK_LEN)
 RECENT_PAGES_BYTES = 16 << 20  # the newest log bytes kept mapped; older pages leave the RSS
 RELEASE_STEP_BYTES = 16 << 20  # after a flush, pages are unmapped once this many more are old enough
+INDEX_NO_FLOOR = 1 << 62
 
 T = TypeVar("T")
 
@@ -121,7 +130,12 @@ class Store:
         self.recovery = RecoveryReport()
         self._io = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-io")
         self._lock = asyncio.Lock()
-        self._dirty: set[Segment] = set()
+        self._dirty: set[Segment] = set()  # data files written since the last flush took them
+        self._dirty_index: set[Segment] = set()  # index files written since the last index sync
+        self._index_synced = -1  # the index mark: records below this log index are on disk
+        self._index_floor = INDEX_NO_FLOOR  # lowest end a truncate or reset set during an index sync
+        self._mark_lock = asyncio.Lock()  # orders the writes of the mark
+        self._index_task: asyncio.Task[None] | None = None
         self._changes = 0  # mutations so far; a flush round covers those before it began
         self._synced_changes = 0
         self._truncated_to = -1  # lowest end index set by a truncate during a flush round
@@ -173,12 +187,13 @@ class Store:
             self.meta = replace(self.meta, resetting=False)
             save_meta(self.data_dir, self.meta)
             notes.append("finished an interrupted reset of the log")
+        mark = load_index_mark(self.data_dir)
         stop = clean_stop.take(self.data_dir)
         end = clean_stop.trusted_end(stop, self.data_dir, self.data, self.index, self.meta) if stop else None
         if end is not None and end.end_index >= committed_index:
             report = RecoveryReport(notes=["closed cleanly: the log's end is known, no scan"])
         else:
-            end, report = recover(self.data, self.index, self.meta, committed_index, salvage)
+            end, report = recover(self.data, self.index, self.meta, committed_index, salvage, mark)
         report.notes[:0] = notes
         self.recovery = report
         self.end_index, self.end_term = end.end_index, end.end_term
@@ -187,6 +202,9 @@ class Store:
         # repairs in memory: both must be on disk before this end counts as durable.
         _fdatasync_all(set(self.data.segments) | set(self.index.segments))
         self.durable_end_index = self.end_index
+        self._index_synced = self.end_index + 1
+        if mark != self._index_synced:
+            save_index_mark(self.data_dir, self._index_synced)
 
     def start(self) -> None:
         """Start the background flush of flush_mode "async" (needs a running loop)."""
@@ -207,8 +225,11 @@ class Store:
             async with self._lock:
                 if self._failed is None:
                     await self.flush()
-                    clean = True
                 await self._flusher.close()
+                await self._stop_index_sync()
+                if self._failed is None:
+                    await self._sync_index(self.durable_end_index + 1)  # all of it: the mark goes to the end
+                    clean = self._failed is None
         finally:
             if self._owns_io:
                 self._io.shutdown(wait=True)
@@ -229,6 +250,9 @@ class Store:
         if self._periodic is not None:
             self._periodic.cancel()
             self._periodic = None
+        if self._index_task is not None:
+            self._index_task.cancel()
+            self._index_task = None
         self._close_files()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -324,7 +348,7 @@ class Store:
         self.data.write(batch.end_pos, END_MARK)  # a clean end reads as zeros, whatever was there
         for seg, view, done in self.index.spans(record_pos, len(batch.index_records)):
             view[:] = batch.index_records[done:done + len(view)]
-            dirty.add(seg)
+            self._dirty_index.add(seg)
         self._changes += 1
         self.end_index = batch.last_index
         self.end_term = batch.last_term
@@ -357,14 +381,27 @@ class Store:
         return Entry(magic, index, term, pos, channel, chain, bcrc, body)
 
     def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
-        """Raw bytes of consecutive entries from `start`, each CRC-checked.
+        """Raw bytes of consecutive entries from `start`, each CRC-checked, except recent ones.
 
         Returns at least one entry (even one larger than max_bytes) and stops at
         max_entries, max_bytes, the log end, or the end of a data file: the
         result is one zero-copy slice. Ask again from first_index + count.
+
+        Recent entries (all of the range past durable_end_index: written by this
+        process since it opened the log, and not yet covered by a flush, which
+        takes milliseconds) are what the leader pushes while its own fdatasync
+        runs; they are returned unchecked (`_recent_range`). Safe because they
+        were encoded or validated here moments ago, and whatever damaged them
+        since, a follower's validate_follower_batch refuses (it checks every
+        field the checks here cover, and the chain CRC); a retry after the
+        flush reads them checked and reports the damage.
         """
         assert max_entries > 0
         check_in_log(start, self.begin_index, self.end_index)
+        if start > self.durable_end_index:
+            recent = self._recent_range(start, max_entries, max_bytes)
+            if recent is not None:
+                return recent
         _magic, pos, _size, _index, _term = self._record(start)
         seg = self.data.find(pos)
         view = seg.read_view
@@ -388,6 +425,32 @@ class Store:
             off += size
             index += 1
         return RawEntries(start, index - start, view[first:off])
+
+    def _recent_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries | None:
+        """read_range's slice, from index records alone: a binary search for its last entry,
+        whose header and the first one's must agree with their records (else None: walk and check).
+
+        The two ends are then true entry boundaries, and the bytes between them are entries
+        start..last laid out back to back, as every data file holds them."""
+        first = self._record(start)
+        seg = self.data.find(first[1])
+        file_size = self.config.data_file_size
+        file_end = seg.start + file_size
+        index_view = self.index.view
+        unpack_record = INDEX_RECORD.unpack_from
+        lo, hi = start, min(self.end_index, start + max_entries - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            _m, pos, size, _i, _t = unpack_record(index_view(mid * INDEX_RECORD_SIZE, INDEX_RECORD_SIZE))
+            if pos < file_end and pos + size - first[1] <= max_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        last = self._record(lo)
+        if not (seg.start <= last[1] < file_end and _header_agrees(seg.read_view, seg.start, first, file_size)
+                and _header_agrees(seg.read_view, seg.start, last, file_size)):
+            return None
+        return RawEntries(start, lo - start + 1, seg.read_view[first[1] - seg.start:last[1] + last[2] - seg.start])
 
     def verify(self, start: int, max_entries: int, chain: int | None) -> Verified:
         """Check up to `max_entries` from `start` as a scrub does: each header against its index
@@ -537,6 +600,7 @@ class Store:
             else:
                 prev = self.get(index - 1)
                 end_term, chain, write_pos = prev.term, prev.chain_crc, prev.pos + prev.size
+            await self._lower_index_mark(index)  # records from `index` on will be written anew
             kept = None
             if write_pos is not None and self.data.covers(write_pos):
                 kept = self.data.write(write_pos, END_MARK)  # erase the next header or filler
@@ -544,13 +608,16 @@ class Store:
             gone = self.data.remove_from(write_pos if write_pos is not None else -1)
             gone += self.index.remove_from(index * INDEX_RECORD_SIZE)
             self._dirty.difference_update(gone)
+            self._dirty_index.difference_update(gone)
             self._changes += 1
             self.end_index, self.end_term = index - 1, end_term
             self._end_chain, self._write_pos = chain, write_pos
             self.durable_end_index = min(self.durable_end_index, self.end_index)
             self._truncated_to = min(self._truncated_to, self.end_index)
-            if gone:  # the end mark reaches the disk before files vanish: no resurrection
-                await self._run_io(_fdatasync_all, {kept} if kept else set())
+            if gone:  # the end mark reaches the disk before files vanish: no resurrection. Every
+                # dirty data file with it: a synced kept file must not hold entries whose filler
+                # or predecessors in an earlier file a power loss would take (a hole)
+                await self._run_io(_fdatasync_all, set(self._dirty))
                 await self._run_io(self._delete, gone)
             log.info("truncated the log at %d; end index %d", index, self.end_index)
             return self.end_index
@@ -567,12 +634,14 @@ class Store:
                 > self.config.data_file_size:
             raise ValueError(f"next_pos {next_pos} cannot start a log")
         async with self._lock:
+            await self._lower_index_mark(index + 1)
             # A crash from here on finds the flag and finishes the reset on open.
             await self._save_meta(replace(self.meta, base_index=index, base_term=term,
                                           base_chain_crc=chain_crc, base_pos=next_pos,
                                           resetting=True))
             gone = self.data.reset() + self.index.reset()
             self._dirty.clear()
+            self._dirty_index.clear()
             self._changes += 1
             self.end_index, self.end_term = index, term
             self._end_chain, self._write_pos = chain_crc, next_pos
@@ -617,6 +686,7 @@ class Store:
                               if seg.start + self.index.file_size <= records_before)
             gone += self.index.remove_head(index_count)
             self._dirty.difference_update(gone)
+            self._dirty_index.difference_update(gone)
             await self._run_io(self._delete, gone)
             log.info("cleaned %d data and %d index files; the log begins at %d", count,
                      index_count, new_begin)
@@ -667,12 +737,61 @@ class Store:
             raise
         self.durable_end_index = min(end, self._truncated_to)
         self._synced_changes = max(self._synced_changes, changes)
+        self._start_index_sync()
         try:
             self._release_flushed()
         except OSError as exc:  # only memory is at stake: the flush itself succeeded
             log.warning("could not unmap flushed pages: %s", exc)
         if self.on_flush is not None:
             self.on_flush(time.perf_counter() - started)
+
+    # -- the index, synced behind the data ------------------------------------------------------
+
+    def _start_index_sync(self) -> None:
+        """After a flush: sync the index in the background once step bytes of records are behind."""
+        behind = (self.durable_end_index + 1 - self._index_synced) * INDEX_RECORD_SIZE
+        if behind >= self.config.index_sync_step_bytes and self._index_task is None:
+            self._index_task = asyncio.create_task(self._sync_index_behind(), name="raftlog-index-sync")
+
+    async def _sync_index_behind(self) -> None:
+        try:
+            await self._sync_index(self.durable_end_index + 1)
+        finally:
+            self._index_task = None
+
+    async def _stop_index_sync(self) -> None:
+        task, self._index_task = self._index_task, None
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _sync_index(self, end: int) -> None:
+        """Sync the index files, then move the mark to `end` (whose data is durable), unless a
+        truncate or reset lowered the end meanwhile. A failure fails the store, as a flush's does."""
+        dirty, self._dirty_index = self._dirty_index, set()
+        self._index_floor = INDEX_NO_FLOOR
+        try:
+            await self._run_io(_fdatasync_all, dirty)  # submitted at once: no file is deleted before it
+            async with self._mark_lock:
+                end = min(end, self._index_floor)
+                if end > self._index_synced:
+                    await self._run_io(save_index_mark, self.data_dir, end)
+                    self._index_synced = end
+        except asyncio.CancelledError:
+            self._dirty_index |= dirty
+            raise
+        except Exception as exc:
+            self._dirty_index |= dirty
+            self._failed = exc
+            log.error("index sync failed: %r; the store refuses appends from now on", exc)
+
+    async def _lower_index_mark(self, end: int) -> None:
+        """Records from log index `end` on are about to be rewritten: the mark drops below them,
+        durably, before they are (a power loss must not leave stale records trusted)."""
+        self._index_floor = min(self._index_floor, end)
+        async with self._mark_lock:
+            if end < self._index_synced:
+                await self._run_io(save_index_mark, self.data_dir, end)
+                self._index_synced = end
 
     async def _flush_periodically(self) -> None:
         interval = self.config.flush_interval_ms / 1000
@@ -696,6 +815,16 @@ class Store:
         data = [s for s in segments if s.path.parent == self.data.directory]
         self.data.delete(data)
         self.index.delete([s for s in segments if s.path.parent != self.data.directory])
+
+
+def _header_agrees(view: memoryview, start: int, record: tuple[int, int, int, int, int], file_size: int) -> bool:
+    """The entry header at the record's position (in the file mapped at `start`) says what it says."""
+    magic, pos, size, index, term = record
+    off = pos - start
+    if off + size > file_size or size < HEADER_SIZE:
+        return False
+    h_magic, h_size, h_index, h_term, h_pos, _ch, _chain, _bcrc, bsize = HEADER.unpack_from(view, off)
+    return (h_magic, h_size, h_index, h_term, h_pos, bsize) == (magic, size, index, term, pos, size - HEADER_SIZE)
 
 
 def _fdatasync_all(segments: set[Segment]) -> None:
