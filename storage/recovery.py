@@ -89,7 +89,9 @@ def recover(data: SegmentList, index: SegmentList, meta: StoreMeta, committed_in
         _check_committed_present(data, base, committed_index, salvage, report)
         return base, report
     cursor = _scan_start(data, index, meta, report)
-    if index_synced is not None and cursor.expected > max(index_synced, meta.base_index + 1):
+    if index_synced is not None and cursor.seg_no > 0 and cursor.expected >= index_synced:
+        # Start at the mark: what lies before it (data, fillers, records) was synced before it
+        # was saved; from it on, even the filler before the usual start may not have been.
         cursor = _cursor_at_mark(data, index, meta, index_synced, report)
     end, stop = _scan(data, index, cursor, report)
     if stop is not None:

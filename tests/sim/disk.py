@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import stat
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
+
+PAGE_BYTES = 4096
 
 
 class PowerLossDisk:
@@ -54,17 +57,34 @@ class PowerLossDisk:
         else:  # through /proc: the descriptor may be open for writing only
             self._bytes[st.st_ino] = Path(f"/proc/self/fd/{fd}").read_bytes()
 
-    def power_loss(self, directory: Path) -> None:
-        """The page cache under `directory` is gone; its files are as the syncs left them."""
+    def power_loss(self, directory: Path, writeback: random.Random | None = None) -> None:
+        """The page cache under `directory` is gone; its files are as the syncs left them.
+
+        With `writeback`, the kernel had written some pages out on its own before the power went:
+        each page of a file that differs from its synced bytes is kept with probability 1/2, so
+        the files hold any mix of synced and later bytes (an index ahead of the data, a torn tail)."""
         for path in [directory.resolve(), *(p.resolve() for p in directory.rglob("*") if p.is_dir())]:
             durable = self._names.get(path, {})
-            for name in _files(path).keys() - durable.keys():
+            now = _files(path)
+            for name in now.keys() - durable.keys():
                 (path / name).unlink()
             for name, inode in durable.items():
-                (path / name).write_bytes(self._bytes.get(inode, b""))
+                kept = self._bytes.get(inode, b"")
+                if writeback is not None and now.get(name) == inode:
+                    kept = _written_back(kept, (path / name).read_bytes(), writeback)
+                (path / name).write_bytes(kept)
             self._names[path] = _files(path)  # what is on disk now is durable
             for name, inode in self._names[path].items():
                 self._bytes[inode] = (path / name).read_bytes()
+
+
+def _written_back(synced: bytes, current: bytes, rng: random.Random) -> bytes:
+    out = bytearray(synced)
+    for off in range(0, min(len(synced), len(current)), PAGE_BYTES):
+        page = current[off:off + PAGE_BYTES]
+        if page != out[off:off + PAGE_BYTES] and rng.random() < 0.5:
+            out[off:off + PAGE_BYTES] = page
+    return bytes(out)
 
 
 def _files(directory: Path) -> dict[str, int]:
