@@ -3,8 +3,9 @@
 Recovery scans the last three data files, as DLedger does: about 13 s for a
 GiB of log. After a crash it must, but after a clean close the end of the
 log is known. `Store.close()` writes `<data_dir>/clean-stop.json` once every
-byte is synced and the files are unmapped: the log's end, and each file's
-size and mtime. `Store.open()` takes the note away (durably, before anything
+byte is synced (the index files too, which flushes leave behind, and the
+index mark then says so) and the files are unmapped: the log's end, and each
+file's size and mtime. `Store.open()` takes the note away (durably, before anything
 else can write) and trusts it only if every file is as the note saw it and
 the last entry checks out; otherwise it scans as after a crash.
 

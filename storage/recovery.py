@@ -5,6 +5,10 @@ that breaks a rule. This scan also verifies both CRCs, rewrites index
 records that are missing or disagree with the data, and tells a torn tail
 (cut away: it was never acknowledged) from a damaged committed entry (the
 node must not start: a peer has to supply a good copy).
+
+Flushes sync the data files only, so the scan starts no later than the index
+mark (`meta.load_index_mark`): before it, data and index records are known
+synced; from it on, every record is rebuilt from the data.
 """
 
 from __future__ import annotations
