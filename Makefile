@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compare chaos openapi clean
+.PHONY: run test lint bench compare chaos openapi proto clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ chaos: $(STAMP)
 
 openapi: $(STAMP)
 	$(BIN)/python -m app.openapi > openapi.yaml.tmp && mv openapi.yaml.tmp openapi.yaml
+
+# the peer port's messages, generated from proto/ (committed; tests/api/test_proto_drift.py checks them)
+proto: $(STAMP)
+	rm -rf .proto-out && mkdir .proto-out
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=.proto-out --pyi_out=.proto-out proto/raftlog/peer/v1/peer.proto
+	mv .proto-out/raftlog/peer/v1/peer_pb2.py .proto-out/raftlog/peer/v1/peer_pb2.pyi api/ && rm -rf .proto-out
 
 bench: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)

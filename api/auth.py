@@ -3,9 +3,10 @@
 Client port: `Authorization: Bearer <token>`; each token has a role, and each
 role includes the ones below it (admin > writer > reader). Health checks,
 metrics, the API's documentation and the admin page's HTML are open (the page
-asks for a token before it reads anything). Peer port: every `/raft/*` call
-carries the cluster secret the same way. A call without valid proof answers
-401 (no or unknown token, no secret) or 403 (a role too low, a wrong secret),
+asks for a token before it reads anything). Peer port: every gRPC call
+carries the cluster secret the same way, in its metadata (api.peer_server). A
+call without valid proof answers 401 (no or unknown token) or 403 (a role too
+low), on the peer port UNAUTHENTICATED (no secret) or PERMISSION_DENIED (a wrong one),
 is counted in `raftlog_auth_failures` and logged (at most one line a second
 per port and reason, never with the credentials), and goes no further.
 
@@ -34,7 +35,6 @@ log = logging.getLogger("raftlog.auth")
 
 TOKEN_CHARS_MIN = 16  # shorter tokens are refused at start: they can be guessed
 LOG_INTERVAL_S = 1.0  # refusals of one reason are logged at most this often
-DRAIN_BYTES_MAX = 4 << 20  # a refused peer call's body is read and dropped up to this much
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch"})
@@ -128,21 +128,25 @@ class AuthFailures:
         self._unlogged: dict[str, int] = {}
 
     async def refuse(self, scope: Scope, receive: Receive, send: Send, error: ApiError, reason: str) -> None:
-        self.counter.labels(self.port, reason).inc()
-        now = time.monotonic()
-        if now - self._logged.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
-            self._logged[reason] = now
-            client = scope.get("client")
-            more = self._unlogged.pop(reason, 0)
-            log.warning("%s port: refused %s %r from %s: %s%s", self.port, scope["method"], scope["path"],
-                        f"{client[0]}:{client[1]}" if client else "?", reason,
-                        f" (and {more} more since the last line)" if more else "")
-        else:
-            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+        client = scope.get("client")
+        self.note(reason, f"{scope['method']} {scope['path']!r}", f"{client[0]}:{client[1]}" if client else "?")
         response = error_response(error)
         if error.status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="raftlog"'
         await response(scope, receive, send)
+
+
+    def note(self, reason: str, call: str, peer: str) -> None:
+        """Count a refused call, and log it unless a line for `reason` went out less than a second ago."""
+        self.counter.labels(self.port, reason).inc()
+        now = time.monotonic()
+        if now - self._logged.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+            self._logged[reason] = now
+            more = self._unlogged.pop(reason, 0)
+            log.warning("%s port: refused %s from %s: %s%s", self.port, call, peer, reason,
+                        f" (and {more} more since the last line)" if more else "")
+        else:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
 
 
 class ClientAuth:
@@ -182,36 +186,13 @@ class ClientAuth:
         await self.app(scope, receive, send)
 
 
-class PeerAuth:
-    """ASGI middleware of the peer port: every call carries the cluster secret, or is refused."""
-
-    def __init__(self, app: ASGIApp, secret: bytes, failures: AuthFailures) -> None:
-        self.app = app
-        self.secret_digest = _digest(secret)
-        self.failures = failures
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            given = bearer(scope)
-            if given is None or not hmac.compare_digest(_digest(given), self.secret_digest):
-                await _drain(receive)  # as every peer route does: hypercorn drops a connection with unread DATA
-                reason = "missing" if given is None else "invalid"
-                code = Code.UNAUTHENTICATED if given is None else Code.PERMISSION_DENIED
-                await self.failures.refuse(scope, receive, send, ApiError(
-                    code, "a peer call needs the cluster secret" if given is None else "wrong cluster secret"),
-                    reason)
-                return
-        await self.app(scope, receive, send)
+def secret_digest(secret: bytes) -> bytes:
+    """What a cluster secret is compared by: equal digests, in constant time (hmac.compare_digest)."""
+    return _digest(secret)
 
 
-async def _drain(receive: Receive, limit: int = DRAIN_BYTES_MAX) -> None:
-    """Read and drop a refused call's body, up to `limit` bytes (beyond, the connection may go)."""
-    received = 0
-    while received <= limit:
-        message = await receive()
-        received += len(message.get("body", b""))
-        if not message.get("more_body"):
-            return
+def is_secret(given: bytes, digest: bytes) -> bool:
+    return hmac.compare_digest(_digest(given), digest)
 
 
 def _digest(token: bytes) -> bytes:

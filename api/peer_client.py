@@ -1,28 +1,34 @@
-"""The peer client: raft's Transport over HTTP/2 (cleartext with prior knowledge, or mutual
-TLS with ALPN), and the calls a node's public API makes to its peers (forwarded appends,
-read index, status). Every call carries the cluster secret, when there is one.
+"""The peer client: raft's Transport over gRPC (HTTP/2, cleartext or mutual TLS), and the calls
+a node's public API makes to its peers (forwarded appends, read index, leadership transfer,
+status). Every call carries the cluster secret, when there is one.
 
-Per peer there are two connections, so a large body never waits behind, or
-delays, a heartbeat: `control` for votes, heartbeats, transfers and small API
-calls, `data` for pushes and forwarded appends, whose bodies go in chunks. A
-peer that is down, slow or answers garbage raises PeerUnavailable: a failed
-call the caller retries on its own timer.
+One channel (one HTTP/2 connection) per peer. Replication is one long-lived
+bidirectional stream per follower (`GrpcPushStream`); everything else is a
+unary call with a deadline. Keepalive pings find a dead or silent peer, and
+the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). Calls wait
+for the connection within their deadline (wait_for_ready), so a member just
+back is reached even while the channel still backs off from its absence. A peer that
+is down, slow or answers garbage raises PeerUnavailable: a failed call the
+caller retries on its own timer. A call that failed is never sent again: the
+peer may have acted on it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import httpx
+import grpc
+import grpc.aio
+from google.protobuf.message import DecodeError, Message
 
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from api import peer_pb2 as pb
 from api.errors import ApiError
 from api.peer_codec import PeerMessageError, decode_message, encode_message, encode_push
 from raft.config import Peer
@@ -42,228 +48,296 @@ from raft.transport import PeerUnavailable
 
 log = logging.getLogger("raftlog.api.peers")
 
+SERVICE = "/raftlog.peer.v1.Peer/"
 UNREACHABLE_WARN_S = 10.0
-RECONNECT_AFTER_S = 3.0
-# A connection with no call under way and no answer for this long is replaced before its next call.
-# httpcore finds a closed idle HTTP/2 connection only when a call fails on it, so the first call to a
-# member that had restarted failed (a forwarded append answered 502, an unknown outcome, though it was
-# never sent). No member restarts this fast, so a connection that answered within it is the process
-# that serves now. A failed call is never sent again: the peer may have acted on it.
-IDLE_RECONNECT_S = 0.25
+KEEPALIVE_MS = 2000  # a ping on a connection quiet this long ...
+KEEPALIVE_TIMEOUT_MS = 5000  # ... unanswered this long: the peer is gone, the connection closed
+RECONNECT_BACKOFF_MS = (100, 1000)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
-CHUNK_BYTES = 64 << 10  # httpx sends one large bytes body in quadratic time: stream it in chunks
-PEER_ERROR_STATUS = 409  # a peer route's answer that is an error of the call, not of the transport
+
+
+@dataclass(frozen=True)
+class PeerTls:
+    """PEM bytes for mutual TLS on the peer port: the CA every member's certificate is signed by,
+    and this member's own key and certificate (it serves and calls with the same one)."""
+
+    ca: bytes
+    key: bytes
+    cert: bytes
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """What both ends of a peer connection agree on: message size, keepalive, quick reconnects."""
+    return [("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.keepalive_time_ms", KEEPALIVE_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_time_between_pings_ms", KEEPALIVE_MS),
+            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS)]
 
 
 class PeerClient:
     def __init__(self, self_id: str, peers: Sequence[Peer], *, rpc_timeout_ms: int,
-                 push_timeout_ms: int, wait_timeout_ms: int, secret: bytes | None = None,
-                 tls: ssl.SSLContext | None = None,
+                 push_timeout_ms: int, wait_timeout_ms: int, max_message_bytes: int,
+                 secret: bytes | None = None, tls: PeerTls | None = None,
                  on_push: Callable[[str, float, int], None] | None = None) -> None:
         self.self_id = self_id
-        self._headers = {"authorization": f"Bearer {secret.decode()}"} if secret else {}  # h2 never indexes it
-        self._tls = tls
+        self._metadata = (("authorization", f"Bearer {secret.decode()}"),) if secret else ()
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
+        self.rpc_timeout_s = rpc_timeout_ms / 1000
+        self.push_timeout_s = push_timeout_ms / 1000  # an overdue push answer breaks its stream
         self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
         self.addresses = {p.id: p.address for p in peers if p.id != self_id}
-        self._timeouts_ms = (rpc_timeout_ms, push_timeout_ms)  # control, data
-        self._control = {peer: self._client(address, rpc_timeout_ms) for peer, address in self.addresses.items()}
-        self._data = {peer: self._client(address, push_timeout_ms) for peer, address in self.addresses.items()}
+        options = [*channel_options(max_message_bytes),
+                   ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+                   ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+                   ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1])]
+        credentials = None if tls is None else grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
+        self._channels = {peer: (grpc.aio.insecure_channel(address, options=options) if credentials is None
+                                 else grpc.aio.secure_channel(address, credentials, options=options))
+                          for peer, address in self.addresses.items()}
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
-        self._answered: dict[tuple[str, str], float] = {}  # ... over each of its two connections
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
-        self._reconnected: dict[tuple[str, str], float] = {}
-        self._inflight: dict[tuple[str, str], int] = {}  # calls under way on each connection
-        self._opened: dict[tuple[str, str], float] = {}  # when each connection's client was last replaced
-        self._closing: set[asyncio.Task[None]] = set()
         self._started = time.monotonic()
 
     async def close(self) -> None:
-        for client in (*self._control.values(), *self._data.values()):
-            await client.aclose()
-        await asyncio.gather(*self._closing, return_exceptions=True)
+        for channel in self._channels.values():
+            await channel.close(None)
 
     # -- raft.transport.Transport ------------------------------------------------------
 
+    def open_stream(self, peer_id: str) -> GrpcPushStream:
+        channel = self._channel(peer_id, "Replicate")
+        call = channel.stream_stream(SERVICE + "Replicate", request_serializer=_serialize,
+                                     response_deserializer=None)(metadata=self._metadata, wait_for_ready=True)
+        return GrpcPushStream(self, peer_id, call)
+
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
-        return self._decode(VoteResponse, await self._post(peer_id, "/raft/vote", encode_message(request)))
+        return await self._raft_call(peer_id, "Vote", request, VoteResponse)
 
     async def heartbeat(self, peer_id: str, request: HeartbeatRequest) -> HeartbeatResponse:
-        data = await self._post(peer_id, "/raft/heartbeat", encode_message(request))
-        return self._decode(HeartbeatResponse, data)
-
-    async def push(self, peer_id: str, request: PushRequest) -> PushResponse:
-        parts = encode_push(request)  # copied now, before the mapped file can change
-        started = time.monotonic()
-        data = await self._post(peer_id, "/raft/push", _chunks(parts), client=self._data[peer_id])
-        if self.on_push is not None:
-            self.on_push(peer_id, time.monotonic() - started, len(parts[1]))
-        return self._decode(PushResponse, data)
+        return await self._raft_call(peer_id, "Heartbeat", request, HeartbeatResponse)
 
     async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse:
-        data = await self._post(peer_id, "/raft/transfer", encode_message(request))
-        return self._decode(TransferResponse, data)
+        return await self._raft_call(peer_id, "Transfer", request, TransferResponse)
 
     async def fetch(self, peer_id: str, request: FetchRequest) -> bytes:
-        return await self._post(peer_id, "/raft/fetch", encode_message(request))
+        answer = await self._unary(peer_id, "Fetch", encode_message(request), self.rpc_timeout_s)
+        return _parse(pb.RawEntry, answer, peer_id).data
 
     # -- the public API's calls to other members ----------------------------------------
 
     async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> dict[str, Any]:
         """Append through the leader; its answer, or its error as an ApiError."""
-        return await self._call_json(leader_id, "POST", "/raft/append", _chunks([encode_bodies(bodies)]),
-                                     {"content-type": BATCH_CONTENT_TYPE}, timeout=self.wait_timeout_s,
-                                     client=self._data.get(leader_id))
+        answer = await self._api_call(leader_id, "Append", pb.AppendRequest(bodies=bodies), pb.AppendResponse)
+        return {"first_index": answer.first_index, "last_index": answer.last_index, "term": answer.term,
+                "positions": list(answer.positions), "leader": answer.leader}
 
     async def read_index(self, leader_id: str) -> int:
-        answer = await self._call_json(leader_id, "GET", "/raft/read_index", timeout=self.wait_timeout_s)
-        index = answer.get("committed_index")
-        if not isinstance(index, int):
-            raise ApiError(Code.NETWORK_ERROR, f"{leader_id} answered a read index without an index")
-        return index
+        answer = await self._api_call(leader_id, "ReadIndex", pb.ReadIndexRequest(), pb.ReadIndexResponse)
+        return answer.committed_index
 
     async def transfer_leadership(self, leader_id: str, target: str) -> dict[str, Any]:
-        return await self._call_json(leader_id, "POST", "/raft/leader", json.dumps({"target": target}).encode(),
-                                     timeout=self.wait_timeout_s)
+        answer = await self._api_call(leader_id, "TransferLeadership", pb.TransferLeadershipRequest(target=target),
+                                      pb.JsonAnswer)
+        return _json(answer.json, leader_id)
 
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
-        return await self._call_json(peer_id, "GET", "/raft/status", timeout=timeout_s)
+        answer = await self._api_call(peer_id, "Status", pb.StatusRequest(), pb.JsonAnswer, timeout_s)
+        return _json(answer.json, peer_id)
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _decode(self, cls: type[M], data: bytes) -> M:
+    async def _raft_call(self, peer_id: str, method: str, request: object, answer_type: type[M]) -> M:
+        answer = await self._unary(peer_id, method, encode_message(request), self.rpc_timeout_s)
         try:
-            return decode_message(cls, data)
+            return decode_message(answer_type, answer)
         except PeerMessageError as exc:
-            raise PeerUnavailable(str(exc)) from None
+            raise PeerUnavailable(f"{peer_id} {method}: {exc}") from None
 
-    async def _post(self, peer_id: str, path: str, content: bytes | AsyncIterator[bytes], *,
-                    client: httpx.AsyncClient | None = None) -> bytes:
-        response = await self._send(peer_id, "POST", path, content, None, client=client)
-        if response.status_code != 200:
-            raise PeerUnavailable(f"{peer_id} {path}: HTTP {response.status_code}")
-        return response.content
-
-    async def _call_json(self, peer_id: str, method: str, path: str, content: Any = None,
-                         headers: dict[str, str] | None = None, *, timeout: Any = httpx.USE_CLIENT_DEFAULT,
-                         client: httpx.AsyncClient | None = None) -> dict[str, Any]:
+    async def _api_call(self, peer_id: str, method: str, request: Message, answer_type: type[Any],
+                        timeout_s: float | None = None) -> Any:
         """An API call; transport failures become NETWORK_ERROR, the peer's errors pass through
         with their code and status, so a member answers as the leader did."""
         try:
-            response = await self._send(peer_id, method, path, content, headers, timeout=timeout, client=client)
-            answer = response.json()
-        except (PeerUnavailable, ValueError) as exc:
+            data = await self._unary(peer_id, method, request.SerializeToString(), timeout_s or self.wait_timeout_s)
+            answer = _parse(answer_type, data, peer_id)
+        except PeerUnavailable as exc:
             raise ApiError(Code.NETWORK_ERROR, f"no answer from {peer_id}: {exc}") from None
-        if response.status_code == 200 and isinstance(answer, dict):
-            return answer
-        if response.status_code == PEER_ERROR_STATUS:
-            error = _peer_error(answer)
-            if error is not None:
-                raise error
-        raise ApiError(Code.NETWORK_ERROR, f"{peer_id} {path}: HTTP {response.status_code}")
+        if answer.HasField("error"):
+            raise _api_error(answer.error, peer_id)
+        return answer
 
-    async def _send(self, peer_id: str, method: str, path: str, content: Any, headers: Any, *,
-                    client: httpx.AsyncClient | None = None, timeout: Any = httpx.USE_CLIENT_DEFAULT,
-                    ) -> httpx.Response:
-        if peer_id not in self.addresses:
-            raise PeerUnavailable(f"unknown peer {peer_id!r}")
-        client = self._fresh(peer_id, client or self._control[peer_id])
-        key = (peer_id, self._kind(peer_id, client))
-        self._inflight[key] = self._inflight.get(key, 0) + 1
+    async def _unary(self, peer_id: str, method: str, request: bytes, timeout_s: float) -> bytes:
+        call = self._channel(peer_id, method).unary_unary(SERVICE + method)
         try:
-            response = await client.request(method, path, content=content, headers=headers, timeout=timeout)
-        except (httpx.HTTPError, OSError) as exc:  # refused, reset, timed out, an HTTP/2 protocol error
-            self._note_failure(peer_id, path, exc, client)
-            raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
-        except Exception as exc:  # h2 state errors surface as other types: still only a failed call
-            log.debug("peer call %s %s failed", peer_id, path, exc_info=True)
-            self._note_failure(peer_id, path, exc, client)
-            raise PeerUnavailable(f"{peer_id} {path}: {type(exc).__name__}: {exc}") from None
-        finally:
-            self._inflight[key] -= 1
-        if response.status_code in (401, 403):  # it answers, but not to this member: no contact
-            exc = PeerUnavailable(f"{peer_id} refuses this member's cluster secret (HTTP {response.status_code})")
-            self._note_failure(peer_id, path, exc, client)
-            raise exc
-        now = time.monotonic()
-        self.last_contact[peer_id] = now
-        self._answered[key] = now
-        return response
+            answer: bytes = await call(request, timeout=timeout_s, metadata=self._metadata, wait_for_ready=True)
+        except grpc.aio.AioRpcError as exc:  # refused, reset, timed out, a protocol error, a wrong secret
+            raise self.failed(peer_id, method, exc) from None
+        self.answered(peer_id)
+        return answer
 
-    def _kind(self, peer_id: str, client: httpx.AsyncClient) -> str:
-        return "data" if client is self._data.get(peer_id) else "control"
+    def _channel(self, peer_id: str, method: str) -> grpc.aio.Channel:
+        channel = self._channels.get(peer_id)
+        if channel is None:
+            raise PeerUnavailable(f"{method}: unknown peer {peer_id!r}")
+        return channel
 
-    def _fresh(self, peer_id: str, client: httpx.AsyncClient) -> httpx.AsyncClient:
-        """`client`, or a new one in its place when its connection is idle and silent (IDLE_RECONNECT_S)."""
-        kind = self._kind(peer_id, client)
-        key = (peer_id, kind)
-        last = max(self._answered.get(key, self._started), self._opened.get(key, self._started))
-        if self._inflight.get(key) or time.monotonic() - last < IDLE_RECONNECT_S:
-            return client
-        return self._replace(peer_id, kind, client)
+    def answered(self, peer_id: str) -> None:
+        self.last_contact[peer_id] = time.monotonic()
 
-    def _replace(self, peer_id: str, kind: str, client: httpx.AsyncClient) -> httpx.AsyncClient:
-        """A new client for one of a peer's two connections; the old one is closed in the background."""
-        pool = self._data if kind == "data" else self._control
-        if pool.get(peer_id) is client:
-            pool[peer_id] = self._client(self.addresses[peer_id], self._timeouts_ms[kind == "data"])
-            self._opened[(peer_id, kind)] = time.monotonic()
-            task = asyncio.get_running_loop().create_task(_close(client))
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-        return pool[peer_id]
-
-    def _client(self, address: str, timeout_ms: int) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=f"{'https' if self._tls else 'http'}://{address}", http1=False, http2=True,
-            verify=self._tls or False, headers=self._headers, timeout=timeout_ms / 1000,
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1), trust_env=False)
-
-    def _note_failure(self, peer_id: str, path: str, exc: Exception, client: httpx.AsyncClient) -> None:
-        """A connection that has not carried an answer for RECONNECT_AFTER_S is replaced: after a partition
-        heals, an HTTP/2 connection whose calls all timed out can stay wedged while the peer is back (and
-        the peer's other connection may be fine meanwhile). A peer silent for longer gets a warning, once
+    def failed(self, peer_id: str, what: str, exc: Exception) -> PeerUnavailable:
+        """The error a failed call raises; a peer silent for UNREACHABLE_WARN_S gets a warning, once
         per UNREACHABLE_WARN_S."""
+        reason = _describe(exc)
         now = time.monotonic()
-        kind = self._kind(peer_id, client)
-        key = (peer_id, kind)
-        current = (self._data if kind == "data" else self._control).get(peer_id) is client
-        if (current and now - self._answered.get(key, self._started) >= RECONNECT_AFTER_S
-                and now - self._reconnected.get(key, -RECONNECT_AFTER_S) >= RECONNECT_AFTER_S):
-            self._reconnected[key] = now
-            self._replace(peer_id, kind, client)
         silent = now - self.last_contact.get(peer_id, self._started)
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now
-            log.warning("%s has not answered for %.0f s; last error (%s): %s: %s", peer_id, silent, path,
-                        type(exc).__name__, exc)
+            log.warning("%s has not answered for %.0f s; last error (%s): %s", peer_id, silent, what, reason)
+        return PeerUnavailable(f"{peer_id} {what}: {reason}")
 
 
-async def _close(client: httpx.AsyncClient) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.aclose(), 5.0)
+class GrpcPushStream:
+    """raft.transport.PushStream on a gRPC bidirectional stream: pushes are written in the order
+    they are sent, and the follower's answers, read in the same order, settle them. The stream
+    breaks on a transport error, an answer overdue by push_timeout_ms, or an answer that does not
+    decode; every push still on it then fails."""
+
+    def __init__(self, client: PeerClient, peer_id: str, call: grpc.aio.StreamStreamCall) -> None:
+        self.client = client
+        self.peer_id = peer_id
+        self._call = call
+        self._outbox: deque[pb.PushRequest] = deque()
+        self._waiting: deque[tuple[asyncio.Future[PushResponse], float, int]] = deque()  # (answer, sent, bytes)
+        self._written = asyncio.Event()
+        self._broken: str | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks = (asyncio.ensure_future(self._write()), asyncio.ensure_future(self._read()))
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
+
+    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[PushResponse] = loop.create_future()
+        if self._broken is not None:
+            _fail(answer, f"{self.peer_id} Replicate: {self._broken}")
+            return answer
+        self._outbox.append(encode_push(request))  # the entries are copied now
+        self._waiting.append((answer, loop.time(), len(request.data)))
+        self._written.set()
+        if self._timer is None:
+            self._timer = loop.call_at(loop.time() + self.client.push_timeout_s, self._check_overdue)
+        return answer
+
+    def close(self, reason: str = "closed") -> None:
+        if self._broken is not None:
+            return
+        self._broken = reason
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        self._call.cancel()
+        for answer, _sent, _size in self._waiting:
+            _fail(answer, f"{self.peer_id} Replicate: {reason}")
+        self._waiting.clear()
+        self._outbox.clear()
+
+    def _check_overdue(self) -> None:
+        self._timer = None
+        if not self._waiting:
+            return
+        loop = asyncio.get_running_loop()
+        due = self._waiting[0][1] + self.client.push_timeout_s
+        if loop.time() >= due:
+            self.close(f"no answer within {self.client.push_timeout_s * 1000:.0f} ms")
+        else:
+            self._timer = loop.call_at(due, self._check_overdue)
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self._written.wait()
+                self._written.clear()
+                while self._outbox:
+                    await self._call.write(self._outbox.popleft())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the call ended: its status is what the reader reports
+            self._break(exc)
+
+    async def _read(self) -> None:
+        on_push = self.client.on_push
+        try:
+            while True:
+                data = await self._call.read()
+                if data is grpc.aio.EOF:
+                    self._break(PeerUnavailable("the follower ended the stream"))
+                    return
+                if not self._waiting:
+                    raise PeerMessageError("an answer to no push")
+                response = decode_message(PushResponse, data)
+                answer, sent, size = self._waiting.popleft()
+                self.client.answered(self.peer_id)
+                if on_push is not None:
+                    on_push(self.peer_id, asyncio.get_running_loop().time() - sent, size)
+                if not answer.done():
+                    answer.set_result(response)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a transport error, or garbage from the follower
+            self._break(exc)
+
+    def _break(self, exc: Exception) -> None:
+        self.close(str(self.client.failed(self.peer_id, "Replicate", exc)).removeprefix(f"{self.peer_id} Replicate: "))
 
 
-def peer_error_body(error: ApiError) -> dict[str, Any]:
-    """How a peer route answers an error: the public shape plus the HTTP status to pass on."""
-    body = error.body()
-    body["error"]["status"] = error.status
-    return body
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
 
 
-def _peer_error(answer: Any) -> ApiError | None:
+def _fail(answer: asyncio.Future[Any], message: str) -> None:
+    if not answer.done():
+        answer.set_exception(PeerUnavailable(message))
+        answer.exception()  # retrieved: a push whose waiter has gone must not log it
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _parse(answer_type: type[Any], data: bytes, peer_id: str) -> Any:
     try:
-        error = answer["error"]
-        return ApiError(Code[error["code"]], str(error["message"]), error.get("leader"), int(error["status"]))
-    except (KeyError, TypeError, ValueError):
-        return None
+        return answer_type.FromString(data)
+    except DecodeError as exc:
+        raise PeerUnavailable(f"{peer_id} answered garbage: {exc}") from None
 
 
+def _json(text: str, peer_id: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ApiError(Code.NETWORK_ERROR, f"{peer_id} answered something else than a JSON object")
+    return value
 
 
-async def _chunks(parts: list[bytes]) -> AsyncIterator[bytes]:
-    for part in parts:
-        view = memoryview(part)
-        for offset in range(0, len(view), CHUNK_BYTES):
-            yield bytes(view[offset:offset + CHUNK_BYTES])
+def api_error_message(error: ApiError) -> pb.ApiError:
+    """How a peer answers an error of a served call: the public code, message, leader and status."""
+    return pb.ApiError(code=error.code.name, message=error.message, leader=error.leader or "", status=error.status)
+
+
+def _api_error(error: pb.ApiError, peer_id: str) -> ApiError:
+    try:
+        return ApiError(Code[error.code], error.message, error.leader or None, error.status)
+    except KeyError:
+        return ApiError(Code.NETWORK_ERROR, f"{peer_id} answered an unknown error code {error.code!r}")
+
+

@@ -1,60 +1,64 @@
-"""Wire formats of the peer routes: JSON for control messages, binary for pushes.
+"""Raft's messages on the peer port: the dataclasses of raft.messages as the protobuf messages
+of proto/raftlog/peer/v1/peer.proto (generated into api/peer_pb2.py), field for field.
 
-A push body is a fixed header, the group and leader id, then the raw entries
-exactly as stored, so a follower validates and copies them without decoding:
-
-    type u8 | term i64 | commit_index i64 | first_index i64 | count i32 |
-    pre_log_index i64 | pre_log_term i64 | chain_crc i64 (-1: none) |
-    next_pos i64 (-1: none) | group_len u16 | leader_len u16 |
-    group | leader_id | entries
-
-Anything that does not decode raises PeerMessageError: the route answers 400
-and the caller counts the call as failed, never as an answer.
+A push carries the raw entries exactly as stored, so a follower validates and
+copies them without decoding. Anything that does not decode, or holds a value
+raft has no name for, raises PeerMessageError: the peer gets a protocol error
+and the call fails, never a crash.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import struct
-from enum import Enum
+from enum import Enum, IntEnum
 from functools import cache
 from typing import Any, TypeVar, get_type_hints
 
-from raft.messages import PushRequest, PushType
+from google.protobuf.message import DecodeError, Message
+
+from api import peer_pb2 as pb
+from raft.messages import (
+    FetchRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    PushRequest,
+    PushResponse,
+    PushType,
+    TransferRequest,
+    TransferResponse,
+    VoteRequest,
+    VoteResponse,
+)
 
 M = TypeVar("M")
 
-PUSH_HEADER = struct.Struct(">BqqqiqqqqHH")
-PUSH_TYPES = tuple(PushType)
+PUSH_TYPES = tuple(PushType)  # in the order of the proto's enum
+PROTO_OF: dict[type, type[Message]] = {
+    VoteRequest: pb.VoteRequest, VoteResponse: pb.VoteResponse,
+    HeartbeatRequest: pb.HeartbeatRequest, HeartbeatResponse: pb.HeartbeatResponse,
+    TransferRequest: pb.TransferRequest, TransferResponse: pb.TransferResponse,
+    FetchRequest: pb.FetchRequest, PushResponse: pb.PushResponse,
+}
 
 
 class PeerMessageError(ValueError):
-    """A peer message that does not decode: garbage, a wrong field, a wrong type."""
+    """A peer message that does not decode: garbage, a wrong field, an unknown value."""
 
 
 def encode_message(message: object) -> bytes:
-    """A control message (vote, heartbeat, transfer, push response) as JSON."""
+    """A control message (vote, heartbeat, transfer, fetch, push answer) as protobuf bytes."""
     fields = {}
-    for f in dataclasses.fields(message):  # type: ignore[arg-type]
-        value = getattr(message, f.name)
-        fields[f.name] = value.value if isinstance(value, Enum) else value
-    return json.dumps(fields, separators=(",", ":")).encode()
+    for name in _field_types(type(message)):
+        value = getattr(message, name)
+        fields[name] = value.name if isinstance(value, Enum) and not isinstance(value, IntEnum) else value
+    return PROTO_OF[type(message)](**fields).SerializeToString()
 
 
 def decode_message(cls: type[M], data: bytes) -> M:
     try:
-        fields = json.loads(data)
-        if not isinstance(fields, dict):
-            raise PeerMessageError(f"{cls.__name__}: expected a JSON object")
-        values = {}
-        for name, kind in _field_types(cls).items():
-            if name in fields:
-                values[name] = _convert(kind, fields[name], name)
-        return cls(**values)
-    except PeerMessageError:
-        raise
-    except (ValueError, TypeError) as exc:  # bad JSON, a missing field, an unknown enum value
+        proto = PROTO_OF[cls].FromString(data)
+        return cls(**{name: _convert(kind, getattr(proto, name)) for name, kind in _field_types(cls).items()})
+    except (DecodeError, ValueError, KeyError) as exc:  # garbage, an unknown code or enum name
         raise PeerMessageError(f"{cls.__name__}: {exc}") from None
 
 
@@ -64,45 +68,32 @@ def _field_types(cls: type) -> dict[str, Any]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
 
-def _convert(kind: Any, value: object, name: str) -> object:
-    if isinstance(kind, type) and issubclass(kind, Enum):
+def _convert(kind: Any, value: Any) -> object:
+    if isinstance(kind, type) and issubclass(kind, IntEnum):
         return kind(value)
-    if kind is bool and not isinstance(value, bool):
-        raise PeerMessageError(f"{name} must be a boolean")
-    if kind is int and (not isinstance(value, int) or isinstance(value, bool)):
-        raise PeerMessageError(f"{name} must be an integer")
-    if kind is str and not isinstance(value, str):
-        raise PeerMessageError(f"{name} must be a string")
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind[value]
     return value
 
 
-def encode_push(request: PushRequest) -> list[bytes]:
-    """The push as body parts: the header, then the entries (copied out of the mapped file)."""
-    group, leader = request.group.encode(), request.leader_id.encode()
-    header = PUSH_HEADER.pack(
-        PUSH_TYPES.index(request.type), request.term, request.commit_index, request.first_index,
-        request.count, request.pre_log_index, request.pre_log_term,
-        -1 if request.chain_crc is None else request.chain_crc,
-        -1 if request.next_pos is None else request.next_pos, len(group), len(leader))
-    return [header + group + leader, bytes(request.data)]
+def encode_push(request: PushRequest) -> pb.PushRequest:
+    """The push as its protobuf message, its entries copied out of the mapped file."""
+    return pb.PushRequest(
+        group=request.group, leader_id=request.leader_id, term=request.term,
+        type=PUSH_TYPES.index(request.type), commit_index=request.commit_index,
+        first_index=request.first_index, count=request.count, data=bytes(request.data),
+        pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
+        chain_crc=request.chain_crc, next_pos=request.next_pos)
 
 
-def decode_push(body: bytes) -> PushRequest:
-    if len(body) < PUSH_HEADER.size:
-        raise PeerMessageError("push: body shorter than its header")
-    (kind, term, commit, first, count, pre_index, pre_term, chain, next_pos,
-     group_len, leader_len) = PUSH_HEADER.unpack_from(body)
-    if kind >= len(PUSH_TYPES) or count < 0:
-        raise PeerMessageError("push: bad type or count")
-    start = PUSH_HEADER.size
-    end = start + group_len + leader_len
-    if len(body) < end:
-        raise PeerMessageError("push: body shorter than its ids")
+def decode_push(data: bytes) -> PushRequest:
     try:
-        group = body[start:start + group_len].decode()
-        leader = body[start + group_len:end].decode()
-    except UnicodeDecodeError:
-        raise PeerMessageError("push: ids are not UTF-8") from None
-    return PushRequest(group, leader, term, PUSH_TYPES[kind], commit, first, count,
-                       memoryview(body)[end:], pre_index, pre_term,
-                       None if chain < 0 else chain, None if next_pos < 0 else next_pos)
+        proto = pb.PushRequest.FromString(data)
+    except DecodeError as exc:
+        raise PeerMessageError(f"push: {exc}") from None
+    if not 0 <= proto.type < len(PUSH_TYPES) or proto.count < 0:
+        raise PeerMessageError("push: bad type or count")
+    return PushRequest(proto.group, proto.leader_id, proto.term, PUSH_TYPES[proto.type], proto.commit_index,
+                       proto.first_index, proto.count, proto.data, proto.pre_log_index, proto.pre_log_term,
+                       proto.chain_crc if proto.HasField("chain_crc") else None,
+                       proto.next_pos if proto.HasField("next_pos") else None)

@@ -200,7 +200,7 @@ class LogService:
         return {"leader": target, "previous": self.node.config.self_id}
 
     def own_status(self) -> dict[str, Any]:
-        """What this member says about itself (GET /raft/status), with its followers if it leads."""
+        """What this member says about itself (the peer port's Status), with its followers if it leads."""
         node, store = self.node, self.store
         status: dict[str, Any] = {
             "id": node.config.self_id, "client_url": self.client_url, "role": node.role.value,

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp
 
-from api.auth import AuthFailures, PeerAuth
+from api.auth import AuthFailures
 from api.metrics import NodeMetrics
 from api.peer_client import PeerClient
-from api.peer_routes import create_peer_app
+from api.peer_server import PeerService
 from api.public import create_public_app, serve_public
 from api.service import LogService
 from app.admin import install_admin_page
@@ -43,7 +42,8 @@ class Node:
         self.peers = PeerClient(config.self_id, config.peers, rpc_timeout_ms=config.rpc_timeout_ms,
                                 push_timeout_ms=config.max_push_timeout_ms,
                                 wait_timeout_ms=config.max_wait_ack_ms + config.rpc_timeout_ms,
-                                secret=secret, tls=settings.peer_tls_client())
+                                max_message_bytes=settings.peer_message_bytes_max(),
+                                secret=secret, tls=settings.peer_tls())
         self.raft = RaftNode(config, store, checkpoint, self.peers, term=state.current_term,
                              voted_for=state.voted_for, committed_index=state.committed_index,
                              applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None)
@@ -58,9 +58,8 @@ class Node:
         install_admin_page(self.public_app)
         self.public_asgi = serve_public(self.public_app, self.service, self.metrics,  # what the client port serves
                                         settings.client_tokens())
-        self.peer_app: FastAPI = create_peer_app(self.raft, self.service)
-        self.peer_asgi: ASGIApp = (self.peer_app if secret is None else  # what the peer port serves
-                                   PeerAuth(self.peer_app, secret, AuthFailures(self.metrics.auth_failures, "peer")))
+        self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
+                                        AuthFailures(self.metrics.auth_failures, "peer"))
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
                  "".join(f"; {note}" for note in store.recovery.notes))

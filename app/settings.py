@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential
+from api.peer_client import PeerTls
 from api.service import ApiLimits
 from raft.config import RaftConfig, parse_peers
 from storage.codec import HEADER_SIZE
@@ -94,6 +95,11 @@ class NodeSettings(BaseSettings):
     def api_limits(self) -> ApiLimits:
         return ApiLimits(**self._values_of(ApiLimits))
 
+    def peer_message_bytes_max(self) -> int:
+        """The largest message on the peer port: a push (push_bytes_max, or one entry larger than
+        that), or a forwarded append (max_request_bytes), with room for the fields around them."""
+        return max(self.push_bytes_max, self.max_entry_bytes + HEADER_SIZE, self.max_request_bytes) + (1 << 20)
+
     def _values_of(self, cls: type) -> dict[str, Any]:
         names = {f.name for f in dataclasses.fields(cls)} - NOT_SETTINGS
         return {name: getattr(self, name) for name in names}
@@ -155,14 +161,15 @@ class NodeSettings(BaseSettings):
             options.update(ssl_ca_certs=str(self.client_tls_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
         return options
 
-    def peer_tls_client(self) -> ssl.SSLContext | None:
-        """How this member calls its peers under mutual TLS: it checks theirs, and shows its own."""
+    def peer_tls(self) -> PeerTls | None:
+        """Mutual TLS on the peer port: this member serves and calls with its certificate, and takes
+        only peers whose certificate the CA signed."""
         if self.peer_tls_cert is None:
             return None
-        context = ssl.create_default_context(cafile=str(self.peer_tls_ca))
-        context.load_cert_chain(str(self.peer_tls_cert), str(self.peer_tls_key))
-        context.set_alpn_protocols(["h2"])
-        return context
+        assert self.peer_tls_ca is not None and self.peer_tls_key is not None
+        return PeerTls(_read(self.peer_tls_ca, "peer_tls_ca").encode(),
+                       _read(self.peer_tls_key, "peer_tls_key").encode(),
+                       _read(self.peer_tls_cert, "peer_tls_cert").encode())
 
     def _check_security(self) -> None:
         for cert, key, what in ((self.client_tls_cert, self.client_tls_key, "client_tls"),
@@ -179,7 +186,9 @@ class NodeSettings(BaseSettings):
             if path is not None and not Path(path).is_file():
                 raise SettingsError(f"{name}: {path} is not a file")
         try:
-            self.peer_tls_client()
+            if self.peer_tls_cert is not None:  # the files are PEM the ssl module reads, as gRPC will
+                ssl.create_default_context(cafile=str(self.peer_tls_ca)).load_cert_chain(
+                    str(self.peer_tls_cert), str(self.peer_tls_key))
             if self.client_tls_cert is not None:
                 ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
                     str(self.client_tls_cert), str(self.client_tls_key))
@@ -288,3 +297,4 @@ def load_settings(values: dict[str, Any] | None = None, toml_file: Path | None =
         raise SettingsError(f"settings file {toml_file}: {exc}") from None
     settings.check()
     return settings
+

@@ -7,17 +7,22 @@ raw stored bytes with up to `push_window_max` pushes in flight, comparing
 again when the oldest push waited longer than `max_push_timeout_ms`; COMMIT notices carry the commit index when there is
 nothing to append; INSTALL_SNAPSHOT restarts a follower whose log ends below
 the leader's first kept index. Reference: seeds/dledger-log-replication-zh.txt, 3.3.
+
+Every push goes on one long-lived stream to the follower (raft.transport.PushStream),
+sent in index order without waiting for the answers before it. When the stream
+breaks, every push on it failed: the dispatcher compares again on a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from raft.messages import Code, PushRequest, PushResponse, PushType
-from raft.transport import PeerUnavailable
+from raft.transport import PeerUnavailable, PushStream
 from raft.waiting import wait_event
 from storage.codec import POS_OFFSET
 from storage.errors import StorageError
@@ -74,6 +79,7 @@ class EntryDispatcher:
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
+        self._stream: PushStream | None = None
         self.inflight_bytes = 0  # raw log of the pushes still on the wire, written off or not
 
     async def run(self) -> None:
@@ -82,6 +88,7 @@ class EntryDispatcher:
         finally:
             for task in self._pushes:
                 task.cancel()
+            self._close_stream()
 
     async def _dispatch(self) -> None:
         while True:
@@ -96,8 +103,7 @@ class EntryDispatcher:
                     log.debug("push to %s failed: %s", self.peer_id, exc)
                     self._change_state(DispatcherState.COMPARE)
                     await self._wait(self.config.heartbeat_interval_ms / 1000)
-            # pushes of the lost term run out on their own (their epoch and term are checked):
-            # a cancelled request would leave a half-sent HTTP/2 stream open
+            self._close_stream()  # the pushes of the lost term fail, and are ignored (their term is checked)
 
     def _change_state(self, target: DispatcherState) -> None:
         if target is DispatcherState.COMPARE:
@@ -109,8 +115,8 @@ class EntryDispatcher:
     def _write_off_pending(self) -> None:
         """Forget the pushes in flight: their late answers must not disturb what follows.
 
-        They are not cancelled: httpcore sends no RST_STREAM for a cancelled request, so
-        half-sent streams would stay open until the connection ran out of streams.
+        They stay on the stream (whatever follows them is sent behind them), and their
+        answers are ignored.
         """
         self.pending.clear()
         self.epoch += 1
@@ -133,11 +139,25 @@ class EntryDispatcher:
         return PushRequest(self.config.group, self.config.self_id, term, type_,
                            self.node.state.committed_index, **fields)  # type: ignore[arg-type]
 
+    def _send(self, request: PushRequest) -> Awaitable[PushResponse]:
+        """Put a push on the stream to the follower, opening a new one if it broke."""
+        if self._stream is None or self._stream.broken:
+            self._stream = self.node.transport.open_stream(self.peer_id)
+        return self._stream.send(request)
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     async def _call(self, request: PushRequest) -> PushResponse:
-        response = await self.node.transport.push(self.peer_id, request)
+        response = await self._send(request)
+        self._check_term(request, response)
+        return response
+
+    def _check_term(self, request: PushRequest, response: PushResponse) -> None:
         if response.term > request.term:
             self.node.note_larger_term(response.term)
-        return response
 
     # -- COMPARE / TRUNCATE / INSTALL_SNAPSHOT ---------------------------------------
 
@@ -240,7 +260,7 @@ class EntryDispatcher:
         self.peer_commit_index = request.commit_index
         size = len(raw.data)
         self.inflight_bytes += size  # counted now: a burst of pushes is made before any of them runs
-        task = asyncio.create_task(self._push(term, self.epoch, request))
+        task = asyncio.create_task(self._push(term, self.epoch, request, self._send(request)))
         self._pushes.add(task)
         task.add_done_callback(lambda done: self._push_done(done, size))
 
@@ -259,11 +279,17 @@ class EntryDispatcher:
         self.inflight_bytes -= size
         self.wake.set()
 
-    async def _push(self, term: int, epoch: int, request: PushRequest) -> None:
+    async def _push(self, term: int, epoch: int, request: PushRequest, answer: Awaitable[PushResponse]) -> None:
         try:
-            response = await self._call(request)
-        except PeerUnavailable:
-            return  # the push timeout re-sends it
+            response = await answer
+        except PeerUnavailable as exc:
+            if epoch == self.epoch and self.node.state.is_leader and self.node.state.current_term == term:
+                log.debug("push %d-%d to %s failed: %s; comparing again", request.first_index,
+                          request.last_index, self.peer_id, exc)
+                self._change_state(DispatcherState.COMPARE)  # the stream broke: nothing after it arrived
+                self.wake.set()
+            return
+        self._check_term(request, response)
         if not self.node.state.is_leader or self.node.state.current_term != term:
             return
         if epoch != self.epoch:

@@ -6,6 +6,12 @@ to it: delivered after a delay, lost on the way there, lost on the way back,
 or delivered twice. Partitions cut links in both directions until healed.
 Lost calls cost the caller its `rpc_timeout_s`, as on a real network.
 
+Pushes go on streams (`InMemoryStream`), as on the real peer port: in order,
+each delayed message holding up the ones behind it, answers in the same order.
+A lost message or answer, or a member gone, resets the stream; a cut link
+stalls it until the oldest answer is overdue. Either way every push on it
+fails at once, as when a real connection dies.
+
 As on a real network, a message crosses the wire as bytes: the `wire` hook
 (kind, message) -> message is where a test encodes and decodes it (`raft`
 cannot import the codec, which lives in `api`). A receiver's handler runs as
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -135,19 +142,121 @@ class Network:
         return task
 
 
+class InMemoryStream:
+    """One replication stream from `source` to `target` (raft.transport.PushStream)."""
+
+    def __init__(self, network: Network, source: str, target: str) -> None:
+        self.network = network
+        self.source, self.target = source, target
+        self._outbox: deque[tuple[Any, asyncio.Future[Any], float]] = deque()  # (request, answer, deadline)
+        self._inflight: deque[tuple[asyncio.Task[Any], asyncio.Future[Any], float, Fate]] = deque()
+        self._sent = asyncio.Event()
+        self._handled = asyncio.Event()
+        self._broken = False
+        self._tasks = [asyncio.ensure_future(self._carry()), asyncio.ensure_future(self._answer())]
+
+    @property
+    def broken(self) -> bool:
+        return self._broken
+
+    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        answer: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        if self._broken:
+            _fail(answer, f"the stream {self.source}->{self.target} is closed")
+        else:
+            deadline = asyncio.get_running_loop().time() + self.network.rpc_timeout_s
+            try:
+                sent = self.network.wire("push", request)  # copied now
+            except PeerUnavailable:  # the wire lost it: the stream stalls there
+                sent = None
+            self._outbox.append((sent, answer, deadline))
+            self._sent.set()
+        return answer
+
+    def close(self, reason: str = "closed") -> None:
+        if self._broken:
+            return
+        self._broken = True
+        for task in self._tasks:
+            task.cancel()
+        for _request, answer, _deadline in self._outbox:
+            _fail(answer, f"the stream {self.source}->{self.target} {reason}")
+        for _task, answer, _deadline, _fate in self._inflight:
+            _fail(answer, f"the stream {self.source}->{self.target} {reason}")
+        self._outbox.clear()
+        self._inflight.clear()
+
+    async def _carry(self) -> None:
+        """Deliver the pushes in order: a delay holds up those behind it; a loss stalls the stream."""
+        network = self.network
+        while True:
+            await self._sent.wait()
+            self._sent.clear()
+            while self._outbox:
+                request, answer, deadline = self._outbox[0]
+                fate = network.faults(self.source, self.target, "push")
+                if fate.delay_s:
+                    await asyncio.sleep(fate.delay_s)
+                handler = network._handlers.get(self.target)
+                if handler is None or fate.lose_request:  # the connection was reset, or the member is gone
+                    self.close("was reset")
+                    return
+                if request is None or not network.linked(self.source, self.target):
+                    await self._break_at(deadline, "lost a push")
+                    return
+                self._outbox.popleft()
+                if fate.duplicate:  # a copy, as a re-sent push on a new stream may arrive after the first
+                    network._serve(self.target, "push", handler.handle_push(request))
+                task = network._serve(self.target, "push", handler.handle_push(request))
+                self._inflight.append((task, answer, deadline, fate))
+                self._handled.set()
+
+    async def _answer(self) -> None:
+        """Answer the pushes in the order they were sent; an answer overdue breaks the stream."""
+        network = self.network
+        while True:
+            await self._handled.wait()
+            self._handled.clear()
+            while self._inflight:
+                task, answer, deadline, fate = self._inflight[0]
+                await asyncio.wait({task}, timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
+                if not task.done() or not network.linked(self.target, self.source):
+                    await self._break_at(deadline, "lost an answer")
+                    return
+                if (task.cancelled() or task.exception() is not None or fate.lose_response
+                        or self.target not in network._handlers):
+                    self.close("was reset")
+                    return
+                self._inflight.popleft()
+                if not answer.done():
+                    answer.set_result(network.wire("push", task.result()))
+
+    async def _break_at(self, deadline: float, reason: str) -> None:
+        """The stream stalls: the sender finds out when the oldest answer is overdue."""
+        oldest = min((waiting[2] for waiting in (*self._inflight, *self._outbox)), default=deadline)
+        await asyncio.sleep(max(0.0, oldest - asyncio.get_running_loop().time()))
+        self.close(reason)
+
+
+def _fail(answer: asyncio.Future[Any], message: str) -> None:
+    if not answer.done():
+        answer.set_exception(PeerUnavailable(message))
+        answer.exception()  # retrieved: a push whose waiter has gone must not log it
+
+
 class InMemoryTransport:
     def __init__(self, network: Network, node_id: str) -> None:
         self.network = network
         self.node_id = node_id
+
+    def open_stream(self, peer_id: str) -> InMemoryStream:
+        return InMemoryStream(self.network, self.node_id, peer_id)
 
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
         return await self.network.deliver(self.node_id, peer_id, "vote", request)
 
     async def heartbeat(self, peer_id: str, request: HeartbeatRequest) -> HeartbeatResponse:
         return await self.network.deliver(self.node_id, peer_id, "heartbeat", request)
-
-    async def push(self, peer_id: str, request: PushRequest) -> PushResponse:
-        return await self.network.deliver(self.node_id, peer_id, "push", request)
 
     async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse:
         return await self.network.deliver(self.node_id, peer_id, "transfer", request)

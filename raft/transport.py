@@ -1,12 +1,18 @@
 """The seam between consensus and the network: how a member reaches its peers.
 
-`api/` implements it over HTTP/2; `InMemoryTransport` implements it for tests
-and the simulation. A call that gets no answer raises PeerUnavailable; it is
-never a crash, only a failed RPC to retry.
+Replication has the shape of one long-lived stream per follower, as on the
+wire (DESIGN.md, Network): the leader sends pushes in order without waiting,
+and the follower answers each, in the same order. A stream that breaks (a
+lost connection, an answer overdue) fails every push still on it at once; the
+dispatcher opens a new one and finds where the follower ends. Everything else
+is a call. `api/` implements this over gRPC; `InMemoryTransport` for tests and
+the simulation. No answer raises PeerUnavailable: never a crash, only a
+failed call to retry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Protocol
 
 from raft.messages import (
@@ -26,16 +32,36 @@ class PeerUnavailable(Exception):
     """No answer from a peer: refused, lost, timed out, or a protocol error."""
 
 
+class PushStream(Protocol):
+    """One replication stream to a follower."""
+
+    def send(self, request: PushRequest) -> Awaitable[PushResponse]:
+        """Put `request` on the stream now, behind every push sent before it; await its answer.
+
+        The request's data is copied before this returns (it may be a view into a mapped file).
+        A broken stream answers PeerUnavailable, at once or when it breaks.
+        """
+        ...
+
+    @property
+    def broken(self) -> bool: ...
+
+    def close(self) -> None:
+        """Stop the stream: pushes still on it fail with PeerUnavailable."""
+        ...
+
+
 class Transport(Protocol):
+    def open_stream(self, peer_id: str) -> PushStream: ...
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse: ...
     async def heartbeat(self, peer_id: str, request: HeartbeatRequest) -> HeartbeatResponse: ...
-    async def push(self, peer_id: str, request: PushRequest) -> PushResponse: ...
     async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse: ...
     async def fetch(self, peer_id: str, request: FetchRequest) -> bytes: ...
 
 
 class PeerHandler(Protocol):
-    """What a transport delivers incoming calls to: the member's node."""
+    """What a transport delivers incoming calls to: the member's node. Pushes of one stream
+    are handed over in the order they came, each as soon as it arrives."""
 
     async def handle_vote(self, request: VoteRequest) -> VoteResponse: ...
     async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...

@@ -8,12 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
 from api.peer_codec import decode_message, encode_message, encode_push
 from app.launcher import SMALL_FILES, LocalCluster
 from raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest
+from tests.e2e.peer_port import peer_call, replicate
 from tests.processes import eventually, metric, serving
 
 SECRET = "cluster-secret-0123456789abcdef"
@@ -93,26 +95,31 @@ def test_refusals_are_counted_and_logged_without_the_token(cluster: LocalCluster
               for reason in ("missing", "invalid", "forbidden")}
     logged = len(member.log_path.read_text())
     secret_guess = "guess-0123456789-" + "z" * 12
-    assert httpx.get(f"{member.client_url}/v1/cluster").status_code == 401
-    assert httpx.get(f"{member.client_url}/v1/cluster", headers=bearer(secret_guess)).status_code == 401
-    assert httpx.post(f"{member.client_url}/v1/entries", content=b"x",
-                      headers=bearer(TOKENS["reader"])).status_code == 403
+
+    def refusals() -> None:
+        assert httpx.get(f"{member.client_url}/v1/cluster").status_code == 401
+        assert httpx.get(f"{member.client_url}/v1/cluster", headers=bearer(secret_guess)).status_code == 401
+        assert httpx.post(f"{member.client_url}/v1/entries", content=b"x",
+                          headers=bearer(TOKENS["reader"])).status_code == 403
+
+    def logged_all() -> str | None:
+        """The three kinds of refusal in the log (at most a line a second per reason: refused again
+        until each has had its line, as an earlier test's refusal may have just taken it)."""
+        text = member.log_path.read_text()[logged:]
+        if all(f": {reason}" in text for reason in ("missing", "invalid", "forbidden")):
+            return text
+        refusals()
+        return None
+
+    refusals()
     for reason in ("missing", "invalid", "forbidden"):
         assert metric(member.client_url, "raftlog_auth_failures_total", port="client",
                       reason=reason) == before[reason] + 1
     assert metric(member.client_url, "raftlog_http_requests_total", method="POST", route="/v1/entries",
                   status="403") >= 1  # counted under its route
-    log = eventually(lambda: (text := member.log_path.read_text()[logged:]).count("refused") >= 3 and text,
-                     "refusals logged")
+    log = eventually(logged_all, "refusals logged")
     assert "refused GET '/v1/cluster' from 127.0.0.1" in log and "refused POST '/v1/entries'" in log
     assert secret_guess not in log and TOKENS["reader"] not in log and SECRET not in log
-
-
-def peer_call(cluster: LocalCluster, member_id: str, path: str, body: bytes,
-              headers: dict[str, str]) -> httpx.Response:
-    with httpx.Client(http1=False, http2=True, timeout=5) as client:  # prior knowledge, as members call
-        return client.post(f"http://127.0.0.1:{cluster.members[member_id].peer_port}{path}", content=body,
-                           headers=headers)
 
 
 def test_peer_calls_without_the_secret_change_nothing(cluster: LocalCluster) -> None:
@@ -121,10 +128,14 @@ def test_peer_calls_without_the_secret_change_nothing(cluster: LocalCluster) -> 
     url = cluster.members[follower].client_url
     status = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
     vote = encode_message(VoteRequest(status["group"], leader, status["term"] + 100, 10**6, 10**9))
-    missing = peer_call(cluster, follower, "/raft/vote", vote, {})
-    wrong = peer_call(cluster, follower, "/raft/vote", vote, bearer("wrong-secret-0123456789abc"))
-    assert (missing.status_code, missing.json()["error"]["code"]) == (401, "UNAUTHENTICATED")
-    assert (wrong.status_code, wrong.json()["error"]["code"]) == (403, "PERMISSION_DENIED")
+    port = cluster.members[follower].peer_port
+    with pytest.raises(grpc.RpcError) as missing:
+        peer_call(port, "Vote", vote)
+    with pytest.raises(grpc.RpcError) as wrong:
+        peer_call(port, "Vote", vote, "wrong-secret-0123456789abc")
+    assert missing.value.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+    assert wrong.value.code() is grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    assert replicate(port, [b"\x00"], "wrong-secret-0123456789abc") == ([], grpc.StatusCode.PERMISSION_DENIED)
     assert metric(url, "raftlog_auth_failures_total", port="peer", reason="missing") >= 1
     assert metric(url, "raftlog_auth_failures_total", port="peer", reason="invalid") >= 1
     after = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
@@ -182,9 +193,9 @@ def test_malformed_pushes_to_a_live_follower_are_refused_with_a_code(cluster: Lo
         after = httpx.get(f"{url}/v1/cluster", headers=bearer(TOKENS["reader"])).json()
         if (after["term"], after["leader"]) == (status["term"], leader):
             break
-    assert codes == [400, Code.EXPIRED_TERM, Code.UNEXPECTED_ARGUMENT, Code.INCONSISTENT_STATE,
-                     Code.INCONSISTENT_STATE]  # truncated; an old leader's; a count of nothing; absurd count
-    #                                            and bad entries; a cut header
+    assert codes == [grpc.StatusCode.INVALID_ARGUMENT, Code.EXPIRED_TERM, Code.UNEXPECTED_ARGUMENT,
+                     Code.INCONSISTENT_STATE, Code.INCONSISTENT_STATE]
+    # garbage; an old leader's; a count of nothing; an absurd count and bad entries; a cut header
     assert after["end_index"] <= status["end_index"] + 1  # nothing of the garbage (the leader's pushes go on)
     index = httpx.post(f"{leader_url(cluster)}/v1/entries", content=b"after garbage",
                        headers=bearer(TOKENS["writer"])).json()["index"]
@@ -194,18 +205,19 @@ def test_malformed_pushes_to_a_live_follower_are_refused_with_a_code(cluster: Lo
 
 
 def malformed_pushes(cluster: LocalCluster, follower: str, leader: str, status: dict[str, Any]) -> list[Any]:
-    """What the follower answers to five malformed pushes: an HTTP status, or a push's code."""
+    """What the follower answers to five malformed pushes: a push's code, or how the stream ended."""
     group, term, end = status["group"], status["term"], status["end_index"]
     garbage = b"\x00\x01" * 100
+    port = cluster.members[follower].peer_port
 
     def push(term: int, first: int, count: int, data: bytes) -> Code:
-        body = b"".join(encode_push(PushRequest(group, leader, term, PushType.APPEND, -1, first, count, data,
-                                                first - 1, term)))
-        answer = peer_call(cluster, follower, "/raft/push", body, bearer(SECRET))
-        assert answer.status_code == 200, answer.text
-        return decode_message(PushResponse, answer.content).code
+        body = encode_push(PushRequest(group, leader, term, PushType.APPEND, -1, first, count, data,
+                                       first - 1, term)).SerializeToString()
+        answers, code = replicate(port, [body], SECRET)
+        assert code is grpc.StatusCode.OK and len(answers) == 1, code
+        return decode_message(PushResponse, answers[0]).code
 
-    truncated = peer_call(cluster, follower, "/raft/push", b"\x00" * 10, bearer(SECRET))
-    assert "shorter than its header" in truncated.text
-    return [truncated.status_code, push(term - 1, end + 1, 1, garbage), push(term, end + 1, 0, garbage),
+    truncated = replicate(port, [b"\x0a\x10cut"], SECRET)
+    assert truncated == ([], grpc.StatusCode.INVALID_ARGUMENT)
+    return [truncated[1], push(term - 1, end + 1, 1, garbage), push(term, end + 1, 0, garbage),
             push(term, end + 1, 2**31 - 1, garbage), push(term, end + 1, 1, garbage[:30])]

@@ -17,8 +17,8 @@ import h2.events
 import httpx
 import pytest
 
+from api.peer_server import PEER_STREAMS_MAX
 from app.launcher import SMALL_FILES, LocalCluster
-from app.server import PEER_STREAMS_MAX
 from tests.processes import eventually, metric, serving
 
 LIMITS = {"max_inflight_requests": 3, "max_request_bytes": 1000, "max_inflight_body_bytes": 1500,

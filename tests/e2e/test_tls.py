@@ -3,14 +3,17 @@ TLS with ALPN) between members; plain connections and certificates of another CA
 
 from __future__ import annotations
 
-import ssl
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
+from api import peer_pb2
 from app.launcher import SMALL_FILES, LocalCluster
+from tests.e2e.peer_port import peer_call
 from tests.pki import Pki
 from tests.processes import eventually, serving
 
@@ -48,28 +51,25 @@ def test_plain_http_and_unknown_cas_are_refused_on_the_client_port(cluster: Loca
         httpx.get(f"{member.client_url}/healthz", verify=stranger.client_context(), timeout=5)
 
 
-def peer_vote(cluster: LocalCluster, context: ssl.SSLContext | None) -> httpx.Response:
-    port = next(iter(cluster.members.values())).peer_port
-    scheme = "http" if context is None else "https"
-    with httpx.Client(http1=False, http2=True, verify=context or False, timeout=5) as client:
-        return client.post(f"{scheme}://127.0.0.1:{port}/raft/status")
+def peer_status(cluster: LocalCluster, credentials: grpc.ChannelCredentials | None) -> bytes:
+    return peer_call(next(iter(cluster.members.values())).peer_port, "Status", b"", credentials=credentials)
 
 
 def test_the_peer_port_takes_only_members_with_a_certificate_of_the_ca(cluster: LocalCluster, pki: Pki,
                                                                        tmp_path: Path) -> None:
-    with pytest.raises(httpx.HTTPError):  # cleartext HTTP/2
-        peer_vote(cluster, None)
-    with pytest.raises(httpx.HTTPError):  # TLS without a client certificate
-        peer_vote(cluster, pki.client_context())
+    ca, key, cert = (Path(p).read_bytes() for p in (pki.ca_file, pki.key, pki.cert))
     stranger = Pki(tmp_path, "stranger")
-    mixed = pki.client_context()  # trusts the member, shows a certificate of another CA
-    mixed.load_cert_chain(str(stranger.cert), str(stranger.key))
-    with pytest.raises(httpx.HTTPError):
-        peer_vote(cluster, mixed)
-    member_like = pki.client_context(with_cert=True)
-    member_like.set_alpn_protocols(["h2"])
-    answer = peer_vote(cluster, member_like)
-    assert answer.http_version == "HTTP/2" and answer.status_code == 405  # /raft/status is a GET: past TLS
+    refused = [None,  # cleartext HTTP/2
+               grpc.ssl_channel_credentials(ca),  # TLS without a client certificate
+               grpc.ssl_channel_credentials(ca, Path(stranger.key).read_bytes(),  # a certificate of another CA
+                                            Path(stranger.cert).read_bytes())]
+    for credentials in refused:
+        with pytest.raises(grpc.RpcError) as refusal:
+            peer_status(cluster, credentials)
+        assert refusal.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    answer = json.loads(peer_pb2.JsonAnswer.FromString(peer_status(cluster, grpc.ssl_channel_credentials(
+        ca, key, cert))).json)
+    assert answer["id"] == "n1"  # past TLS, a member's own status
 
 
 def test_client_certificates_when_the_client_port_has_a_ca(tmp_path: Path, pki: Pki) -> None:

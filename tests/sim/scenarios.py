@@ -184,7 +184,10 @@ async def _nemesis(cluster: SimCluster, rng: random.Random, kind: str) -> list[s
         return [victim]
     elif kind == "damage":  # the in-memory store has no files to damage: a crash
         victim = rng.choice(ids)
-        await cluster.crash(victim, _damage(cluster, victim, rng) if cluster.tmp is not None else None)
+        # One member's data at a time, as the fault model has it: damage while another member is down or
+        # still getting its own lost entries back could leave no quorum that holds a committed entry.
+        alone = all(m.node is not None and not m.node.rejoining for i, m in cluster.members.items() if i != victim)
+        await cluster.crash(victim, _damage(cluster, victim, rng) if cluster.tmp is not None and alone else None)
         return [victim]
     elif kind == "crash-leader" and leader is not None:
         await cluster.crash(leader.config.self_id)

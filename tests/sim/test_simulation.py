@@ -68,7 +68,7 @@ def test_in_async_mode_a_power_outage_loses_what_was_acknowledged_since_the_last
     assert all(converged for _, _, converged in results)
 
 
-@pytest.mark.parametrize("seed", [29, 33])
+@pytest.mark.parametrize("seed", [29, 53])
 def test_damage_found_by_recovery_makes_a_member_rejoin(seed: int) -> None:
     """Seeds whose schedule damages a committed entry twice on a file store: its recovery finds
     it each time (no hand-set flag), the member rejoins, and the group converges again."""

@@ -1,10 +1,10 @@
 """Messages between simulated members cross the wire as the real peer port carries them.
 
 `round_trip` is the in-memory network's `wire` hook: every request and answer
-is encoded with `api.peer_codec` (JSON for control messages, the binary push
-format with its raw entries) and decoded again, so a field the codec drops or
+is encoded with `api.peer_codec` (the protobuf messages of the peer port, a
+push with its raw entries) and decoded again, so a field the codec drops or
 mangles, or a follower that keeps a view into the leader's mapped file, shows
-up in the simulation. Forwarded appends carry their bodies as the batch codec does.
+up in the simulation. Forwarded appends carry their bodies as the peer port does.
 """
 
 from __future__ import annotations
@@ -12,16 +12,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from api.bodies import decode_bodies, encode_bodies
+from api import peer_pb2
 from api.peer_codec import decode_message, decode_push, encode_message, encode_push
 from raft.messages import PushRequest
 
 
 def round_trip(kind: str, message: Any) -> Any:
     if isinstance(message, PushRequest):
-        return decode_push(b"".join(encode_push(message)))
+        return decode_push(encode_push(message).SerializeToString())
     if kind == "append" and isinstance(message, list):
-        return decode_bodies(encode_bodies(message))
+        wire = peer_pb2.AppendRequest(bodies=message).SerializeToString()
+        return list(peer_pb2.AppendRequest.FromString(wire).bodies)
     if isinstance(message, bytes | memoryview):  # a fetched entry, raw
         return bytes(message)
     if dataclasses.is_dataclass(message) and not isinstance(message, type):

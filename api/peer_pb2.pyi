@@ -1,0 +1,211 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PushType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPEND: _ClassVar[PushType]
+    COMMIT: _ClassVar[PushType]
+    COMPARE: _ClassVar[PushType]
+    TRUNCATE: _ClassVar[PushType]
+    INSTALL_SNAPSHOT: _ClassVar[PushType]
+APPEND: PushType
+COMMIT: PushType
+COMPARE: PushType
+TRUNCATE: PushType
+INSTALL_SNAPSHOT: PushType
+
+class PushRequest(_message.Message):
+    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    PRE_LOG_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PRE_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
+    NEXT_POS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    leader_id: str
+    term: int
+    type: PushType
+    commit_index: int
+    first_index: int
+    count: int
+    data: bytes
+    pre_log_index: int
+    pre_log_term: int
+    chain_crc: int
+    next_pos: int
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ...) -> None: ...
+
+class PushResponse(_message.Message):
+    __slots__ = ("code", "term", "index", "end_index", "end_term", "x_term", "x_index", "ack_index")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_TERM_FIELD_NUMBER: _ClassVar[int]
+    X_TERM_FIELD_NUMBER: _ClassVar[int]
+    X_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ACK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    term: int
+    index: int
+    end_index: int
+    end_term: int
+    x_term: int
+    x_index: int
+    ack_index: int
+    def __init__(self, code: _Optional[int] = ..., term: _Optional[int] = ..., index: _Optional[int] = ..., end_index: _Optional[int] = ..., end_term: _Optional[int] = ..., x_term: _Optional[int] = ..., x_index: _Optional[int] = ..., ack_index: _Optional[int] = ...) -> None: ...
+
+class VoteRequest(_message.Message):
+    __slots__ = ("group", "leader_id", "term", "ledger_end_term", "ledger_end_index", "taking_leadership")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TAKING_LEADERSHIP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    leader_id: str
+    term: int
+    ledger_end_term: int
+    ledger_end_index: int
+    taking_leadership: bool
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., taking_leadership: _Optional[bool] = ...) -> None: ...
+
+class VoteResponse(_message.Message):
+    __slots__ = ("term", "result")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    result: str
+    def __init__(self, term: _Optional[int] = ..., result: _Optional[str] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("group", "leader_id", "term", "commit_index")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    leader_id: str
+    term: int
+    commit_index: int
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("code", "term")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    term: int
+    def __init__(self, code: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+
+class TransferRequest(_message.Message):
+    __slots__ = ("group", "leader_id", "term", "transferee_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TRANSFEREE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    leader_id: str
+    term: int
+    transferee_id: str
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., transferee_id: _Optional[str] = ...) -> None: ...
+
+class TransferResponse(_message.Message):
+    __slots__ = ("code", "term")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    term: int
+    def __init__(self, code: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("group", "index")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    index: int
+    def __init__(self, group: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
+class RawEntry(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class ApiError(_message.Message):
+    __slots__ = ("code", "message", "leader", "status")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    leader: str
+    status: int
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., leader: _Optional[str] = ..., status: _Optional[int] = ...) -> None: ...
+
+class AppendRequest(_message.Message):
+    __slots__ = ("bodies",)
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("error", "first_index", "last_index", "term", "positions", "leader")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    error: ApiError
+    first_index: int
+    last_index: int
+    term: int
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    leader: str
+    def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class ReadIndexRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReadIndexResponse(_message.Message):
+    __slots__ = ("error", "committed_index")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    error: ApiError
+    committed_index: int
+    def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., committed_index: _Optional[int] = ...) -> None: ...
+
+class TransferLeadershipRequest(_message.Message):
+    __slots__ = ("target",)
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    def __init__(self, target: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JsonAnswer(_message.Message):
+    __slots__ = ("error", "json")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    error: ApiError
+    json: str
+    def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., json: _Optional[str] = ...) -> None: ...
