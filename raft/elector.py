@@ -58,6 +58,7 @@ class LeaderElector:
         # The first round after a start raises the term: a member that lost its unflushed
         # tail must not lead again in a term whose indices others may hold differently.
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
+        self._unstorable_until = float("-inf")  # a term it could not store: no new try before this, asked or not
         self.last_vote_cost = 0.0
         self.taking_leadership = False
         self.peer_alive: dict[str, bool] = {}
@@ -158,7 +159,8 @@ class LeaderElector:
     # -- candidate ---------------------------------------------------------------------
 
     async def _maintain_as_candidate(self) -> None:
-        if self.node.now() < self.next_time_to_request_vote and not self.need_increase_term_immediately:
+        if self.node.now() < self.next_time_to_request_vote and (not self.need_increase_term_immediately
+                                                                 or self.node.now() < self._unstorable_until):
             await self._sleep_until(self.next_time_to_request_vote)
             return
         async with self.state.lock:
@@ -172,7 +174,7 @@ class LeaderElector:
                     log.warning("%s cannot store a new term (%s); it stands again later", self.config.self_id, exc)
                     self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
                     self.need_increase_term_immediately = False
-                    self.next_time_to_request_vote = self._next_vote_time()
+                    self.next_time_to_request_vote = self._unstorable_until = self._next_vote_time()
                     return
                 self.last_parse_result = ParseResult.WAIT_TO_REVOTE
             else:

@@ -139,10 +139,17 @@ def test_a_member_whose_disk_is_full_during_an_election_takes_part_again_once_sp
     filler = fill(cluster.members[full].data_dir)
     try:
         eventually(lambda: says_full(cluster.members[full].client_url, True), f"{full} to say its disk is full")
+        logged = len(cluster.members[full].log_path.read_text())
         cluster.kill_member(old_leader)  # the term and vote of the next election cannot be written on `full`
         term = status(cluster.members[other].client_url)["term"]
-        eventually(lambda: status(cluster.members[other].client_url)["term"] > term
-                   and status(cluster.members[full].client_url)["role"] != "follower",
+
+        def asked() -> bool:
+            """`other` stood: in a new term, or again in its term (DLedger revotes first), asking `full`
+            for a vote it could not store."""
+            return (status(cluster.members[other].client_url)["term"] > term
+                    or "cannot store a vote" in cluster.members[full].log_path.read_text()[logged:])
+
+        eventually(lambda: asked() and status(cluster.members[full].client_url)["role"] != "follower",
                    f"{other} to stand (asking {full} for a vote it cannot store) and {full} to lose its leader")
     finally:
         filler.unlink()
