@@ -457,3 +457,23 @@ async def test_a_candidate_stopped_mid_round_leaves_no_vote_call_behind() -> Non
         assert not cluster.violations
     finally:
         await cluster.stop()
+
+
+@simulate
+async def test_the_leader_pushes_while_its_own_flush_runs_and_counts_itself_once_flushed() -> None:
+    """Raft thesis §10.2.1: the leader's disk and the network in parallel."""
+    cluster = SimCluster(seed=31, power_loss=True)
+    try:
+        leader = await stable(cluster)
+        follower, away = (n for n in cluster.running if n is not leader)
+        cluster.network.partition({leader.config.self_id, follower.config.self_id}, {away.config.self_id})
+        leader.store.fsync_s = 0.5  # type: ignore[attr-defined]  # a slow disk on the leader alone
+        index = leader.store.end_index + 1
+        append = asyncio.create_task(leader.append([b"both at once"]))
+        assert await run_until(cluster, lambda: follower.store.ack_end_index >= index, 0.1)  # durable there
+        assert leader.store.durable_end_index < index and leader.committed_index < index  # a quorum needs it
+        assert not append.done()
+        assert (await append).last_index == index  # once its own flush is done
+        assert leader.committed_index >= index and leader.store.durable_end_index >= index
+    finally:
+        await cluster.stop()
