@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError, Message
 
 from api import peer_pb2 as pb
 from api.errors import ApiError
-from api.peer_codec import PeerMessageError, decode_message, encode_message, encode_push
+from api.peer_codec import PeerMessageError, decode_message, decode_push_response, encode_message, encode_push
 from raft.config import Peer
 from raft.messages import (
     Code,
@@ -280,7 +280,7 @@ class GrpcPushStream:
                     return
                 if not self._waiting:
                     raise PeerMessageError("an answer to no push")
-                response = decode_message(PushResponse, data)
+                response = decode_push_response(data)
                 answer, sent, size = self._waiting.popleft()
                 self.client.answered(self.peer_id)
                 if on_push is not None:

@@ -28,7 +28,7 @@ from api import peer_pb2 as pb
 from api.auth import AuthFailures, is_secret, secret_digest
 from api.errors import ApiError
 from api.peer_client import PeerTls, api_error_message, channel_options
-from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message
+from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push_response
 from api.service import LogService
 from raft.messages import Code, FetchRequest, HeartbeatRequest, PushResponse, TransferRequest, VoteRequest
 from raft.node import RaftNode
@@ -99,7 +99,7 @@ class PeerService:
         intake = asyncio.ensure_future(self._take_pushes(requests, answers))
         try:
             while (answer := await answers.get()) is not None:
-                yield encode_message(await answer)
+                yield encode_push_response(await answer)
             intake.result()  # a push that did not decode ends the stream with its error
         except PeerMessageError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

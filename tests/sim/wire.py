@@ -13,13 +13,22 @@ import dataclasses
 from typing import Any
 
 from api import peer_pb2
-from api.peer_codec import decode_message, decode_push, encode_message, encode_push
-from raft.messages import PushRequest
+from api.peer_codec import (
+    decode_message,
+    decode_push,
+    decode_push_response,
+    encode_message,
+    encode_push,
+    encode_push_response,
+)
+from raft.messages import PushRequest, PushResponse
 
 
 def round_trip(kind: str, message: Any) -> Any:
     if isinstance(message, PushRequest):
         return decode_push(encode_push(message).SerializeToString())
+    if isinstance(message, PushResponse):
+        return decode_push_response(encode_push_response(message))
     if kind == "append" and isinstance(message, list):
         wire = peer_pb2.AppendRequest(bodies=message).SerializeToString()
         return list(peer_pb2.AppendRequest.FromString(wire).bodies)
