@@ -5,9 +5,10 @@ status). Every call carries the cluster secret, when there is one.
 One channel (one HTTP/2 connection) per peer. Replication is one long-lived
 bidirectional stream per follower (`GrpcPushStream`); everything else is a
 unary call with a deadline. Keepalive pings find a dead or silent peer, and
-the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). Calls wait
-for the connection within their deadline (wait_for_ready), so a member just
-back is reached even while the channel still backs off from its absence. A peer that
+the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). While a peer
+is known down, calls to it fail at once, as a refused connection does: a vote
+round must not wait for a dead member's answer, nor a client for a forward to a
+dead leader (it gets NETWORK_ERROR and asks again, or another member). A peer that
 is down, slow or answers garbage raises PeerUnavailable: a failed call the
 caller retries on its own timer. A call that failed is never sent again: the
 peer may have acted on it.
@@ -52,7 +53,7 @@ SERVICE = "/raftlog.peer.v1.Peer/"
 UNREACHABLE_WARN_S = 10.0
 KEEPALIVE_MS = 2000  # a ping on a connection quiet this long ...
 KEEPALIVE_TIMEOUT_MS = 5000  # ... unanswered this long: the peer is gone, the connection closed
-RECONNECT_BACKOFF_MS = (100, 1000)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
+RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
 
@@ -110,7 +111,7 @@ class PeerClient:
     def open_stream(self, peer_id: str) -> GrpcPushStream:
         channel = self._channel(peer_id, "Replicate")
         call = channel.stream_stream(SERVICE + "Replicate", request_serializer=_serialize,
-                                     response_deserializer=None)(metadata=self._metadata, wait_for_ready=True)
+                                     response_deserializer=None)(metadata=self._metadata)
         return GrpcPushStream(self, peer_id, call)
 
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
@@ -172,7 +173,7 @@ class PeerClient:
     async def _unary(self, peer_id: str, method: str, request: bytes, timeout_s: float) -> bytes:
         call = self._channel(peer_id, method).unary_unary(SERVICE + method)
         try:
-            answer: bytes = await call(request, timeout=timeout_s, metadata=self._metadata, wait_for_ready=True)
+            answer: bytes = await call(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:  # refused, reset, timed out, a protocol error, a wrong secret
             raise self.failed(peer_id, method, exc) from None
         self.answered(peer_id)
