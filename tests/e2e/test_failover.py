@@ -139,8 +139,16 @@ def test_leadership_transfer_through_any_member(make_cluster: ClusterFactory) ->
     became = 'raftlog_role_changes_total{role="leader"}'
     assert any(line.startswith(became) and float(line.split()[-1]) >= 1
                for line in httpx.get(f"{target_url}/metrics").text.splitlines()), "the target never led"
-    after = httpx.post(f"{asked}/v1/entries", content=b"after the transfer")  # to whoever leads now
-    assert after.status_code == 201 and after.json()["leader"] == cluster.wait_leader()
+
+    def appended_after() -> httpx.Response | None:
+        """To whoever leads now. A member that has not yet heard from the new leader answers 503 with
+        Retry-After, and nothing was appended: a client asks again."""
+        answer = httpx.post(f"{asked}/v1/entries", content=b"after the transfer")
+        assert answer.status_code in (201, 503), answer.text
+        return answer if answer.status_code == 201 else None
+
+    after = eventually(appended_after, "an append after the transfer")
+    assert after.json()["leader"] == cluster.wait_leader()
 
     unknown = httpx.post(f"{asked}/v1/cluster/leader", json={"target": "n9"})
     assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "UNKNOWN_MEMBER"
