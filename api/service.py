@@ -1,5 +1,5 @@
 """What the routes do, apart from HTTP: appends through the leader, consistent reads,
-cluster status, leadership transfer. Public and peer routes share it.
+cluster status, leadership transfer. The public routes and the peer port share it.
 
 Reads serve committed entries only. A committed entry never changes, so a
 member whose own commit index has reached I answers at once; otherwise a

@@ -1,4 +1,4 @@
-"""The public API between simulated members: what `api.peer_routes` serves and
+"""The public API between simulated members: what `api.peer_server` serves and
 `api.peer_client.PeerClient` calls, over the simulated network.
 
 With these, each member runs the real `api.service.LogService`: a client's
