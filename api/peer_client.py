@@ -45,7 +45,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport import PeerUnavailable
+from raft.transport import PeerUnavailable, fail_push
 
 log = logging.getLogger("raftlog.api.peers")
 
@@ -175,7 +175,7 @@ class PeerClient:
         try:
             answer: bytes = await call(request, timeout=timeout_s, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:  # refused, reset, timed out, a protocol error, a wrong secret
-            raise self.failed(peer_id, method, exc) from None
+            raise PeerUnavailable(f"{peer_id} {method}: {self.failed(peer_id, method, exc)}") from None
         self.answered(peer_id)
         return answer
 
@@ -188,8 +188,8 @@ class PeerClient:
     def answered(self, peer_id: str) -> None:
         self.last_contact[peer_id] = time.monotonic()
 
-    def failed(self, peer_id: str, what: str, exc: Exception) -> PeerUnavailable:
-        """The error a failed call raises; a peer silent for UNREACHABLE_WARN_S gets a warning, once
+    def failed(self, peer_id: str, what: str, exc: Exception) -> str:
+        """Why a call failed, in a line; a peer silent for UNREACHABLE_WARN_S gets a warning, once
         per UNREACHABLE_WARN_S."""
         reason = _describe(exc)
         now = time.monotonic()
@@ -197,7 +197,7 @@ class PeerClient:
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now
             log.warning("%s has not answered for %.0f s; last error (%s): %s", peer_id, silent, what, reason)
-        return PeerUnavailable(f"{peer_id} {what}: {reason}")
+        return reason
 
 
 class GrpcPushStream:
@@ -225,7 +225,7 @@ class GrpcPushStream:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[PushResponse] = loop.create_future()
         if self._broken is not None:
-            _fail(answer, f"{self.peer_id} Replicate: {self._broken}")
+            fail_push(answer, f"{self.peer_id} Replicate: {self._broken}")
             return answer
         self._outbox.append(encode_push(request))  # the entries are copied now
         self._waiting.append((answer, loop.time(), len(request.data)))
@@ -244,7 +244,7 @@ class GrpcPushStream:
             task.cancel()
         self._call.cancel()
         for answer, _sent, _size in self._waiting:
-            _fail(answer, f"{self.peer_id} Replicate: {reason}")
+            fail_push(answer, f"{self.peer_id} Replicate: {reason}")
         self._waiting.clear()
         self._outbox.clear()
 
@@ -294,17 +294,11 @@ class GrpcPushStream:
             self._break(exc)
 
     def _break(self, exc: Exception) -> None:
-        self.close(str(self.client.failed(self.peer_id, "Replicate", exc)).removeprefix(f"{self.peer_id} Replicate: "))
+        self.close(self.client.failed(self.peer_id, "Replicate", exc))
 
 
 def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
-
-
-def _fail(answer: asyncio.Future[Any], message: str) -> None:
-    if not answer.done():
-        answer.set_exception(PeerUnavailable(message))
-        answer.exception()  # retrieved: a push whose waiter has gone must not log it
 
 
 def _describe(exc: Exception) -> str:

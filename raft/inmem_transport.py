@@ -39,7 +39,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport import PeerHandler, PeerUnavailable
+from raft.transport import PeerHandler, PeerUnavailable, fail_push
 
 log = logging.getLogger("raftlog.raft.inmem_transport")
 
@@ -162,7 +162,7 @@ class InMemoryStream:
     def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         answer: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
         if self._broken:
-            _fail(answer, f"the stream {self.source}->{self.target} is closed")
+            fail_push(answer, f"the stream {self.source}->{self.target} is closed")
         else:
             deadline = asyncio.get_running_loop().time() + self.network.rpc_timeout_s
             try:
@@ -180,9 +180,9 @@ class InMemoryStream:
         for task in self._tasks:
             task.cancel()
         for _request, answer, _deadline in self._outbox:
-            _fail(answer, f"the stream {self.source}->{self.target} {reason}")
+            fail_push(answer, f"the stream {self.source}->{self.target} {reason}")
         for _task, answer, _deadline, _fate in self._inflight:
-            _fail(answer, f"the stream {self.source}->{self.target} {reason}")
+            fail_push(answer, f"the stream {self.source}->{self.target} {reason}")
         self._outbox.clear()
         self._inflight.clear()
 
@@ -236,12 +236,6 @@ class InMemoryStream:
         oldest = min((waiting[2] for waiting in (*self._inflight, *self._outbox)), default=deadline)
         await asyncio.sleep(max(0.0, oldest - asyncio.get_running_loop().time()))
         self.close(reason)
-
-
-def _fail(answer: asyncio.Future[Any], message: str) -> None:
-    if not answer.done():
-        answer.set_exception(PeerUnavailable(message))
-        answer.exception()  # retrieved: a push whose waiter has gone must not log it
 
 
 class InMemoryTransport:

@@ -12,6 +12,7 @@ failed call to retry.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Protocol
 
@@ -30,6 +31,14 @@ from raft.messages import (
 
 class PeerUnavailable(Exception):
     """No answer from a peer: refused, lost, timed out, or a protocol error."""
+
+
+def fail_push(answer: asyncio.Future[PushResponse], message: str) -> None:
+    """Settle a push's answer as failed (PeerUnavailable), unless it is settled already; the
+    failure counts as seen, so a push whose waiter has gone does not log it."""
+    if not answer.done():
+        answer.set_exception(PeerUnavailable(message))
+        answer.exception()
 
 
 class PushStream(Protocol):
