@@ -131,13 +131,33 @@ def test_a_stream_stopped_and_restarted_delivers_every_entry_once(spark: Any, lo
 
 
 def copy_data_dirs(loaded: Loaded, to: Path) -> list[Path]:
-    loaded.wait_replicated()
+    """Copies of the members' data dirs, each with a checkpoint that holds the whole log as committed.
+
+    The node keeps its checkpoint locked (SQLite's exclusive WAL mode), so it cannot be read in place,
+    and a file copy of it is not a snapshot: the WAL can be folded into the main file between the two
+    copies, which gives an older state. So the checkpoint is copied again until the copy is current."""
+    committed = loaded.wait_replicated()
     copies = []
     for member in loaded.cluster.members.values():
         copy = to / member.id
-        shutil.copytree(member.data_dir, copy, ignore=shutil.ignore_patterns("LOCK"))
+        shutil.copytree(member.data_dir, copy, ignore=shutil.ignore_patterns("LOCK", "checkpoint.db*"))
+        eventually(lambda src=member.data_dir, dst=copy: copy_checkpoint(src, dst) >= committed,
+                   f"a copy of {member.id}'s checkpoint that holds index {committed} as committed")
         copies.append(copy)
     return copies
+
+
+def copy_checkpoint(data_dir: Path, to: Path) -> int:
+    """Copies the checkpoint's files; returns the committed index the copy holds (-1 if it is torn)."""
+    for name in ("checkpoint.db", "checkpoint.db-wal"):
+        (to / name).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.copyfile(data_dir / name, to / name)
+    try:
+        with contextlib.closing(sqlite3.connect(to / "checkpoint.db")) as copy:
+            return copy.execute("SELECT committed_index FROM raft_state").fetchone()[0]
+    except sqlite3.DatabaseError:
+        return -1
 
 
 def test_the_offline_reader_on_a_copied_data_dir_matches_the_online_read(spark: Any, loaded: Loaded,
