@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -47,6 +48,11 @@ class NodeMetrics:
                                   "How late the node's event loop wakes a 50 ms timer", buckets=LATENCY_BUCKETS,
                                   registry=r)
         r.register(_StateCollector(node))
+        # labels() costs microseconds (a lock, a str() of each value): the hot paths keep the children
+        self.append_outcome = functools.cache(self.append_requests.labels)
+        self.request_outcome = functools.cache(self.http_requests.labels)
+        self._push_latency = functools.cache(self.push_latency.labels)
+        self._pushed_bytes = functools.cache(self.pushed_bytes.labels)
         node.state.add_role_listener(lambda _term, role: self.role_changes.labels(role.value).inc())
 
     async def watch_loop_lag(self, interval_s: float = 0.05) -> None:
@@ -65,8 +71,8 @@ class NodeMetrics:
               registry=self.registry).set_function(body_bytes)
 
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
-        self.push_latency.labels(peer).observe(seconds)
-        self.pushed_bytes.labels(peer).inc(size)
+        self._push_latency(peer).observe(seconds)
+        self._pushed_bytes(peer).inc(size)
 
 
 class _StateCollector(Collector):
@@ -116,7 +122,7 @@ class CountRequests:
 
     def __init__(self, app: Callable[..., Awaitable[None]], metrics: NodeMetrics) -> None:
         self.app = app
-        self.requests = metrics.http_requests
+        self.requests = metrics.request_outcome
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -135,4 +141,4 @@ class CountRequests:
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"  # bounded labels
-            self.requests.labels(route, method, str(status)).inc()
+            self.requests(route, method, str(status)).inc()

@@ -131,9 +131,9 @@ class EntryHandlers:
             bodies = await bodies_of()
             answer = await self.service.append(bodies)
         except ApiError as exc:
-            metrics.append_requests.labels(exc.code.name).inc()
+            metrics.append_outcome(exc.code.name).inc()
             raise
-        metrics.append_requests.labels(Code.SUCCESS.name).inc()
+        metrics.append_outcome(Code.SUCCESS.name).inc()
         metrics.appended_entries.inc(len(bodies))
         metrics.appended_bytes.inc(sum(map(len, bodies)))
         metrics.commit_latency.observe(time.perf_counter() - started)

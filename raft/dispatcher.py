@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("raftlog.raft.dispatcher")
 
 COMMIT_NOTICE_INTERVAL_S = 1.0  # DLedger's doCommit: at least this often when there is nothing to push
+# A follower behind on the commit index is told by the next push, or by a COMMIT notice this long after:
+# under steady appends the next push comes first, and a notice per commit doubled the peer messages.
+COMMIT_NOTICE_DELAY_S = 0.005
 
 
 class DispatcherState(Enum):
@@ -76,6 +79,7 @@ class EntryDispatcher:
         self.epoch = 0  # bumped whenever in-flight pushes are written off
         self.peer_commit_index = -1  # the commit index the follower was last told
         self._last_notice = float("-inf")  # when the last COMMIT notice went out
+        self._notice_due: float | None = None  # when a COMMIT notice goes out unless a push carries it first
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
@@ -242,11 +246,14 @@ class EntryDispatcher:
             return
         if (self.write_index > store.end_index or len(self.pending) >= self.config.push_window_max
                 or self.inflight_bytes >= self.config.push_inflight_bytes_max):
-            if not self.pending and (self.peer_commit_index < self.node.state.committed_index
-                                     or self.node.now() - self._last_notice >= COMMIT_NOTICE_INTERVAL_S):
-                await self._commit_notice(term)  # also now and then: a follower may have restarted
-                return
-            await self._wait(self.config.max_push_timeout_ms / 1000)
+            wait = self.config.max_push_timeout_ms / 1000
+            if not self.pending:
+                notice_in = self._notice_in()
+                if notice_in <= 0:
+                    await self._commit_notice(term)
+                    return
+                wait = min(wait, notice_in)
+            await self._wait(wait)
             return
         raw = store.read_range(self.write_index, self.config.push_entries_max, self.config.push_bytes_max)
         delay = self._throttle(raw.data)
@@ -258,6 +265,7 @@ class EntryDispatcher:
         self.pending[raw.first_index] = self.node.now()
         self.write_index = raw.first_index + raw.count
         self.peer_commit_index = request.commit_index
+        self._notice_due = None
         size = len(raw.data)
         self.inflight_bytes += size  # counted now: a burst of pushes is made before any of them runs
         task = asyncio.create_task(self._push(term, self.epoch, request, self._send(request)))
@@ -318,8 +326,20 @@ class EntryDispatcher:
         return bool(self.pending) and (self.node.now() - min(self.pending.values())
                                        > self.config.max_push_timeout_ms / 1000)
 
+    def _notice_in(self) -> float:
+        """Seconds until a COMMIT notice is due: COMMIT_NOTICE_DELAY_S after the follower fell behind on
+        the commit index, and now and then anyway (a follower may have restarted)."""
+        now = self.node.now()
+        if self.peer_commit_index < self.node.state.committed_index and self._notice_due is None:
+            self._notice_due = now + COMMIT_NOTICE_DELAY_S
+        due = self._last_notice + COMMIT_NOTICE_INTERVAL_S
+        if self._notice_due is not None:
+            due = min(due, self._notice_due)
+        return due - now
+
     async def _commit_notice(self, term: int) -> None:
         self._last_notice = self.node.now()
+        self._notice_due = None
         request = self._request(term, PushType.COMMIT)
         response = await self._call(request)
         if response.code is Code.SUCCESS:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -97,6 +97,9 @@ class RaftNode:
         self._watermarks: dict[str, int] = {}
         self._watermark_term = -1
         self._pending: OrderedDict[int, asyncio.Future[None]] = OrderedDict()
+        # When each waiting append gives up (max_wait_ack_ms), in append order: one timer serves them all.
+        self._ack_deadlines: deque[tuple[float, int, asyncio.Future[None]]] = deque()
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._term_first_index = -1  # the leader's NOOP: reads wait for it to commit
         self.leader_commit_index = -1  # a follower: the commit index its leader last told it
         # A member that lost committed entries (a damaged disk, cut away on open) may not know what was
@@ -192,14 +195,8 @@ class RaftNode:
             raise PendingFullError(f"{len(self._pending)} appends are waiting for a quorum")
         appended = await self._append_local(bodies, self.state.current_term, Magic.NORMAL)
         future = self._pending.get(appended.last_index)
-        if future is None:  # committed already (a single-member group)
-            return appended
-        try:
-            async with asyncio.timeout(self.config.max_wait_ack_ms / 1000):
-                await asyncio.shield(future)
-        except TimeoutError:
-            raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
-                                  f"{self.config.max_wait_ack_ms} ms", self.state.leader_id) from None
+        if future is not None:  # else committed already (a single-member group)
+            await future  # fails with AckTimeoutError after max_wait_ack_ms: see _expire_waits
         return appended
 
     async def _append_local(self, bodies: Sequence[bytes], term: int, magic: int) -> Appended:
@@ -209,7 +206,11 @@ class RaftNode:
             result = await self.store.append_as_leader(bodies, term, magic)
         last = result.first_index + len(bodies) - 1
         if last > self.state.committed_index:
-            self._pending[last] = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            future = self._pending[last] = loop.create_future()
+            self._ack_deadlines.append((loop.time() + self.config.max_wait_ack_ms / 1000, last, future))
+            if self._ack_timer is None:
+                self._ack_timer = loop.call_at(self._ack_deadlines[0][0], self._expire_waits)
         self._appended.set()
         self._check_quorum()
         for dispatcher in self.dispatchers.values():
@@ -224,12 +225,31 @@ class RaftNode:
             await self.store.wait_durable()
             self._check_quorum()
 
+    def _expire_waits(self) -> None:
+        """Appends waiting longer than max_wait_ack_ms are answered with a timeout; their entries stay
+        pending and may still commit. Deadlines come in append order, so one timer runs at the oldest
+        (a timer per append cost more CPU than the rest of the wait)."""
+        self._ack_timer = None
+        deadlines, now = self._ack_deadlines, self.now()
+        while deadlines and (deadlines[0][2].done() or deadlines[0][0] <= now):
+            _deadline, last, future = deadlines.popleft()
+            if not future.done():
+                future.set_exception(AckTimeoutError(f"no quorum for index {last} within "
+                                                     f"{self.config.max_wait_ack_ms} ms", self.state.leader_id))
+                future.exception()  # retrieved here: a waiter that gave up will not see it
+        if deadlines:
+            self._ack_timer = asyncio.get_running_loop().call_at(deadlines[0][0], self._expire_waits)
+
     def _fail_pending(self, error: RaftError) -> None:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # retrieved here: a waiter that gave up will not see it
         self._pending.clear()
+        self._ack_deadlines.clear()
+        if self._ack_timer is not None:
+            self._ack_timer.cancel()
+            self._ack_timer = None
 
     # -- quorum ------------------------------------------------------------------------
 
