@@ -11,7 +11,9 @@ it takes any number of connections, and headers of any size. Here:
   else 408 and the connection closes, or, when the route is already reading the
   body, the connection closes and the route sees the client gone;
 - a request line and headers over `max_header_bytes` answer 431 and close: the
-  parser is fed at most that many bytes of a header section, however they come.
+  parser is fed at most that many bytes of a header section, however they come;
+and an answer's head and body leave in one send (CorkedTransport): a small
+append's answer cost a system call and a packet more.
 
 The deadline runs only while the client is the one to act: not while a request
 waits behind another on the same connection (uvicorn pauses reading until the
@@ -34,6 +36,7 @@ from raft.messages import Code
 log = logging.getLogger("raftlog.server")
 
 REFUSAL_LOG_INTERVAL_S = 1.0
+CORK_BYTES_MAX = 64 * 1024  # held for the end of the turn; more is written at once
 
 
 def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int) -> type[asyncio.Protocol]:
@@ -47,6 +50,7 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._header_bytes = 0  # of the header section being received
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
             self._mid_message = False  # a request has begun and not fully arrived
+            self._corked = CorkedTransport(transport, self.loop)
             if len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refused_logged[0] >= REFUSAL_LOG_INTERVAL_S:  # a flood of them is one line a second
@@ -88,6 +92,8 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._in_headers = False
             self._header_bytes = 0
             super().on_headers_complete()
+            if self.cycle is not None:  # the request's answer goes out through the corked transport
+                self.cycle.transport = self._corked  # type: ignore[assignment]
 
         def on_message_complete(self) -> None:
             self._mid_message = False
@@ -136,3 +142,36 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self.transport.close()
 
     return GuardedHttpProtocol
+
+
+class CorkedTransport:
+    """A transport whose writes in one turn of the event loop leave in one send.
+
+    uvicorn writes an answer's status line and headers, then its body, as two
+    sends: two system calls and two packets for every small answer."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+        self._held_bytes = 0
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self._release)
+        self._held.append(data)
+        self._held_bytes += len(data)
+        if self._held_bytes >= CORK_BYTES_MAX:  # the transport's flow control sees big answers at once
+            self._release()
+
+    def close(self) -> None:
+        self._release()
+        self._transport.close()
+
+    def _release(self) -> None:
+        held, self._held, self._held_bytes = self._held, [], 0
+        if held and not self._transport.is_closing():
+            self._transport.write(b"".join(held))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)

@@ -13,7 +13,7 @@ from typing import Any
 
 import uvicorn
 
-from app.client_protocol import guarded_protocol
+from app.client_protocol import CORK_BYTES_MAX, CorkedTransport, guarded_protocol
 from app.launcher import free_ports
 from app.server import bind
 
@@ -116,3 +116,54 @@ async def test_connections_beyond_the_limit_are_refused_with_retry_after() -> No
         for _, w in held:
             w.close()
 
+
+
+class Recorded(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.sent.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+async def test_an_answer_written_in_pieces_in_one_turn_leaves_in_one_send() -> None:
+    """uvicorn writes the head and the body apart; they go out together, and nothing is lost at close."""
+    real = Recorded()
+    corked = CorkedTransport(real, asyncio.get_running_loop())
+    corked.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    corked.write(b"ok")
+    assert real.sent == []
+    await asyncio.sleep(0)  # the end of the turn
+    assert real.sent == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
+    corked.write(b"last words")
+    corked.close()
+    assert real.sent[1:] == [b"last words"] and real.closed
+
+
+async def test_a_big_answer_is_not_held_back_from_flow_control() -> None:
+    real = Recorded()
+    corked = CorkedTransport(real, asyncio.get_running_loop())
+    corked.write(b"x" * (CORK_BYTES_MAX - 1))
+    assert real.sent == []
+    corked.write(b"y")
+    assert real.sent == [b"x" * (CORK_BYTES_MAX - 1) + b"y"]  # at once: the writer may be told to pause
+
+
+async def test_pipelined_answers_and_a_closing_answer_arrive_whole() -> None:
+    async with serving(Echo()) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\n\r\nabc"
+                     b"POST /echo HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 3\r\n\r\ndef")
+        assert (await answer(reader))[::2] == (200, b"abc")
+        status, headers, body = await answer(reader)
+        assert (status, headers["connection"], body) == (200, "close", b"def")
+        assert await reader.read() == b""
+        writer.close()
