@@ -19,7 +19,7 @@ from api.public import create_public_app, serve_public
 from api.service import LogService
 from app.admin import install_admin_page
 from app.settings import NodeSettings
-from raft.node import RaftNode
+from raft.node import RaftNode, trusted_commit_end
 from storage import Checkpoint, CleanService, CorruptLogError, Store
 
 log = logging.getLogger("raftlog.node")
@@ -32,11 +32,7 @@ class Node:
         self.settings = settings
         self.checkpoint = checkpoint
         self.store = store
-        # In flush_mode "async" a quorum acknowledges entries before flushing them: after a power loss the
-        # group may have gone on without one this member counts as committed, so it learns the commit index
-        # from its leader again (or it would refuse to truncate that entry for ever)
-        trusted = store.end_index if store.config.flush_mode == "sync" else store.before_begin_index
-        state = checkpoint.load(trusted)
+        state = checkpoint.load(trusted_commit_end(store.config.flush_mode, store))
         config = settings.raft_config()
         secret = settings.secret()
         self.peers = PeerClient(config.self_id, config.peers, rpc_timeout_ms=config.rpc_timeout_ms,

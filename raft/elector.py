@@ -71,7 +71,7 @@ class LeaderElector:
         while True:
             self.wake.clear()  # before looking at the state: a wake-up from now on is kept
             if self.node.passive:
-                await self._sleep_until(float("inf"))
+                await self._maintain_as_passive()
             elif self.state.is_leader:
                 await self._maintain_as_leader()
             elif self.state.is_follower:
@@ -155,6 +155,18 @@ class LeaderElector:
                 log.info("%s lost leader %s (no heartbeat for %.0f ms)", self.config.self_id,
                          self.state.leader_id, self._leak() * 1000)
                 self.state.change_to_candidate(self.state.current_term)
+
+    async def _maintain_as_passive(self) -> None:
+        """Never a candidate: a leader unheard for as long as makes a follower stand is forgotten."""
+        deadline = self.last_leader_heartbeat + self._leak()
+        if self.state.leader_id is None or self.node.now() < deadline:
+            await self._sleep_until(float("inf") if self.state.leader_id is None else deadline)
+            return
+        async with self.state.lock:
+            if self.state.leader_id is not None and self.node.now() >= self.last_leader_heartbeat + self._leak():
+                log.info("%s lost leader %s (no heartbeat for %.0f ms); it does not stand", self.config.self_id,
+                         self.state.leader_id, self._leak() * 1000)
+                self.state.lose_leader()
 
     # -- candidate ---------------------------------------------------------------------
 
@@ -293,6 +305,7 @@ class LeaderElector:
                 self.last_leader_heartbeat = self.node.now()
                 self.taking_leadership = False
                 self.state.change_to_follower(request.term, request.leader_id)
+                self.wake.set()  # a member that never stands now watches this leader's beats
             elif action is HeartbeatAction.STEP_UP_TERM:
                 self.state.change_to_candidate(request.term)
                 self.need_increase_term_immediately = True

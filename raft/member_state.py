@@ -75,6 +75,11 @@ class MemberState:
         assert term == self.current_term, "follow only a leader of the current term"
         self._set_role(Role.FOLLOWER, leader_id)
 
+    def lose_leader(self) -> None:
+        """A member that never stands (a learner, a member rejoining) stops naming a leader it no
+        longer hears from, and follows the next one that reaches it."""
+        self._set_role(Role.FOLLOWER, None)
+
     def change_to_leader(self, term: int) -> None:
         assert term == self.current_term, "lead only in the current term"
         assert not self.config.is_learner, "a learner never leads"

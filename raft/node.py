@@ -67,6 +67,16 @@ class ProgressStore(TermStore, Protocol):
     def note_progress(self, committed_index: int, applied_index: int) -> None: ...
 
 
+def trusted_commit_end(flush_mode: str, store: LogStore) -> int:
+    """How far a restarted member believes the commit index in its checkpoint.
+
+    In flush_mode "async" a quorum acknowledges entries before flushing them: after a power loss the
+    group may have gone on without one this member counts as committed, so it learns the commit index
+    from its leader again (or it would refuse to truncate that entry for ever). In "sync" mode what it
+    holds after recovery is all it may count."""
+    return store.end_index if flush_mode == "sync" else store.before_begin_index
+
+
 @dataclass(frozen=True, slots=True)
 class Appended:
     first_index: int

@@ -126,6 +126,14 @@ async def test_learners_receive_the_log_but_never_vote_or_count() -> None:
             await leader.append([b"no quorum"])
         assert learner.role is Role.FOLLOWER  # never a candidate
         assert learner.elector.elections == 0
+        # the leader gone too: the learner stops naming it, and follows the next leader
+        await cluster.crash(leader.config.self_id)
+        assert await run_until(cluster, lambda: learner.leader_id is None, 5.0)
+        assert learner.role is Role.FOLLOWER and learner.elector.elections == 0
+        for voter in ("n0", "n1", "n2"):
+            cluster.start(voter)
+        assert await run_until(cluster, lambda: (new := cluster.leader()) is not None
+                               and learner.leader_id == new.config.self_id, 10.0)
     finally:
         await cluster.stop()
 

@@ -34,7 +34,7 @@ from raft.config import RaftConfig, parse_peers
 from raft.errors import RaftError
 from raft.inmem_transport import Fate, Network
 from raft.messages import Code, Role
-from raft.node import RaftNode
+from raft.node import RaftNode, trusted_commit_end
 from storage import CorruptLogError, Store, StoreConfig
 from storage.codec import Magic
 from storage.memory import MemoryCheckpoint, MemoryStore
@@ -262,7 +262,7 @@ class SimCluster:
         member = self.members[node_id]
         cp = member.checkpoint
         config = RaftConfig(self_id=node_id, peers=self.peers, rpc_timeout_ms=300, **self.overrides)
-        committed = cp.committed_index if self.flush_mode == "sync" else member.store.before_begin_index  # app.node's
+        committed = min(cp.committed_index, trusted_commit_end(self.flush_mode, member.store))  # as app.node
         node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
                         voted_for=cp.voted_for, committed_index=committed,
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
