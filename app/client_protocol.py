@@ -45,12 +45,13 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            # every write on the connection goes through the cork, so they keep their order and a close
+            # (a shutdown, a slow client) sends what is held first
+            super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
             self._deadline: asyncio.TimerHandle | None = None
             self._header_bytes = 0  # of the header section being received
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
             self._mid_message = False  # a request has begun and not fully arrived
-            self._corked = CorkedTransport(transport, self.loop)
             if len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refused_logged[0] >= REFUSAL_LOG_INTERVAL_S:  # a flood of them is one line a second
@@ -92,8 +93,6 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._in_headers = False
             self._header_bytes = 0
             super().on_headers_complete()
-            if self.cycle is not None:  # the request's answer goes out through the corked transport
-                self.cycle.transport = self._corked  # type: ignore[assignment]
 
         def on_message_complete(self) -> None:
             self._mid_message = False
@@ -167,6 +166,9 @@ class CorkedTransport:
     def close(self) -> None:
         self._release()
         self._transport.close()
+
+    def is_closing(self) -> bool:  # asked several times a request: not through __getattr__
+        return self._transport.is_closing()
 
     def _release(self) -> None:
         held, self._held, self._held_bytes = self._held, [], 0
