@@ -11,9 +11,11 @@ it takes any number of connections, and headers of any size. Here:
   else 408 and the connection closes, or, when the route is already reading the
   body, the connection closes and the route sees the client gone;
 - a request line and headers over `max_header_bytes` answer 431 and close: the
-  parser is fed at most that many bytes of a header section, however they come;
-and an answer's head and body leave in one send (CorkedTransport): a small
-append's answer cost a system call and a packet more.
+  parser is fed at most that many bytes of a header section, however they come.
+
+Every write goes through CorkedTransport, so an answer's head and body leave
+in one send: uvicorn writes them apart, a system call and a packet more for
+every small answer.
 
 The deadline runs only while the client is the one to act: not while a request
 waits behind another on the same connection (uvicorn pauses reading until the

@@ -70,11 +70,9 @@ class LeaderElector:
     async def run(self) -> None:
         while True:
             self.wake.clear()  # before looking at the state: a wake-up from now on is kept
-            if self.node.passive:
-                await self._maintain_as_passive()
-            elif self.state.is_leader:
+            if self.state.is_leader:
                 await self._maintain_as_leader()
-            elif self.state.is_follower:
+            elif self.state.is_follower or self.node.passive:
                 await self._maintain_as_follower()
             else:
                 await self._maintain_as_candidate()
@@ -146,6 +144,11 @@ class LeaderElector:
     # -- follower ----------------------------------------------------------------------
 
     async def _maintain_as_follower(self) -> None:
+        """A leader unheard for the heartbeat leak is lost: a follower stands; a member that never
+        stands (a learner, a member rejoining) only stops naming it, and waits for the next."""
+        if self.node.passive and (not self.state.is_follower or self.state.leader_id is None):
+            await self._sleep_until(float("inf"))  # no leader to watch: until a heartbeat wakes it
+            return
         deadline = self.last_leader_heartbeat + self._leak()
         if self.node.now() < deadline:
             await self._sleep_until(deadline)
@@ -154,19 +157,10 @@ class LeaderElector:
             if self.state.is_follower and self.node.now() >= self.last_leader_heartbeat + self._leak():
                 log.info("%s lost leader %s (no heartbeat for %.0f ms)", self.config.self_id,
                          self.state.leader_id, self._leak() * 1000)
-                self.state.change_to_candidate(self.state.current_term)
-
-    async def _maintain_as_passive(self) -> None:
-        """Never a candidate: a leader unheard for as long as makes a follower stand is forgotten."""
-        deadline = self.last_leader_heartbeat + self._leak()
-        if self.state.leader_id is None or self.node.now() < deadline:
-            await self._sleep_until(float("inf") if self.state.leader_id is None else deadline)
-            return
-        async with self.state.lock:
-            if self.state.leader_id is not None and self.node.now() >= self.last_leader_heartbeat + self._leak():
-                log.info("%s lost leader %s (no heartbeat for %.0f ms); it does not stand", self.config.self_id,
-                         self.state.leader_id, self._leak() * 1000)
-                self.state.lose_leader()
+                if self.node.passive:
+                    self.state.lose_leader()
+                else:
+                    self.state.change_to_candidate(self.state.current_term)
 
     # -- candidate ---------------------------------------------------------------------
 
