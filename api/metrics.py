@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
-from collections.abc import Awaitable, Callable, Iterator
+import itertools
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from raft.messages import Role
 from raft.node import RaftNode
@@ -22,15 +25,12 @@ class NodeMetrics:
     def __init__(self, node: RaftNode) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.append_requests = Counter("raftlog_append_requests", "Append requests answered, by outcome code",
-                                       ["code"], registry=r)
-        self.appended_entries = Counter("raftlog_appended_entries", "Entries appended through this node",
-                                        registry=r)
-        self.appended_bytes = Counter("raftlog_appended_bytes", "Body bytes appended through this node",
-                                      registry=r)
-        self.commit_latency = Histogram("raftlog_commit_latency_seconds",
-                                        "From an append request to its commit", buckets=LATENCY_BUCKETS,
-                                        registry=r)
+        self.append_requests = PlainCounter("raftlog_append_requests", "Append requests answered, by outcome code",
+                                            ["code"])
+        self.appended_entries = PlainCounter("raftlog_appended_entries", "Entries appended through this node")
+        self.appended_bytes = PlainCounter("raftlog_appended_bytes", "Body bytes appended through this node")
+        self.commit_latency = PlainHistogram("raftlog_commit_latency_seconds", "From an append request to its commit",
+                                             LATENCY_BUCKETS)
         self.push_latency = Histogram("raftlog_push_latency_seconds", "Push round trips to followers",
                                       ["peer"], buckets=LATENCY_BUCKETS, registry=r)
         self.pushed_bytes = Counter("raftlog_pushed_bytes", "Raw log bytes pushed to followers", ["peer"],
@@ -39,8 +39,11 @@ class NodeMetrics:
                                     registry=r)
         self.flush_seconds = Histogram("raftlog_flush_seconds", "One group-commit fdatasync round",
                                        buckets=LATENCY_BUCKETS, registry=r)
-        self.http_requests = Counter("raftlog_http_requests", "Public API requests, by route, method and status",
-                                     ["route", "method", "status"], registry=r)
+        self.http_requests = PlainCounter("raftlog_http_requests", "Public API requests, by route, method and status",
+                                          ["route", "method", "status"])
+        for plain in (self.append_requests, self.appended_entries, self.appended_bytes, self.commit_latency,
+                      self.http_requests):
+            r.register(plain)
         self.auth_failures = Counter("raftlog_auth_failures", "Calls refused for missing or wrong credentials, "
                                      "by port (client, peer) and reason (missing, invalid, forbidden)",
                                      ["port", "reason"], registry=r)
@@ -49,8 +52,6 @@ class NodeMetrics:
                                   registry=r)
         r.register(_StateCollector(node))
         # labels() costs microseconds (a lock, a str() of each value): the hot paths keep the children
-        self.append_outcome = functools.cache(self.append_requests.labels)
-        self.request_outcome = functools.cache(self.http_requests.labels)
         self._push_latency = functools.cache(self.push_latency.labels)
         self._pushed_bytes = functools.cache(self.pushed_bytes.labels)
         node.state.add_role_listener(lambda _term, role: self.role_changes.labels(role.value).inc())
@@ -73,6 +74,44 @@ class NodeMetrics:
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self._push_latency(peer).observe(seconds)
         self._pushed_bytes(peer).inc(size)
+
+
+class PlainCounter(Collector):
+    """A counter kept as plain numbers, one per label set, for the metrics every request updates:
+    prometheus_client's take a lock and a few calls per update. The event loop is the only
+    writer, and a scrape (also on the loop) reads them."""
+
+    def __init__(self, name: str, doc: str, labels: Sequence[str] = ()) -> None:
+        self.name, self.doc, self.labels = name, doc, list(labels)
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...] = (), amount: float = 1) -> None:
+        self.values[labels] = self.values.get(labels, 0) + amount
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+        for labels, value in self.values.items():
+            family.add_metric(list(labels), value)
+        yield family
+
+
+class PlainHistogram(Collector):
+    """A histogram kept as plain numbers, as PlainCounter is."""
+
+    def __init__(self, name: str, doc: str, buckets: Sequence[float]) -> None:
+        self.name, self.doc, self.buckets = name, doc, buckets
+        self.counts = [0] * (len(buckets) + 1)  # per bucket (upper bound included), +Inf last
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative = list(itertools.accumulate(self.counts))
+        bounds = [*map(floatToGoString, self.buckets), "+Inf"]
+        yield HistogramMetricFamily(self.name, self.doc, buckets=list(zip(bounds, cumulative, strict=True)),
+                                    sum_value=self.sum)
 
 
 class _StateCollector(Collector):
@@ -122,7 +161,7 @@ class CountRequests:
 
     def __init__(self, app: Callable[..., Awaitable[None]], metrics: NodeMetrics) -> None:
         self.app = app
-        self.requests = metrics.request_outcome
+        self.requests = metrics.http_requests
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -141,4 +180,4 @@ class CountRequests:
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"  # bounded labels
-            self.requests(route, method, str(status)).inc()
+            self.requests.inc((route, method, str(status)))
