@@ -110,8 +110,8 @@ class PeerClient:
 
     def open_stream(self, peer_id: str) -> GrpcPushStream:
         channel = self._channel(peer_id, "Replicate")
-        call = channel.stream_stream(SERVICE + "Replicate", request_serializer=_serialize,
-                                     response_deserializer=None)(metadata=self._metadata)
+        # pushes go as encode_push made them; answers are decoded by the reader
+        call = channel.stream_stream(SERVICE + "Replicate")(metadata=self._metadata)
         return GrpcPushStream(self, peer_id, call)
 
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
@@ -210,7 +210,7 @@ class GrpcPushStream:
         self.client = client
         self.peer_id = peer_id
         self._call = call
-        self._outbox: deque[pb.PushRequest] = deque()
+        self._outbox: deque[bytes] = deque()
         self._waiting: deque[tuple[asyncio.Future[PushResponse], float, int]] = deque()  # (answer, sent, bytes)
         self._written = asyncio.Event()
         self._broken: str | None = None
@@ -295,10 +295,6 @@ class GrpcPushStream:
 
     def _break(self, exc: Exception) -> None:
         self.close(self.client.failed(self.peer_id, "Replicate", exc))
-
-
-def _serialize(message: Message) -> bytes:
-    return message.SerializeToString()
 
 
 def _describe(exc: Exception) -> str:

@@ -34,6 +34,7 @@ from raft.messages import (
 M = TypeVar("M")
 
 PUSH_TYPES = tuple(PushType)  # in the order of the proto's enum
+PUSH_DATA_TAG = bytes([pb.PushRequest.DATA_FIELD_NUMBER << 3 | 2])  # PushRequest.data, length-delimited
 PROTO_OF: dict[type, type[Message]] = {
     VoteRequest: pb.VoteRequest, VoteResponse: pb.VoteResponse,
     HeartbeatRequest: pb.HeartbeatRequest, HeartbeatResponse: pb.HeartbeatResponse,
@@ -77,14 +78,30 @@ def _convert(kind: Any, value: Any) -> object:
     return value
 
 
-def encode_push(request: PushRequest) -> pb.PushRequest:
-    """The push as its protobuf message, its entries copied out of the mapped file."""
-    return pb.PushRequest(
+def encode_push(request: PushRequest) -> bytes:
+    """The push as its protobuf bytes. The entries are copied once, from the mapped file into the
+    message, after the other fields (a message's fields may come in any order): protobuf's own
+    serialisation would copy them twice more."""
+    head = pb.PushRequest(
         group=request.group, leader_id=request.leader_id, term=request.term,
         type=PUSH_TYPES.index(request.type), commit_index=request.commit_index,
-        first_index=request.first_index, count=request.count, data=bytes(request.data),
+        first_index=request.first_index, count=request.count,
         pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
-        chain_crc=request.chain_crc, next_pos=request.next_pos)
+        chain_crc=request.chain_crc, next_pos=request.next_pos).SerializeToString()
+    size = len(request.data)
+    if not size:  # as protobuf writes an empty bytes field: not at all
+        return head
+    return b"".join((head, PUSH_DATA_TAG, _varint(size), request.data))
+
+
+def _varint(value: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative int."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def decode_push(data: bytes) -> PushRequest:

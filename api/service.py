@@ -70,12 +70,12 @@ class LogService:
             raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a batch needs at least one entry")
         if len(bodies) > self.limits.max_batch_entries:
             raise too_large(f"{len(bodies)} entries in one batch; the limit is {self.limits.max_batch_entries}")
-        for i, body in enumerate(bodies):
-            if not body:
-                raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, f"entry {i} has an empty body")
-            if len(body) > self.limits.max_entry_bytes:
-                raise too_large(f"entry {i} has {len(body)} bytes; max_entry_bytes is "
-                                f"{self.limits.max_entry_bytes}")
+        sizes = list(map(len, bodies))  # C loops; the one at fault is looked for only when there is one
+        if min(sizes) == 0:
+            raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, f"entry {sizes.index(0)} has an empty body")
+        if max(sizes) > self.limits.max_entry_bytes:
+            i = next(i for i, size in enumerate(sizes) if size > self.limits.max_entry_bytes)
+            raise too_large(f"entry {i} has {sizes[i]} bytes; max_entry_bytes is {self.limits.max_entry_bytes}")
 
     async def append(self, bodies: Sequence[bytes]) -> dict[str, Any]:
         """Append on the leader, here or through the peer connection, once committed."""

@@ -77,9 +77,11 @@ def push_request(entries: int) -> PushRequest:
 
 def push_bytes(request: PushRequest) -> bytes:
     """The push on the wire as this tree's codec encodes it: body parts (a binary header, then the
-    entries) before issue 18, a protobuf message after."""
+    entries) before issue 18, a protobuf message after, its bytes since."""
     encoded: Any = encode_push(request)
-    return b"".join(encoded) if isinstance(encoded, list) else encoded.SerializeToString()
+    if isinstance(encoded, list):
+        return b"".join(encoded)
+    return encoded if isinstance(encoded, bytes) else encoded.SerializeToString()
 
 
 def push_answer(request: PushRequest) -> PushResponse:

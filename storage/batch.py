@@ -74,6 +74,7 @@ def encode_leader_batch(
     runs: list[tuple[int, int, int]] = []
     fillers: list[int] = []
     pos = write_pos
+    room_end = _room_end(pos, file_size)
     run_from = offset = 0
     run_pos = pos
     index = first_index
@@ -81,15 +82,15 @@ def encode_leader_batch(
     for body in bodies:
         body_size = len(body)
         size = HEADER_SIZE + body_size
-        in_file = pos % file_size
-        if in_file + size + MIN_BLANK_LEN > file_size:
+        if pos + size > room_end:  # the file is closed with a filler; the entry starts the next
             if size + MIN_BLANK_LEN > file_size:
                 raise EntryTooLargeError(
                     f"entry of {size} bytes cannot fit in a data file of {file_size} bytes")
             if offset > run_from:
                 runs.append((run_from, offset, run_pos))
             fillers.append(pos)
-            pos += file_size - in_file
+            pos = room_end + MIN_BLANK_LEN
+            room_end = pos + file_size - MIN_BLANK_LEN
             run_from, run_pos = offset, pos
         bcrc = crc32(body)
         chain = crc32(pack_chain(chain, index, term, bcrc))
@@ -139,24 +140,27 @@ def validate_follower_batch(
     term_floor = prev_term
     chain = prev_chain_crc
     pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
+    room_end = _room_end(pos, file_size)
     run_from = offset = 0
     run_pos = pos
+    last_header = end - HEADER_SIZE
     while offset < end:
-        if end - offset < HEADER_SIZE:
+        if offset > last_header:
             raise AppendRejectedError(expected, f"truncated header ({end - offset} bytes)")
         magic, size, index, term, entry_pos, _channel, entry_chain, bcrc, body_size = \
             unpack_header(view, offset)
         next_offset = offset + size
         if (magic not in magics or size != HEADER_SIZE + body_size or body_size < 0
-                or next_offset > end or index != expected or term < term_floor
-                or size + MIN_BLANK_LEN > file_size):
+                or next_offset > end or index != expected or term < term_floor):
             raise _header_rejection(view, offset, expected, term_floor, file_size)
-        in_file = pos % file_size
-        if in_file + size + MIN_BLANK_LEN > file_size:
+        if pos + size > room_end:  # the file is closed with a filler; the entry starts the next
+            if size + MIN_BLANK_LEN > file_size:
+                raise _header_rejection(view, offset, expected, term_floor, file_size)
             if offset > run_from:
                 runs.append((run_from, offset, run_pos))
             fillers.append(pos)
-            pos += file_size - in_file
+            pos = room_end + MIN_BLANK_LEN
+            room_end = pos + file_size - MIN_BLANK_LEN
             run_from, run_pos = offset, pos
         if entry_pos != pos:
             raise AppendRejectedError(index, f"pos {entry_pos}, local write offset {pos}")
@@ -174,6 +178,11 @@ def validate_follower_batch(
     runs.append((run_from, offset, run_pos))
     return Batch(first_index, view, runs, fillers, b"".join(records), positions, term_floor,
                  chain, pos)
+
+
+def _room_end(pos: int, file_size: int) -> int:
+    """Where entries in the data file holding `pos` must end: the filler keeps its room (codec.place)."""
+    return pos - pos % file_size + file_size - MIN_BLANK_LEN
 
 
 def _adopted_pos(view: memoryview, first_index: int, file_size: int) -> int:

@@ -13,9 +13,10 @@ import grpc.aio
 import pytest
 
 from api import peer_client
+from api import peer_pb2 as pb
 from api.errors import ApiError
 from api.peer_client import PeerClient
-from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push
+from api.peer_codec import PUSH_TYPES, PeerMessageError, decode_message, decode_push, encode_message, encode_push
 from api.peer_server import PeerService, create_peer_server
 from app.launcher import free_ports
 from raft.config import Peer
@@ -43,9 +44,20 @@ MESSAGE_MAX = 4 << 20
 def test_a_push_survives_the_wire(push_type: PushType) -> None:
     request = PushRequest("g", "n1", 7, push_type, 41, 40, 2, memoryview(b"raw entries \x00\xff"), 39, 6,
                           chain_crc=0xFFFFFFFF if push_type is PushType.COMPARE else None, next_pos=1234)
-    decoded = decode_push(encode_push(request).SerializeToString())
+    decoded = decode_push(encode_push(request))
     assert bytes(decoded.data) == bytes(request.data)
     assert decoded == PushRequest(**{**{f: getattr(request, f) for f in request.__slots__}, "data": decoded.data})
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 1 << 20])
+def test_a_push_is_what_protobuf_reads(size: int) -> None:
+    """encode_push writes the entries after the other fields itself, with their length as a varint
+    of one to three bytes here: protobuf reads the message it would have written."""
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    request = PushRequest("g", "n1", 7, PushType.APPEND, 41, 40, 2, memoryview(data), 39, 6)
+    assert pb.PushRequest.FromString(encode_push(request)) == pb.PushRequest(
+        group="g", leader_id="n1", term=7, type=PUSH_TYPES.index(PushType.APPEND), commit_index=41, first_index=40,
+        count=2, data=data, pre_log_index=39, pre_log_term=6)
 
 
 @pytest.mark.parametrize("message", [
@@ -240,7 +252,7 @@ async def test_calls_without_the_cluster_secret_are_refused_and_reach_nothing(
         assert missing.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert wrong.value.code() is grpc.StatusCode.PERMISSION_DENIED
         stream = channel.stream_stream("/raftlog.peer.v1.Peer/Replicate")()
-        await stream.write(encode_push(push(0)).SerializeToString())
+        await stream.write(encode_push(push(0)))
         assert await stream.code() is grpc.StatusCode.UNAUTHENTICATED
     client = client_for(address, secret=b"wrong-secret-of-enough-length")
     try:
@@ -259,7 +271,7 @@ async def test_garbage_on_the_stream_ends_it_with_a_protocol_error_and_the_port_
     metadata = (("authorization", f"Bearer {SECRET.decode()}"),)
     async with grpc.aio.insecure_channel(address) as channel:
         stream = channel.stream_stream("/raftlog.peer.v1.Peer/Replicate")(metadata=metadata)
-        await stream.write(encode_push(push(0)).SerializeToString())
+        await stream.write(encode_push(push(0)))
         await stream.write(b"\xff\xff\xff garbage")
         assert (await stream.read()) is not grpc.aio.EOF  # the good one is answered
         assert await stream.code() is grpc.StatusCode.INVALID_ARGUMENT

@@ -26,7 +26,7 @@ from raft.messages import PushRequest, PushResponse
 
 def round_trip(kind: str, message: Any) -> Any:
     if isinstance(message, PushRequest):
-        return decode_push(encode_push(message).SerializeToString())
+        return decode_push(encode_push(message))
     if isinstance(message, PushResponse):
         return decode_push_response(encode_push_response(message))
     if kind == "append" and isinstance(message, list):

@@ -32,7 +32,7 @@ FOLLOWER_HAS = 5  # the follower holds entries 0..4; the push carries 5..11, cro
 def valid_push_body(data: bytes = b"\x00" * HEADER_SIZE) -> bytes:
     request = PushRequest("default", "n1", 7, PushType.APPEND, 3, first_index=5, count=1, data=data,
                           pre_log_index=4, pre_log_term=7)
-    return encode_push(request).SerializeToString()
+    return encode_push(request)
 
 
 def mutate(data: bytes, kind: str, at: float, value: int) -> bytes:
