@@ -212,7 +212,7 @@ def malformed_pushes(cluster: LocalCluster, follower: str, leader: str, status: 
 
     def push(term: int, first: int, count: int, data: bytes) -> Code:
         body = encode_push(PushRequest(group, leader, term, PushType.APPEND, -1, first, count, data,
-                                       first - 1, term)).SerializeToString()
+                                       first - 1, term))
         answers, code = replicate(port, [body], SECRET)
         assert code is grpc.StatusCode.OK and len(answers) == 1, code
         return decode_message(PushResponse, answers[0]).code
