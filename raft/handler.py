@@ -190,6 +190,7 @@ class EntryHandler:
 
     async def _ack_when_durable(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
         await self.store.wait_durable()
+        self.node.durable_moved()
         self._follow_commit(request.commit_index)
         if not future.done():
             future.set_result(self._answer(request, Code.SUCCESS))

@@ -234,6 +234,13 @@ class RaftNode:
             self._appended.clear()
             await self.store.wait_durable()
             self._check_quorum()
+            self.durable_moved()
+
+    def durable_moved(self) -> None:
+        """A flush covered more of the log: the progress noted for the checkpoint, which stays at
+        what is durable here, may move up to the commit index (a commit can come first: the leader's
+        by its followers' acks, a follower's by the leader's word)."""
+        self._apply_wake.set()
 
     def _expire_waits(self) -> None:
         """Appends waiting longer than max_wait_ack_ms are answered with a timeout; their entries stay

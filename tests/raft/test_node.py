@@ -485,3 +485,22 @@ async def test_the_leader_pushes_while_its_own_flush_runs_and_counts_itself_once
         assert leader.committed_index >= index and leader.store.durable_end_index >= index
     finally:
         await cluster.stop()
+
+
+@simulate
+async def test_the_checkpoint_notes_a_commit_the_leader_made_before_its_own_flush() -> None:
+    """The checkpoint holds at most what is durable on the member; a commit its followers made before
+    the leader's flush must still reach it once the flush is done, with no later append to carry it."""
+    cluster = SimCluster(seed=32, power_loss=True)
+    try:
+        leader = await stable(cluster)
+        leader.store.fsync_s = 0.5  # type: ignore[attr-defined]  # a slow disk on the leader alone
+        index = leader.store.end_index + 1
+        await leader.append([b"committed by the followers"])
+        assert leader.store.durable_end_index < index  # the leader's flush is still running
+        checkpoint = cluster.members[leader.config.self_id].checkpoint
+        assert checkpoint.committed_index < index  # not durable here yet
+        assert await run_until(cluster, lambda: checkpoint.committed_index >= index, 2.0)
+        assert leader.store.durable_end_index >= index
+    finally:
+        await cluster.stop()
