@@ -2,9 +2,10 @@
 a node's public API makes to its peers (forwarded appends, read index, leadership transfer,
 status). Every call carries the cluster secret, when there is one.
 
-One channel (one HTTP/2 connection) per peer. Replication is one long-lived
-bidirectional stream per follower (`GrpcPushStream`); everything else is a
-unary call with a deadline. Keepalive pings find a dead or silent peer, and
+One channel (one HTTP/2 connection) per peer for unary calls, each with a
+deadline. Replication is one long-lived bidirectional stream per follower, on a
+connection of its own driven by h2 (`api.peer_stream.H2PushStream`), to the
+same gRPC service. Keepalive pings find a dead or silent peer, and
 the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). While a peer
 is known down, calls to it fail at once, as a refused connection does: a vote
 round must not wait for a dead member's answer, nor a client for a forward to a
@@ -16,11 +17,12 @@ peer may have acted on it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+import ssl
+import tempfile
 import time
-from collections import deque
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -31,21 +33,20 @@ from google.protobuf.message import DecodeError, Message
 
 from api import peer_pb2 as pb
 from api.errors import ApiError
-from api.peer_codec import PeerMessageError, decode_message, decode_push_response, encode_message, encode_push
+from api.peer_codec import PeerMessageError, decode_message, encode_message
+from api.peer_stream import H2PushStream
 from raft.config import Peer
 from raft.messages import (
     Code,
     FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,
-    PushRequest,
-    PushResponse,
     TransferRequest,
     TransferResponse,
     VoteRequest,
     VoteResponse,
 )
-from raft.transport import PeerUnavailable, fail_push
+from raft.transport import PeerUnavailable
 
 log = logging.getLogger("raftlog.api.peers")
 
@@ -53,6 +54,7 @@ SERVICE = "/raftlog.peer.v1.Peer/"
 UNREACHABLE_WARN_S = 10.0
 KEEPALIVE_MS = 2000  # a ping on a connection quiet this long ...
 KEEPALIVE_TIMEOUT_MS = 5000  # ... unanswered this long: the peer is gone, the connection closed
+FRAME_BYTES_MAX = 1 << 20  # HTTP/2 frames a peer may send us: a push in one or two (the default, 16 KiB, is 64)
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
@@ -75,7 +77,8 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
             ("grpc.keepalive_time_ms", KEEPALIVE_MS), ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0),
             ("grpc.http2.min_time_between_pings_ms", KEEPALIVE_MS),
-            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS)]
+            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.http2.max_frame_size", FRAME_BYTES_MAX)]
 
 
 class PeerClient:
@@ -84,11 +87,15 @@ class PeerClient:
                  secret: bytes | None = None, tls: PeerTls | None = None,
                  on_push: Callable[[str, float, int], None] | None = None) -> None:
         self.self_id = self_id
-        self._metadata = (("authorization", f"Bearer {secret.decode()}"),) if secret else ()
+        self.metadata = (("authorization", f"Bearer {secret.decode()}"),) if secret else ()
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
         self.rpc_timeout_s = rpc_timeout_ms / 1000
         self.push_timeout_s = push_timeout_ms / 1000  # an overdue push answer breaks its stream
         self.wait_timeout_s = wait_timeout_ms / 1000  # calls that wait for a quorum on the leader
+        self.keepalive_s = KEEPALIVE_MS / 1000  # the replication stream's, as gRPC's channels keep theirs
+        self.keepalive_timeout_s = KEEPALIVE_TIMEOUT_MS / 1000
+        self._stream_tls = None if tls is None else _stream_tls(tls)
+        self._streams: weakref.WeakSet[H2PushStream] = weakref.WeakSet()  # closed with the client
         self.addresses = {p.id: p.address for p in peers if p.id != self_id}
         options = [*channel_options(max_message_bytes),
                    ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
@@ -103,16 +110,20 @@ class PeerClient:
         self._started = time.monotonic()
 
     async def close(self) -> None:
+        for stream in self._streams:
+            stream.close()
         for channel in self._channels.values():
             await channel.close(None)
 
     # -- raft.transport.Transport ------------------------------------------------------
 
-    def open_stream(self, peer_id: str) -> GrpcPushStream:
-        channel = self._channel(peer_id, "Replicate")
-        # pushes go as encode_push made them; answers are decoded by the reader
-        call = channel.stream_stream(SERVICE + "Replicate")(metadata=self._metadata)
-        return GrpcPushStream(self, peer_id, call)
+    def open_stream(self, peer_id: str) -> H2PushStream:
+        address = self.addresses.get(peer_id)
+        if address is None:
+            raise PeerUnavailable(f"Replicate: unknown peer {peer_id!r}")
+        stream = H2PushStream(self, peer_id, address, self._stream_tls)
+        self._streams.add(stream)
+        return stream
 
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
         return await self._raft_call(peer_id, "Vote", request, VoteResponse)
@@ -173,7 +184,7 @@ class PeerClient:
     async def _unary(self, peer_id: str, method: str, request: bytes, timeout_s: float) -> bytes:
         call = self._channel(peer_id, method).unary_unary(SERVICE + method)
         try:
-            answer: bytes = await call(request, timeout=timeout_s, metadata=self._metadata)
+            answer: bytes = await call(request, timeout=timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:  # refused, reset, timed out, a protocol error, a wrong secret
             raise PeerUnavailable(f"{peer_id} {method}: {self.failed(peer_id, method, exc)}") from None
         self.answered(peer_id)
@@ -200,101 +211,16 @@ class PeerClient:
         return reason
 
 
-class GrpcPushStream:
-    """raft.transport.PushStream on a gRPC bidirectional stream: pushes are written in the order
-    they are sent, and the follower's answers, read in the same order, settle them. The stream
-    breaks on a transport error, an answer overdue by push_timeout_ms, or an answer that does not
-    decode; every push still on it then fails."""
-
-    def __init__(self, client: PeerClient, peer_id: str, call: grpc.aio.StreamStreamCall) -> None:
-        self.client = client
-        self.peer_id = peer_id
-        self._call = call
-        self._outbox: deque[bytes] = deque()
-        self._waiting: deque[tuple[asyncio.Future[PushResponse], float, int]] = deque()  # (answer, sent, bytes)
-        self._written = asyncio.Event()
-        self._broken: str | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._tasks = (asyncio.ensure_future(self._write()), asyncio.ensure_future(self._read()))
-
-    @property
-    def broken(self) -> bool:
-        return self._broken is not None
-
-    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[PushResponse] = loop.create_future()
-        if self._broken is not None:
-            fail_push(answer, f"{self.peer_id} Replicate: {self._broken}")
-            return answer
-        self._outbox.append(encode_push(request))  # the entries are copied now
-        self._waiting.append((answer, loop.time(), len(request.data)))
-        self._written.set()
-        if self._timer is None:
-            self._timer = loop.call_at(loop.time() + self.client.push_timeout_s, self._check_overdue)
-        return answer
-
-    def close(self, reason: str = "closed") -> None:
-        if self._broken is not None:
-            return
-        self._broken = reason
-        if self._timer is not None:
-            self._timer.cancel()
-        for task in self._tasks:
-            task.cancel()
-        self._call.cancel()
-        for answer, _sent, _size in self._waiting:
-            fail_push(answer, f"{self.peer_id} Replicate: {reason}")
-        self._waiting.clear()
-        self._outbox.clear()
-
-    def _check_overdue(self) -> None:
-        self._timer = None
-        if not self._waiting:
-            return
-        loop = asyncio.get_running_loop()
-        due = self._waiting[0][1] + self.client.push_timeout_s
-        if loop.time() >= due:
-            self.close(f"no answer within {self.client.push_timeout_s * 1000:.0f} ms")
-        else:
-            self._timer = loop.call_at(due, self._check_overdue)
-
-    async def _write(self) -> None:
-        try:
-            while True:
-                await self._written.wait()
-                self._written.clear()
-                while self._outbox:
-                    await self._call.write(self._outbox.popleft())
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the call ended: its status is what the reader reports
-            self._break(exc)
-
-    async def _read(self) -> None:
-        on_push = self.client.on_push
-        try:
-            while True:
-                data = await self._call.read()
-                if data is grpc.aio.EOF:
-                    self._break(PeerUnavailable("the follower ended the stream"))
-                    return
-                if not self._waiting:
-                    raise PeerMessageError("an answer to no push")
-                response = decode_push_response(data)
-                answer, sent, size = self._waiting.popleft()
-                self.client.answered(self.peer_id)
-                if on_push is not None:
-                    on_push(self.peer_id, asyncio.get_running_loop().time() - sent, size)
-                if not answer.done():
-                    answer.set_result(response)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a transport error, or garbage from the follower
-            self._break(exc)
-
-    def _break(self, exc: Exception) -> None:
-        self.close(self.client.failed(self.peer_id, "Replicate", exc))
+def _stream_tls(tls: PeerTls) -> ssl.SSLContext:
+    """The replication stream's TLS, as the gRPC channels have it: the group's CA, this member's
+    certificate, the peer's address checked against its certificate, HTTP/2 by ALPN."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca.decode())
+    with tempfile.NamedTemporaryFile() as chain:  # ssl loads a key from a file only; this one is 0600
+        chain.write(tls.cert + b"\n" + tls.key)
+        chain.flush()
+        context.load_cert_chain(chain.name)
+    context.set_alpn_protocols(["h2"])
+    return context
 
 
 def _describe(exc: Exception) -> str:

@@ -21,12 +21,9 @@ Transports:
 - grpc-stream: one grpc.aio bidirectional stream, one message per push, answers in order.
 - raftlog-stream: the product's transport: api.peer_client.PeerClient's replication stream
   (open_stream, send) to api.peer_server's PeerService, whose node only answers pushes. Skipped,
-  with a line saying so, when this tree's peer client has no replication stream.
-- h2-client: the same PeerService, fed by a client driving h2's state machine on an asyncio protocol:
-  one HTTP/2 stream to its Replicate method with gRPC's framing (a 5-byte prefix per message), no
-  gRPC core and no thread between the socket and the event loop. It measures what the leader's side
-  of the replication stream would cost on h2 (the issue allows h2 for that stream alone); the server
-  is gRPC's either way.
+  with a line saying so, when this tree's peer client has no replication stream. Since the
+  2026-11-25 evening, the client drives h2's state machine on an asyncio protocol
+  (api.peer_stream); before, it was a grpc.aio stream, as grpc-stream is.
 
 Every process it starts is stopped at the end (and dies with it: PR_SET_PDEATHSIG).
 """
@@ -52,7 +49,7 @@ from typing import Any
 
 import uvloop
 
-from api.peer_codec import decode_message, decode_push, decode_push_response, encode_message, encode_push
+from api.peer_codec import decode_message, decode_push, encode_message, encode_push
 from raft.messages import Code, PushRequest, PushResponse, PushType
 from storage.codec import HEADER_SIZE
 
@@ -361,101 +358,11 @@ async def raftlog_drive(port: int, request: PushRequest, inflight: int, window: 
         await client.close()
 
 
-class H2ReplicateClient(asyncio.Protocol):
-    """A Replicate stream on h2: pushes go out as gRPC messages, answers settle them in order."""
-
-    def __init__(self) -> None:
-        import h2.config
-        import h2.connection
-
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-        self.loop = asyncio.get_running_loop()
-        self.connected = self.loop.create_future()
-        self.window = asyncio.Event()
-        self.answers: list[asyncio.Future[PushResponse]] = []
-        self.received = bytearray()
-        self.stream_id = 1
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport: Any = transport  # uvloop's, which asyncio.Transport's checks do not know
-        self.h2.initiate_connection()
-        self.h2.send_headers(self.stream_id, [
-            (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/raftlog.peer.v1.Peer/Replicate"),
-            (b":authority", HOST.encode()), (b"content-type", b"application/grpc"), (b"te", b"trailers")])
-        transport.write(self.h2.data_to_send())
-        self.connected.set_result(None)
-
-    def data_received(self, data: bytes) -> None:
-        import h2.events
-
-        for event in self.h2.receive_data(data):
-            if isinstance(event, h2.events.DataReceived):
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                self._take(event.data)
-            elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
-                self.window.set()
-            elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset | h2.events.ConnectionTerminated):
-                self._fail(f"the stream ended: {event}")
-        self.transport.write(self.h2.data_to_send())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(f"connection lost: {exc}")
-
-    def _take(self, data: bytes) -> None:
-        self.received += data
-        while len(self.received) >= 5:
-            size = int.from_bytes(self.received[1:5], "big")
-            if len(self.received) < 5 + size:
-                return
-            message = bytes(self.received[5:5 + size])
-            del self.received[:5 + size]
-            self.answers.pop(0).set_result(decode_push_response(message))
-
-    def _fail(self, reason: str) -> None:
-        for answer in self.answers:
-            if not answer.done():
-                answer.set_exception(ConnectionError(reason))
-        self.answers.clear()
-
-    async def send(self, request: PushRequest) -> PushResponse:
-        message = encode_push(request)
-        answer = self.loop.create_future()
-        self.answers.append(answer)
-        payload = memoryview(b"\x00" + len(message).to_bytes(4, "big") + message)
-        while payload:
-            room = min(self.h2.local_flow_control_window(self.stream_id), self.h2.max_outbound_frame_size)
-            if room <= 0:  # the server's window is spent: wait for it to grant more
-                self.window.clear()
-                await self.window.wait()
-                continue
-            self.h2.send_data(self.stream_id, payload[:room].tobytes())
-            payload = payload[room:]
-        self.transport.write(self.h2.data_to_send())
-        return await answer
-
-
-async def h2_drive(port: int, request: PushRequest, inflight: int, window: Window) -> None:
-    _, client = await asyncio.get_running_loop().create_connection(H2ReplicateClient, HOST, port)
-    await client.connected
-
-    async def pushes() -> None:
-        while not window.done:
-            response = await client.send(request)
-            assert response.code == Code.SUCCESS
-            window.answered()
-
-    try:
-        await asyncio.gather(*(pushes() for _ in range(inflight)))
-    finally:
-        client.transport.close()
-
-
 TRANSPORTS = {
     "httpx-hypercorn": Transport(hypercorn_serve, httpx_drive),
     "grpc-unary": Transport(grpc_serve, grpc_unary_drive),
     "grpc-stream": Transport(grpc_serve, grpc_stream_drive),
     "raftlog-stream": Transport(raftlog_serve, raftlog_drive, raftlog_stream_missing),
-    "h2-client": Transport(raftlog_serve, h2_drive, raftlog_stream_missing),
 }
 
 

@@ -153,7 +153,7 @@ def push(first: int, size: int = 100) -> PushRequest:
 
 async def test_pushes_on_one_stream_are_handled_and_answered_in_order(follower: tuple[FollowerNode, str]) -> None:
     node, address = follower
-    client = client_for(address)
+    client = client_for(address, timeout_ms=5000)  # the last of 2000 waits for all before it
     try:
         stream = client.open_stream("n2")
         answers = [stream.send(push(i, 100 + i % 7)) for i in range(2000)]  # sent without waiting
@@ -339,3 +339,44 @@ async def test_a_forwarded_call_answers_as_the_leader_did(follower: tuple[Follow
             Code.WAIT_QUORUM_ACK_TIMEOUT, 504, "n2")
     finally:
         await client.close()
+
+
+async def test_a_push_wider_than_the_followers_window_goes_through(follower: tuple[FollowerNode, str]) -> None:
+    """The stream writes within the follower's HTTP/2 flow-control window (gRPC's starts at 64 KiB)
+    and sends the rest as the follower grants more."""
+    node, address = follower
+    client = client_for(address, timeout_ms=5000)
+    try:
+        stream = client.open_stream("n2")
+        answers = [stream.send(push(i, 1 << 20)) for i in range(3)]
+        assert [r.index for r in await asyncio.gather(*answers)] == [0, 1, 2]
+        assert [len(p.data) for p in node.pushes] == [1 << 20] * 3
+    finally:
+        await client.close()
+
+
+async def test_keepalive_breaks_a_replication_stream_whose_peer_went_silent(
+        follower: tuple[FollowerNode, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no push under way no answer is overdue: the stream's own pings find the silence."""
+    monkeypatch.setattr(peer_client, "KEEPALIVE_MS", 200)
+    monkeypatch.setattr(peer_client, "KEEPALIVE_TIMEOUT_MS", 300)
+    _, address = follower
+    link = Link("n1", "n2", int(address.rsplit(":", 1)[1]))
+    await link.start()
+    client = client_for(f"127.0.0.1:{link.port}")
+    try:
+        stream = client.open_stream("n2")
+        assert (await stream.send(push(0))).code is Code.SUCCESS
+        link.up.open.clear()  # the peer goes silent: nothing reaches it, so no ping is answered
+        link.down.open.clear()
+        async with asyncio.timeout(10):
+            while not stream.broken:
+                await asyncio.sleep(0.05)
+        assert link.up.held > 0  # the ping was held back
+        with pytest.raises(PeerUnavailable, match="no answer to a ping"):
+            await stream.send(push(1))
+    finally:
+        link.up.open.set()
+        link.down.open.set()
+        await client.close()
+        await link.close()

@@ -1,0 +1,218 @@
+"""The replication stream on h2: raft.transport.PushStream as one HTTP/2 stream to a follower's
+Replicate method, driven by h2's state machine on an asyncio protocol.
+
+gRPC's own stream hands every message between its core's threads and the event loop; here the
+leader writes and reads the socket from its event loop alone, for half the CPU per message
+(`python bench/peer_bench.py --transports raftlog-stream,h2-client`). The wire is gRPC's (a
+5-byte prefix per message, the outcome in trailers), so the follower's gRPC server serves it as it
+serves any gRPC client, with the cluster secret and mutual TLS of every peer call.
+
+Pushes are written in the order they are sent, within the follower's flow-control window; the
+answers, read in the same order, settle them. The stream breaks, failing every push on it, on a
+lost or refused connection, an answer overdue by push_timeout_ms, a connection silent for
+KEEPALIVE_TIMEOUT_MS after a ping, the stream's end (its grpc-status says why), or anything that
+does not parse: an HTTP/2 protocol error or an answer that does not decode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+from api.peer_codec import PeerMessageError, decode_push_response, encode_push
+from raft.messages import PushRequest, PushResponse
+from raft.transport import PeerUnavailable, fail_push
+
+if TYPE_CHECKING:
+    from api.peer_client import PeerClient
+
+PREFIX_SIZE = 5  # gRPC's message prefix: a compressed flag and a u32 big-endian length
+PING_DATA = b"raftlog!"  # a PING frame carries 8 bytes
+
+
+class H2PushStream(asyncio.Protocol):
+    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None) -> None:
+        host, _, port = address.rpartition(":")
+        self.client = client
+        self.peer_id = peer_id
+        self._loop = asyncio.get_running_loop()
+        self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self._headers = [
+            (b":method", b"POST"), (b":scheme", b"https" if tls else b"http"),
+            (b":path", b"/raftlog.peer.v1.Peer/Replicate"), (b":authority", address.encode()),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"user-agent", b"raftlog"),
+            *((name.encode(), value.encode()) for name, value in client.metadata)]
+        self._transport: Any = None  # once connected; uvloop's transports are not asyncio.Transport's
+        self._stream_id = 1
+        self._outbox: deque[bytes | memoryview] = deque()  # pushes, framed, that the follower's window has not taken
+        self._waiting: deque[tuple[asyncio.Future[PushResponse], float, int]] = deque()  # (answer, sent, bytes)
+        self._received = bytearray()
+        self._broken: str | None = None
+        self._overdue: asyncio.TimerHandle | None = None
+        self._heard = self._loop.time()  # when the follower last sent anything
+        self._pinged: float | None = None  # when a ping went unanswered so far
+        self._keepalive = self._loop.call_later(client.keepalive_s, self._check_alive)
+        self._connecting = asyncio.ensure_future(self._connect(host.strip("[]"), int(port), tls))  # [IPv6]
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
+
+    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        answer: asyncio.Future[PushResponse] = self._loop.create_future()
+        if self._broken is not None:
+            fail_push(answer, f"{self.peer_id} Replicate: {self._broken}")
+            return answer
+        message = encode_push(request)  # the entries are copied now
+        self._outbox.append(b"\x00" + len(message).to_bytes(4, "big"))
+        self._outbox.append(message)
+        now = self._loop.time()
+        self._waiting.append((answer, now, len(request.data)))
+        if self._overdue is None:
+            self._overdue = self._loop.call_at(now + self.client.push_timeout_s, self._check_overdue)
+        self._write()
+        return answer
+
+    def close(self, reason: str = "closed") -> None:
+        if self._broken is not None:
+            return
+        self._broken = reason
+        for timer in (self._overdue, self._keepalive):
+            if timer is not None:
+                timer.cancel()
+        self._connecting.cancel()
+        if self._transport is not None:
+            self._transport.abort()
+        for answer, _sent, _size in self._waiting:
+            fail_push(answer, f"{self.peer_id} Replicate: {reason}")
+        self._waiting.clear()
+        self._outbox.clear()
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
+        self._h2.initiate_connection()  # answers are small and taken at once: the default window holds them
+        self._h2.send_headers(self._stream_id, self._headers)
+        self._write()
+
+    def data_received(self, data: bytes) -> None:
+        if self._broken is not None:
+            return
+        self._heard = self._loop.time()
+        self._pinged = None
+        try:
+            for event in self._h2.receive_data(data):
+                self._on(event)
+        except (h2.exceptions.ProtocolError, PeerMessageError) as exc:
+            self._break(exc)
+            return
+        self._write()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._break(exc or PeerUnavailable("the connection closed"))
+
+    # -- the stream --------------------------------------------------------------------
+
+    async def _connect(self, host: str, port: int, tls: ssl.SSLContext | None) -> None:
+        try:
+            await self._loop.create_connection(lambda: self, host, port, ssl=tls,
+                                               server_hostname=host if tls else None)
+        except OSError as exc:  # refused, unreachable, a TLS handshake that failed
+            self._break(exc)
+
+    def _on(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.DataReceived):
+            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self._take(event.data)
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            pass  # _write, after the events, sends what the wider window allows
+        elif isinstance(event, h2.events.ResponseReceived):
+            headers = dict(event.headers)
+            if headers.get(b":status") != b"200":
+                raise PeerMessageError(f"HTTP status {headers.get(b':status')!r}")
+            if b"grpc-status" in headers:  # a refusal answers with its status at once (no secret, a wrong one)
+                self._ended(headers)
+        elif isinstance(event, h2.events.TrailersReceived):
+            self._ended(dict(event.headers))
+        elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset | h2.events.ConnectionTerminated):
+            self._break(PeerUnavailable(f"the stream ended ({type(event).__name__})"))
+
+    def _ended(self, trailers: dict[bytes, bytes]) -> None:
+        reason = (trailers.get(b"grpc-message") or b"the follower ended the stream").decode(errors="replace")
+        self._break(PeerUnavailable(f"grpc-status {trailers.get(b'grpc-status', b'?').decode()}: {reason}"))
+
+    def _take(self, data: bytes) -> None:
+        """Answers, each a gRPC message, settle the oldest pushes."""
+        received = self._received
+        received += data
+        on_push = self.client.on_push
+        while len(received) >= PREFIX_SIZE:
+            size = int.from_bytes(received[1:PREFIX_SIZE], "big")
+            if len(received) < PREFIX_SIZE + size:
+                return
+            if received[0]:
+                raise PeerMessageError("a compressed answer")
+            if not self._waiting:
+                raise PeerMessageError("an answer to no push")
+            response = decode_push_response(bytes(received[PREFIX_SIZE:PREFIX_SIZE + size]))
+            del received[:PREFIX_SIZE + size]
+            answer, sent, pushed = self._waiting.popleft()
+            self.client.answered(self.peer_id)
+            if on_push is not None:
+                on_push(self.peer_id, self._loop.time() - sent, pushed)
+            if not answer.done():
+                answer.set_result(response)
+
+    def _write(self) -> None:
+        """Hand h2 what the follower's window takes of the outbox, and send what h2 has."""
+        if self._transport is None or self._broken is not None:
+            return
+        h2_, outbox = self._h2, self._outbox
+        while outbox:
+            room = min(h2_.local_flow_control_window(self._stream_id), h2_.max_outbound_frame_size)
+            if room <= 0:
+                break  # a WINDOW_UPDATE brings more room, and data_received calls here again
+            head = outbox[0]
+            if len(head) <= room:  # whole, as it is: a frame's bytes are copied once, into the frame
+                h2_.send_data(self._stream_id, outbox.popleft())
+            else:
+                head = memoryview(head)
+                h2_.send_data(self._stream_id, head[:room])
+                outbox[0] = head[room:]
+        data = h2_.data_to_send()
+        if data:
+            self._transport.write(data)
+
+    def _check_overdue(self) -> None:
+        self._overdue = None
+        if not self._waiting:
+            return
+        due = self._waiting[0][1] + self.client.push_timeout_s
+        if self._loop.time() >= due:
+            self.close(f"no answer within {self.client.push_timeout_s * 1000:.0f} ms")
+        else:
+            self._overdue = self._loop.call_at(due, self._check_overdue)
+
+    def _check_alive(self) -> None:
+        """A ping on a connection quiet for keepalive_s; no answer to it in keepalive_timeout_s breaks it."""
+        now = self._loop.time()
+        if self._pinged is not None and now - self._pinged >= self.client.keepalive_timeout_s:
+            self.close(f"no answer to a ping within {self.client.keepalive_timeout_s * 1000:.0f} ms")
+            return
+        if self._pinged is None and self._transport is not None and now - self._heard >= self.client.keepalive_s:
+            self._pinged = now
+            self._h2.ping(PING_DATA)
+            self._write()
+        self._keepalive = self._loop.call_later(self.client.keepalive_s, self._check_alive)
+
+    def _break(self, exc: BaseException) -> None:
+        if self._broken is None:
+            self.close(self.client.failed(self.peer_id, "Replicate", exc))
