@@ -3,7 +3,7 @@ Replicate method, driven by h2's state machine on an asyncio protocol.
 
 gRPC's own stream hands every message between its core's threads and the event loop; here the
 leader writes and reads the socket from its event loop alone, for half the CPU per message
-(`python bench/peer_bench.py --transports raftlog-stream,h2-client`). The wire is gRPC's (a
+(`python bench/peer_bench.py --transports grpc-stream,raftlog-stream`). The wire is gRPC's (a
 5-byte prefix per message, the outcome in trailers), so the follower's gRPC server serves it as it
 serves any gRPC client, with the cluster secret and mutual TLS of every peer call.
 
@@ -213,6 +213,6 @@ class H2PushStream(asyncio.Protocol):
             self._write()
         self._keepalive = self._loop.call_later(self.client.keepalive_s, self._check_alive)
 
-    def _break(self, exc: BaseException) -> None:
+    def _break(self, exc: Exception) -> None:
         if self._broken is None:
             self.close(self.client.failed(self.peer_id, "Replicate", exc))
