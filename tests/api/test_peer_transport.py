@@ -5,6 +5,7 @@ never a crash."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -147,6 +148,27 @@ def client_for(address: str, timeout_ms: int = 500, secret: bytes | None = SECRE
                       secret=secret)
 
 
+@contextlib.asynccontextmanager
+async def through_link(address: str) -> AsyncIterator[tuple[Link, PeerClient]]:
+    """A client whose connections to `address` run through a link the test can hold."""
+    link = Link("n1", "n2", int(address.rsplit(":", 1)[1]))
+    await link.start()
+    client = client_for(f"127.0.0.1:{link.port}")
+    try:
+        yield link, client
+    finally:
+        link.up.open.set()
+        link.down.open.set()
+        await client.close()
+        await link.close()
+
+
+def silence(link: Link) -> None:
+    """The peer goes silent: nothing reaches it, so no ping is answered."""
+    link.up.open.clear()
+    link.down.open.clear()
+
+
 def push(first: int, size: int = 100) -> PushRequest:
     return PushRequest("g", "n1", 1, PushType.APPEND, -1, first, 1, bytes(size))
 
@@ -217,26 +239,17 @@ async def test_keepalive_finds_a_peer_gone_silent(follower: tuple[FollowerNode, 
     monkeypatch.setattr(peer_client, "KEEPALIVE_MS", 1000)
     monkeypatch.setattr(peer_client, "KEEPALIVE_TIMEOUT_MS", 500)
     _, address = follower
-    link = Link("n1", "n2", int(address.rsplit(":", 1)[1]))
-    await link.start()
-    client = client_for(f"127.0.0.1:{link.port}")
-    try:
+    async with through_link(address) as (link, client):
         await client.vote("n2", VoteRequest("g", "n1", 1, -1, -1))
         channel = client._channels["n2"]
         assert channel.get_state() is grpc.ChannelConnectivity.READY
-        link.up.open.clear()  # the peer goes silent: nothing reaches it, so no ping is answered
-        link.down.open.clear()
+        silence(link)
         state = channel.get_state()
         async with asyncio.timeout(10):
             while state is grpc.ChannelConnectivity.READY:
                 await channel.wait_for_state_change(state)
                 state = channel.get_state()
         assert link.up.held > 0  # the pings were held back
-    finally:
-        link.up.open.set()
-        link.down.open.set()
-        await client.close()
-        await link.close()
 
 
 async def test_calls_without_the_cluster_secret_are_refused_and_reach_nothing(
@@ -361,22 +374,13 @@ async def test_keepalive_breaks_a_replication_stream_whose_peer_went_silent(
     monkeypatch.setattr(peer_client, "KEEPALIVE_MS", 200)
     monkeypatch.setattr(peer_client, "KEEPALIVE_TIMEOUT_MS", 300)
     _, address = follower
-    link = Link("n1", "n2", int(address.rsplit(":", 1)[1]))
-    await link.start()
-    client = client_for(f"127.0.0.1:{link.port}")
-    try:
+    async with through_link(address) as (link, client):
         stream = client.open_stream("n2")
         assert (await stream.send(push(0))).code is Code.SUCCESS
-        link.up.open.clear()  # the peer goes silent: nothing reaches it, so no ping is answered
-        link.down.open.clear()
+        silence(link)
         async with asyncio.timeout(10):
             while not stream.broken:
                 await asyncio.sleep(0.05)
         assert link.up.held > 0  # the ping was held back
         with pytest.raises(PeerUnavailable, match="no answer to a ping"):
             await stream.send(push(1))
-    finally:
-        link.up.open.set()
-        link.down.open.set()
-        await client.close()
-        await link.close()
