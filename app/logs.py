@@ -13,6 +13,7 @@ from typing import Literal
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 CHATTY = ("httpx", "httpcore", "hpack")  # a line per peer call otherwise
+UNSENT_ANSWER = "ExecuteBatchError raised in core by servicer method"
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,6 +32,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
+class UnsentAnswerFilter(logging.Filter):
+    """gRPC logs an ERROR with a traceback when a call ends as its answer goes out: its caller is gone.
+
+    That is a caller's timeout or a cut link, which the caller retries; a warning line says so.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith(UNSENT_ANSWER):
+            method = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.msg, record.args = "the answer to %s was not sent: its caller is gone", (method,)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def configure_logging(level: str, fmt: Literal["text", "json"], node_id: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter(node_id) if fmt == "json" else logging.Formatter(TEXT_FORMAT))
@@ -39,3 +55,4 @@ def configure_logging(level: str, fmt: Literal["text", "json"], node_id: str) ->
     root.setLevel(level.upper())
     for name in CHATTY:
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("grpc._cython.cygrpc").filters[:] = [UnsentAnswerFilter()]
