@@ -85,6 +85,7 @@ class EntryDispatcher:
         self._pushes: set[asyncio.Task[None]] = set()
         self._stream: PushStream | None = None
         self.inflight_bytes = 0  # raw log of the pushes still on the wire, written off or not
+        self._read_checked = True  # the next push's entries are read checked: the first after a (re-)match
 
     async def run(self) -> None:
         try:
@@ -112,6 +113,7 @@ class EntryDispatcher:
     def _change_state(self, target: DispatcherState) -> None:
         if target is DispatcherState.COMPARE:
             self.write_index = self.node.store.end_index + 1
+            self._read_checked = True
         if target is not DispatcherState.APPEND:
             self._write_off_pending()
         self.state = target
@@ -255,7 +257,9 @@ class EntryDispatcher:
                 wait = min(wait, notice_in)
             await self._wait(wait)
             return
-        raw = store.read_range(self.write_index, self.config.push_entries_max, self.config.push_bytes_max)
+        raw = store.read_range(self.write_index, self.config.push_entries_max, self.config.push_bytes_max,
+                               trust_own_writes=not self._read_checked)
+        self._read_checked = False
         delay = self._throttle(raw.data)
         if delay:
             await asyncio.sleep(delay)

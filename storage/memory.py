@@ -146,7 +146,8 @@ class MemoryStore:
         check_in_log(index, self.begin_index, self.end_index)
         return self._positions[index - self.begin_index]
 
-    def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
+    def read_range(self, start: int, max_entries: int, max_bytes: int, *,
+                   trust_own_writes: bool = False) -> RawEntries:
         assert max_entries > 0
         check_in_log(start, self.begin_index, self.end_index)
         first = start - self.begin_index

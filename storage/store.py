@@ -139,6 +139,7 @@ class Store:
         self._changes = 0  # mutations so far; a flush round covers those before it began
         self._synced_changes = 0
         self._truncated_to = -1  # lowest end index set by a truncate during a flush round
+        self._own_from = 0  # entries from this index on were written by this process (read_range)
         self._flusher = GroupFlusher(self._sync_round)
         self._failed: BaseException | None = None  # a sync error: the page cache may have lost data
         self._owns_io = executor is None
@@ -202,7 +203,7 @@ class Store:
         # repairs in memory: both must be on disk before this end counts as durable.
         _fdatasync_all(set(self.data.segments) | set(self.index.segments))
         self.durable_end_index = self.end_index
-        self._index_synced = self.end_index + 1
+        self._own_from = self._index_synced = self.end_index + 1
         if mark != self._index_synced:
             save_index_mark(self.data_dir, self._index_synced)
 
@@ -380,25 +381,28 @@ class Store:
             raise self._damaged(index, pos, "body CRC mismatch")
         return Entry(magic, index, term, pos, channel, chain, bcrc, body)
 
-    def read_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries:
+    def read_range(self, start: int, max_entries: int, max_bytes: int, *,
+                   trust_own_writes: bool = False) -> RawEntries:
         """Raw bytes of consecutive entries from `start`, each CRC-checked, except recent ones.
 
         Returns at least one entry (even one larger than max_bytes) and stops at
         max_entries, max_bytes, the log end, or the end of a data file: the
         result is one zero-copy slice. Ask again from first_index + count.
 
-        Recent entries (all of the range past durable_end_index: written by this
-        process since it opened the log, and not yet covered by a flush, which
-        takes milliseconds) are what the leader pushes while its own fdatasync
-        runs; they are returned unchecked (`_recent_range`). Safe because they
-        were encoded or validated here moments ago, and whatever damaged them
-        since, a follower's validate_follower_batch refuses (it checks every
-        field the checks here cover, and the chain CRC); a retry after the
-        flush reads them checked and reports the damage.
+        Recent entries are returned unchecked (`_recent_range`): all of the range
+        past durable_end_index (not yet covered by a flush, which takes
+        milliseconds), or with `trust_own_writes` all of it from the first entry
+        this process wrote itself (since it opened the log, or the truncate or
+        reset that last lowered its end). They are what the leader pushes while
+        its own fdatasync runs, and just after. Safe because they were encoded or
+        validated here, and whatever damaged them since, a follower's
+        validate_follower_batch refuses (it checks every field the checks here
+        cover, and the chain CRC); the leader then reads its retry checked
+        (without `trust_own_writes`), which reports the damage.
         """
         assert max_entries > 0
         check_in_log(start, self.begin_index, self.end_index)
-        if start > self.durable_end_index:
+        if start > self.durable_end_index or (trust_own_writes and start >= self._own_from):
             recent = self._recent_range(start, max_entries, max_bytes)
             if recent is not None:
                 return recent
@@ -614,6 +618,7 @@ class Store:
             self._end_chain, self._write_pos = chain, write_pos
             self.durable_end_index = min(self.durable_end_index, self.end_index)
             self._truncated_to = min(self._truncated_to, self.end_index)
+            self._own_from = min(self._own_from, index)
             if gone:  # the end mark reaches the disk before files vanish: no resurrection. Every
                 # dirty data file with it: a synced kept file must not hold entries whose filler
                 # or predecessors in an earlier file a power loss would take (a hole)
@@ -647,6 +652,7 @@ class Store:
             self._end_chain, self._write_pos = chain_crc, next_pos
             self.durable_end_index = index
             self._truncated_to = min(self._truncated_to, index)
+            self._own_from = index + 1
             await self._run_io(self._delete, gone)
             await self._save_meta(replace(self.meta, resetting=False))
             log.info("log reset to begin after index %d term %d", index, term)

@@ -447,6 +447,35 @@ async def test_a_damaged_committed_entry_is_repaired_in_place_from_a_replica(tmp
 
 
 @simulate
+async def test_a_leader_entry_damaged_after_its_flush_reaches_no_follower(tmp_path: Path) -> None:
+    """The leader pushes the entries it wrote itself without reading them checked, all but the first
+    push after a match: a follower refuses a damaged one, and the checked re-read after the leader
+    matches it again finds the damage, which is repaired from the member that holds a good copy."""
+    cluster = SimCluster(seed=25, tmp=tmp_path, config={"push_entries_max": 4})
+    try:
+        leader = await stable(cluster)
+        late, other = (n for n in cluster.running if n is not leader)
+        cluster.network.partition({leader.config.self_id, other.config.self_id}, {late.config.self_id})
+        start = leader.store.end_index + 1
+        for i in range(12):
+            await leader.append([f"entry-{i:02}".encode() * 8])
+        assert await run_until(cluster, lambda: leader.store.durable_end_index == leader.store.end_index, 5.0)
+        assert isinstance(leader.store, Store)  # the checks above have read every committed entry
+        damaged = start + 9  # in the third push after the match
+        pos = leader.store.pos_at(damaged)
+        leader.store.data.find(pos).view[pos + 60] ^= 0x04
+        cluster.expected_errors.add(DAMAGE_FOUND)
+        cluster.network.heal()
+        assert await run_until(cluster, lambda: late.store.end_index >= leader.store.end_index, 10.0)
+        assert leader.repairer.repaired == 1
+        assert [bytes(late.store.get(i).body) for i in range(start, start + 12)] == [
+            f"entry-{i:02}".encode() * 8 for i in range(12)]
+        assert not cluster.violations
+    finally:
+        await cluster.stop()
+
+
+@simulate
 async def test_a_candidate_stopped_mid_round_leaves_no_vote_call_behind() -> None:
     """Found by the simulation's unhandled-exception check: a candidate stopped while its vote
     requests were on the way left them running, and their failures were never retrieved."""

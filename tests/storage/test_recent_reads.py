@@ -1,9 +1,10 @@
 """read_range returns entries not yet covered by a flush without checking them; older ones it checks.
 
 The leader pushes entries while its own fdatasync runs (Raft thesis §10.2.1): those reads
-skip the per-entry header and CRC checks. A follower validates every push
-(`validate_follower_batch`), so a damaged entry that skipped the checks is refused there,
-and once the flush covers it, the leader's own reads find the damage.
+skip the per-entry header and CRC checks, and so do its pushes of what it wrote itself after
+the flush (`trust_own_writes`). A follower validates every push (`validate_follower_batch`),
+so a damaged entry that skipped the checks is refused there, and the leader's checked reads
+find the damage.
 """
 
 from __future__ import annotations
@@ -48,6 +49,36 @@ async def test_a_flipped_bit_in_a_flushed_entry_is_caught(store: Store) -> None:
         store.read_range(0, 10, 1 << 20)
     with pytest.raises(CorruptEntryError, match="body CRC"):
         store.read_range(2, 10, 1 << 20)
+
+
+async def test_trusted_reads_skip_the_checks_only_for_entries_this_process_wrote(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "node", SMALL)
+    await store.append_as_leader([body(i) for i in range(4)], term=1)
+    await store.close()
+    store = Store.open(tmp_path / "node", SMALL)
+    try:
+        await store.append_as_leader([body(i) for i in range(4, 8)], term=1)
+        await store.flush()
+        view = store.data.find(store.pos_at(1)).view
+        view[store.pos_at(1) + HEADER_SIZE] ^= 1  # found at open
+        pos = store.pos_at(5)
+        store.data.find(pos).view[pos + HEADER_SIZE] ^= 1  # written by this process
+        with pytest.raises(CorruptEntryError):
+            store.read_range(0, 10, 1 << 20, trust_own_writes=True)
+        with pytest.raises(CorruptEntryError):
+            store.read_range(4, 10, 1 << 20)
+        raw = store.read_range(4, 10, 1 << 20, trust_own_writes=True)
+        assert (raw.first_index, raw.count) == (4, 2)  # six entries to a data file
+        await store.truncate(3)  # entry 3 was found at open; written here again from now on
+        await store.append_as_leader([body(i) for i in range(3, 6)], term=2)
+        await store.flush()
+        pos = store.pos_at(4)
+        store.data.find(pos).view[pos + HEADER_SIZE] ^= 1
+        assert store.read_range(3, 10, 1 << 20, trust_own_writes=True).count == 3
+        with pytest.raises(CorruptEntryError):
+            store.read_range(3, 10, 1 << 20)
+    finally:
+        await store.close()
 
 
 async def test_a_damaged_recent_entry_is_refused_by_a_follower(store: Store, tmp_path: Path) -> None:
