@@ -5,7 +5,7 @@ status). Every call carries the cluster secret, when there is one.
 One channel (one HTTP/2 connection) per peer for unary calls, each with a
 deadline. Replication is one long-lived bidirectional stream per follower, on a
 connection of its own driven by h2 (`api.peer_stream.H2PushStream`), to the
-same gRPC service. Keepalive pings find a dead or silent peer, and
+same service's Replicate method (served on h2 too: api.peer_port). Keepalive pings find a dead or silent peer, and
 the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). While a peer
 is known down, calls to it fail at once, as a refused connection does: a vote
 round must not wait for a dead member's answer, nor a client for a forward to a
@@ -215,12 +215,17 @@ def _stream_tls(tls: PeerTls) -> ssl.SSLContext:
     """The replication stream's TLS, as the gRPC channels have it: the group's CA, this member's
     certificate, the peer's address checked against its certificate, HTTP/2 by ALPN."""
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca.decode())
+    load_identity(context, tls)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def load_identity(context: ssl.SSLContext, tls: PeerTls) -> None:
+    """This member's certificate and key, which it serves and calls with."""
     with tempfile.NamedTemporaryFile() as chain:  # ssl loads a key from a file only; this one is 0600
         chain.write(tls.cert + b"\n" + tls.key)
         chain.flush()
         context.load_cert_chain(chain.name)
-    context.set_alpn_protocols(["h2"])
-    return context
 
 
 def _describe(exc: Exception) -> str:

@@ -1,15 +1,15 @@
-"""The peer port: the gRPC service `raftlog.peer.v1.Peer` (proto/raftlog/peer/v1/peer.proto).
+"""The peer service `raftlog.peer.v1.Peer` (proto/raftlog/peer/v1/peer.proto), as the peer port
+serves it (api.peer_port).
 
-Raft's calls go to the node as typed messages. `Replicate` is the long-lived
-replication stream: each push is handed to the node as soon as it arrives
-(the follower's handler orders them by index), and the answers go back in the
-order the pushes came. The other calls serve a member's public API
-(forwarded appends, read index, leadership transfer, status); their errors
+Raft's calls go to the node as typed messages. `Replicate`, the long-lived
+replication stream, is served on h2 by api.replicate_server, which hands each
+push to the node here (`take_push`). The other calls serve a member's public
+API (forwarded appends, read index, leadership transfer, status); their errors
 travel as the public error shape, so a member answers as the leader did.
 
 Requests are parsed here, not by gRPC: a message that does not decode ends
-the call with INVALID_ARGUMENT, its stream included, and the node sees
-nothing of it. Every call must carry the cluster secret, when there is one.
+the call with INVALID_ARGUMENT, and the node sees nothing of it. Every call
+must carry the cluster secret, when there is one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -27,18 +27,14 @@ from google.protobuf.message import DecodeError, Message
 from api import peer_pb2 as pb
 from api.auth import AuthFailures, is_secret, secret_digest
 from api.errors import ApiError
-from api.peer_client import PeerTls, api_error_message, channel_options
-from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push_response
+from api.peer_client import api_error_message
+from api.peer_codec import PeerMessageError, decode_message, encode_message
 from api.service import LogService
-from raft.messages import Code, FetchRequest, HeartbeatRequest, PushResponse, TransferRequest, VoteRequest
+from raft.messages import Code, FetchRequest, HeartbeatRequest, PushRequest, PushResponse, TransferRequest, VoteRequest
 from raft.node import RaftNode
 
 log = logging.getLogger("raftlog.api.peer_server")
 
-PEER_STREAMS_MAX = 256  # concurrent calls per peer connection
-ANSWERS_AHEAD_MAX = 1024  # pushes of one stream handed to the node and not yet answered: then it reads no more
-IDLE_CONNECTION_MS = 75_000  # a peer connection with no call for this long is closed
-GRACE_S = 1.0  # at stop, calls under way get this long to finish
 
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 
@@ -51,6 +47,7 @@ class PeerService:
         self._digest = None if secret is None else secret_digest(secret)
         self._failures = failures
         self._handling: set[asyncio.Future[Any]] = set()  # pushes handed to the node, whoever waits
+        self.peer_name: Callable[[str], str] = lambda peer: peer  # a caller's address, from gRPC's name of it
 
     def handler(self) -> grpc.GenericRpcHandler:
         unary: dict[str, Handler] = {
@@ -61,27 +58,31 @@ class PeerService:
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
         }
         methods = {name: grpc.unary_unary_rpc_method_handler(self._guarded(call)) for name, call in unary.items()}
-        methods["Replicate"] = grpc.stream_stream_rpc_method_handler(self._replicate)
         return grpc.method_handlers_generic_handler("raftlog.peer.v1.Peer", methods)
 
     # -- the cluster secret -------------------------------------------------------------
 
-    async def _authorize(self, context: grpc.aio.ServicerContext, method: str) -> None:
+    def refusal(self, authorization: bytes | None, method: str, peer: str) -> tuple[grpc.StatusCode, str] | None:
+        """Why a call with this authorization header is refused (counted and logged), or None."""
         if self._digest is None:
-            return
-        given = _bearer(context.invocation_metadata())
+            return None
+        given = _bearer(authorization)
         if given is not None and is_secret(given, self._digest):
-            return
+            return None
         reason = "missing" if given is None else "invalid"
         if self._failures is not None:
-            self._failures.note(reason, method, context.peer())
+            self._failures.note(reason, method, peer)
         if given is None:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a peer call needs the cluster secret")
-        await context.abort(grpc.StatusCode.PERMISSION_DENIED, "wrong cluster secret")
+            return grpc.StatusCode.UNAUTHENTICATED, "a peer call needs the cluster secret"
+        return grpc.StatusCode.PERMISSION_DENIED, "wrong cluster secret"
 
     def _guarded(self, call: Handler) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
         async def guarded(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            await self._authorize(context, call.__name__)
+            authorization = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
+            refusal = self.refusal(None if authorization is None else str(authorization).encode(), call.__name__,
+                                   self.peer_name(context.peer()))
+            if refusal is not None:
+                await context.abort(*refusal)
             try:
                 return await call(request, context)
             except (PeerMessageError, DecodeError) as exc:
@@ -90,35 +91,14 @@ class PeerService:
 
         return guarded
 
-    # -- replication --------------------------------------------------------------------
+    # -- replication (api.replicate_server serves the stream) ----------------------------
 
-    async def _replicate(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext,
-                         ) -> AsyncIterator[bytes]:
-        await self._authorize(context, "Replicate")
-        answers: asyncio.Queue[asyncio.Future[PushResponse] | None] = asyncio.Queue(ANSWERS_AHEAD_MAX)
-        intake = asyncio.ensure_future(self._take_pushes(requests, answers))
-        try:
-            while (answer := await answers.get()) is not None:
-                yield encode_push_response(await answer)
-            intake.result()  # a push that did not decode ends the stream with its error
-        except PeerMessageError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        finally:
-            intake.cancel()
-
-    async def _take_pushes(self, requests: AsyncIterator[bytes],
-                           answers: asyncio.Queue[asyncio.Future[PushResponse] | None]) -> None:
-        """Hand each push to the node as it arrives; its answer waits its turn in `answers`."""
-        try:
-            async for data in requests:
-                handling = asyncio.ensure_future(self.node.handle_push(decode_push(data)))
-                self._handling.add(handling)  # it runs to its end even if the stream goes: as a server's would
-                handling.add_done_callback(self._handled)
-                await answers.put(handling)
-        except PeerMessageError:
-            await answers.put(None)  # what came before it is still answered
-            raise
-        await answers.put(None)
+    def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        """Hand a push to the node; it runs to its end even if its stream goes, as a server's call would."""
+        handling = asyncio.ensure_future(self.node.handle_push(request))
+        self._handling.add(handling)
+        handling.add_done_callback(self._handled)
+        return handling
 
     def _handled(self, handling: asyncio.Future[Any]) -> None:
         self._handling.discard(handling)
@@ -178,33 +158,11 @@ class PeerService:
             raise ApiError(Code.NOT_LEADER, "this member is not the leader", self.node.leader_id)
 
 
-def create_peer_server(service: PeerService, address: str, max_message_bytes: int,
-                       tls: PeerTls | None = None) -> grpc.aio.Server:
-    """The peer port's server, bound to `address` ("host:port"; it fails if the port is taken)."""
-    options = [*channel_options(max_message_bytes),
-               ("grpc.so_reuseport", 0),  # a second member on the same port must fail, not share it
-               ("grpc.max_concurrent_streams", PEER_STREAMS_MAX),
-               ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
-               ("grpc.http2.min_ping_interval_without_data_ms", 1000),  # members ping every KEEPALIVE_MS
-               ("grpc.http2.max_ping_strikes", 0)]
-    server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers((service.handler(),))
-    if tls is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, grpc.ssl_server_credentials(
-            [(tls.key, tls.cert)], root_certificates=tls.ca, require_client_auth=True))
-    if port == 0:
-        raise OSError(f"cannot listen on {address}")
-    return server
-
-
-def _bearer(metadata: Any) -> bytes | None:
-    for key, value in metadata or ():
-        if key == "authorization":
-            scheme, _, credentials = str(value).partition(" ")
-            return credentials.strip().encode() if scheme.lower() == "bearer" else None
-    return None
+def _bearer(authorization: bytes | None) -> bytes | None:
+    if authorization is None:
+        return None
+    scheme, _, credentials = authorization.partition(b" ")
+    return credentials.strip() if scheme.lower() == b"bearer" else None
 
 
 def _answer(message: Message) -> bytes:

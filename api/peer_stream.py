@@ -4,8 +4,9 @@ Replicate method, driven by h2's state machine on an asyncio protocol.
 gRPC's own stream hands every message between its core's threads and the event loop; here the
 leader writes and reads the socket from its event loop alone, for half the CPU per message
 (`python bench/peer_bench.py --transports grpc-stream,raftlog-stream`). The wire is gRPC's (a
-5-byte prefix per message, the outcome in trailers), so the follower's gRPC server serves it as it
-serves any gRPC client, with the cluster secret and mutual TLS of every peer call.
+5-byte prefix per message, the outcome in trailers). The connection announces itself in its first
+SETTINGS frame (REPLICATE_SETTING), and the follower's peer port serves it on h2 as well
+(api.replicate_server), with the cluster secret and mutual TLS of every peer call.
 
 Pushes are written in the order they are sent, within the follower's flow-control window; the
 answers, read in the same order, settle them. The stream breaks, failing every push on it, on a
@@ -25,6 +26,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
 
 from api.peer_codec import PeerMessageError, decode_push_response, encode_push
 from raft.messages import PushRequest, PushResponse
@@ -35,6 +37,16 @@ if TYPE_CHECKING:
 
 PREFIX_SIZE = 5  # gRPC's message prefix: a compressed flag and a u32 big-endian length
 PING_DATA = b"raftlog!"  # a PING frame carries 8 bytes
+REPLICATE_PATH = b"/raftlog.peer.v1.Peer/Replicate"
+# An HTTP/2 setting no one has registered (receivers ignore unknown settings, RFC 9113 §6.5.2) in the
+# first SETTINGS frame of a connection: the peer port serves its stream on h2 (api.peer_port). Below
+# 0x100, as hyperframe writes setting ids of one byte.
+REPLICATE_SETTING = 0xA6
+
+
+def grpc_prefix(size: int) -> bytes:
+    """What goes before a gRPC message of `size` bytes: not compressed, and its length."""
+    return b"\x00" + size.to_bytes(4, "big")
 
 
 class H2PushStream(asyncio.Protocol):
@@ -44,9 +56,10 @@ class H2PushStream(asyncio.Protocol):
         self.peer_id = peer_id
         self._loop = asyncio.get_running_loop()
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self._h2.local_settings = h2.settings.Settings(client=True, initial_values={REPLICATE_SETTING: 1})
         self._headers = [
             (b":method", b"POST"), (b":scheme", b"https" if tls else b"http"),
-            (b":path", b"/raftlog.peer.v1.Peer/Replicate"), (b":authority", address.encode()),
+            (b":path", REPLICATE_PATH), (b":authority", address.encode()),
             (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"user-agent", b"raftlog"),
             *((name.encode(), value.encode()) for name, value in client.metadata)]
         self._transport: Any = None  # once connected; uvloop's transports are not asyncio.Transport's
@@ -71,7 +84,7 @@ class H2PushStream(asyncio.Protocol):
             fail_push(answer, f"{self.peer_id} Replicate: {self._broken}")
             return answer
         message = encode_push(request)  # the entries are copied now
-        self._outbox.append(b"\x00" + len(message).to_bytes(4, "big"))
+        self._outbox.append(grpc_prefix(len(message)))
         self._outbox.append(message)
         now = self._loop.time()
         self._waiting.append((answer, now, len(request.data)))

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import uvicorn
 import uvloop
 
-from api.peer_server import GRACE_S, create_peer_server
+from api.peer_port import GRACE_S, PeerPort
 from app.client_protocol import guarded_protocol
 from app.logs import configure_logging
 from app.node import Node
@@ -96,16 +96,15 @@ async def serve(settings: NodeSettings) -> None:
         http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes, limits.max_connections),
         **settings.client_tls()))
     host, port = settings.peer_address
-    peer_sock.close()  # held until now so that a port in use failed first; gRPC binds it again, alone
-    try:
-        peer = create_peer_server(node.peer_service, f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
-                                  settings.peer_message_bytes_max(), settings.peer_tls())
-    except (OSError, RuntimeError) as exc:  # taken in the instant since the check
-        client_sock.close()
-        await node.stop()
-        raise SettingsError(f"cannot listen on {host}:{port} for the peer port: {exc}") from None
+    peer = PeerPort(node.peer_service, peer_sock, settings.peer_message_bytes_max(), settings.peer_tls())
     node.start()
-    await peer.start()
+    try:
+        await peer.start()
+    except (OSError, RuntimeError) as exc:  # gRPC's own server, on its private socket
+        client_sock.close()
+        peer_sock.close()
+        await node.stop()
+        raise SettingsError(f"cannot serve the peer port {host}:{port}: {exc}") from None
     client_task = asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server")
     peer_task = asyncio.create_task(peer.wait_for_termination(), name="peer-server")
     log.info("%s: client API %s, peer port %s:%d", settings.id, settings.client_url, *settings.peer_address)

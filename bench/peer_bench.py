@@ -20,10 +20,11 @@ Transports:
 - grpc-unary: a grpc.aio unary call per push, bytes as they are (no serializer).
 - grpc-stream: one grpc.aio bidirectional stream, one message per push, answers in order.
 - raftlog-stream: the product's transport: api.peer_client.PeerClient's replication stream
-  (open_stream, send) to api.peer_server's PeerService, whose node only answers pushes. Skipped,
-  with a line saying so, when this tree's peer client has no replication stream. Since the
-  2026-11-25 evening, the client drives h2's state machine on an asyncio protocol
-  (api.peer_stream); before, it was a grpc.aio stream, as grpc-stream is.
+  (open_stream, send) to api.peer_port's PeerPort, whose node only answers pushes. Skipped, with a
+  line saying so, when this tree has no such stream. Since the 2026-11-25 evening the client drives
+  h2's state machine on an asyncio protocol (api.peer_stream), where before it was a grpc.aio
+  stream, as grpc-stream is; since the 2026-11-25 night the server does too (api.replicate_server),
+  where before gRPC's server served the stream.
 
 Every process it starts is stopped at the end (and dies with it: PR_SET_PDEATHSIG).
 """
@@ -307,9 +308,9 @@ async def grpc_stream_drive(port: int, request: PushRequest, inflight: int, wind
 def raftlog_stream_missing() -> str | None:
     try:
         from api.peer_client import PeerClient
-        from api.peer_server import PeerService, create_peer_server  # noqa: F401
+        from api.peer_port import PeerPort  # noqa: F401
     except ImportError as exc:
-        return f"this tree has no gRPC peer server ({exc})"
+        return f"this tree has no peer port with its own replication stream server ({exc})"
     if not hasattr(PeerClient, "open_stream"):
         return "this tree's PeerClient has no replication stream (open_stream)"
     return None
@@ -328,10 +329,11 @@ class PushOnlyNode:
 
 
 async def raftlog_serve(port: int, stop: asyncio.Event) -> None:
-    from api.peer_server import PeerService, create_peer_server
+    from api.peer_port import PeerPort
+    from api.peer_server import PeerService
 
     service = PeerService(PushOnlyNode(), None, None)  # type: ignore[arg-type]  # no public API calls here
-    server = create_peer_server(service, f"{HOST}:{port}", MESSAGE_BYTES_MAX)
+    server = PeerPort(service, f"{HOST}:{port}", MESSAGE_BYTES_MAX)
     await server.start()
     await stop.wait()
     await server.stop(1.0)

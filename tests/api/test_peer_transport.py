@@ -12,13 +12,17 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 
-from api import peer_client
+from api import peer_client, replicate_server
 from api import peer_pb2 as pb
+from api.auth import AuthFailures
 from api.errors import ApiError
 from api.peer_client import PeerClient
 from api.peer_codec import PUSH_TYPES, PeerMessageError, decode_message, decode_push, encode_message, encode_push
-from api.peer_server import PeerService, create_peer_server
+from api.peer_port import PeerPort
+from api.peer_server import PeerService
+from api.peer_stream import grpc_prefix
 from app.launcher import free_ports
 from raft.config import Peer
 from raft.messages import (
@@ -35,6 +39,7 @@ from raft.messages import (
     VoteResult,
 )
 from raft.transport import PeerUnavailable
+from tests.e2e.peer_port import HandWrittenStream
 from tests.faults.proxy import Link
 
 SECRET = b"a-cluster-secret-of-enough-length"
@@ -127,7 +132,8 @@ class ForwardingService:
 async def serving(node: FollowerNode, secret: bytes | None = SECRET) -> AsyncIterator[str]:
     (port,) = free_ports(1)
     address = f"127.0.0.1:{port}"
-    server = create_peer_server(PeerService(node, ForwardingService(), secret), address, MESSAGE_MAX)  # type: ignore[arg-type]
+    failures = AuthFailures(Counter("refused", "", ["port", "reason"], registry=CollectorRegistry()), "peer")
+    server = PeerPort(PeerService(node, ForwardingService(), secret, failures), address, MESSAGE_MAX)  # type: ignore[arg-type]
     await server.start()
     try:
         yield address
@@ -253,7 +259,7 @@ async def test_keepalive_finds_a_peer_gone_silent(follower: tuple[FollowerNode, 
 
 
 async def test_calls_without_the_cluster_secret_are_refused_and_reach_nothing(
-        follower: tuple[FollowerNode, str]) -> None:
+        follower: tuple[FollowerNode, str], caplog: pytest.LogCaptureFixture) -> None:
     node, address = follower
     async with grpc.aio.insecure_channel(address) as channel:
         vote = channel.unary_unary("/raftlog.peer.v1.Peer/Vote")
@@ -264,9 +270,11 @@ async def test_calls_without_the_cluster_secret_are_refused_and_reach_nothing(
             await vote(request, metadata=(("authorization", "Bearer wrong-secret-of-enough-length"),))
         assert missing.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert wrong.value.code() is grpc.StatusCode.PERMISSION_DENIED
-        stream = channel.stream_stream("/raftlog.peer.v1.Peer/Replicate")()
-        assert await stream.code() is grpc.StatusCode.UNAUTHENTICATED  # refused before any push (a write
-        # racing the refusal can end the call locally, as INTERNAL, instead)
+    for secret, status in ((None, grpc.StatusCode.UNAUTHENTICATED),
+                           ("wrong-secret-of-enough-length", grpc.StatusCode.PERMISSION_DENIED)):
+        stream = await HandWrittenStream.open(address, secret)
+        stream.send(encode_push(push(0)))
+        assert await stream.outcome() == ([], status)
     client = client_for(address, secret=b"wrong-secret-of-enough-length")
     try:
         with pytest.raises(PeerUnavailable, match="PERMISSION_DENIED"):
@@ -276,18 +284,31 @@ async def test_calls_without_the_cluster_secret_are_refused_and_reach_nothing(
     finally:
         await client.close()
     assert node.pushes == []
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refused and all("from 127.0.0.1:" in line for line in refused)  # the caller, not a socket of ours
 
 
 async def test_garbage_on_the_stream_ends_it_with_a_protocol_error_and_the_port_serves_on(
         follower: tuple[FollowerNode, str]) -> None:
     node, address = follower
+    stream = await HandWrittenStream.open(address, SECRET.decode())
+    stream.send(encode_push(push(0)))
+    stream.send(b"\xff\xff\xff garbage")
+    answers, status = await stream.outcome()
+    assert [decode_message(PushResponse, a).index for a in answers] == [0]  # the good one is answered
+    assert status is grpc.StatusCode.INVALID_ARGUMENT
+    stream = await HandWrittenStream.open(address, SECRET.decode())
+    stream.send_data(grpc_prefix(MESSAGE_MAX + 1) + b"\x07" * 100)  # refused by its prefix alone
+    assert await stream.outcome() == ([], grpc.StatusCode.RESOURCE_EXHAUSTED)
+    stream = await HandWrittenStream.open(address, SECRET.decode())
+    stream.writer.write(b"\x00\x00\x04\x07\x00\x00\x00\x00\x01 bad")  # a GOAWAY on a stream: not HTTP/2
+    assert await stream.outcome() == ([], None)
+    reader, writer = await asyncio.open_connection(*address.split(":"))
+    writer.write(b"GET / HTTP/1.1\r\nHost: n2\r\n\r\n")
+    assert await reader.read() == b""  # not HTTP/2: closed
+    writer.close()
     metadata = (("authorization", f"Bearer {SECRET.decode()}"),)
     async with grpc.aio.insecure_channel(address) as channel:
-        stream = channel.stream_stream("/raftlog.peer.v1.Peer/Replicate")(metadata=metadata)
-        await stream.write(encode_push(push(0)))
-        await stream.write(b"\xff\xff\xff garbage")
-        assert (await stream.read()) is not grpc.aio.EOF  # the good one is answered
-        assert await stream.code() is grpc.StatusCode.INVALID_ARGUMENT
         vote = channel.unary_unary("/raftlog.peer.v1.Peer/Vote")
         with pytest.raises(grpc.aio.AioRpcError) as garbage:
             await vote(b"\xff\xff", metadata=metadata)
@@ -296,8 +317,20 @@ async def test_garbage_on_the_stream_ends_it_with_a_protocol_error_and_the_port_
     client = client_for(address)
     try:
         assert (await client.vote("n2", VoteRequest("g", "n1", 1, -1, -1))).result is VoteResult.ACCEPT
+        assert (await client.open_stream("n2").send(push(1))).code is Code.SUCCESS
     finally:
         await client.close()
+
+
+async def test_a_replication_stream_gone_silent_is_closed_by_the_follower(
+        follower: tuple[FollowerNode, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader pings a quiet stream; one that stops (its machine died) holds nothing here for long."""
+    monkeypatch.setattr(replicate_server, "SILENT_PEER_S", 0.3)
+    _, address = follower
+    stream = await HandWrittenStream.open(address, SECRET.decode())
+    stream.send(encode_push(push(0)))
+    answers, status = await stream.outcome()  # nothing more is sent, not even the pings
+    assert len(answers) == 1 and status is None
 
 
 async def test_a_peer_answering_garbage_is_a_failed_call() -> None:
@@ -355,15 +388,16 @@ async def test_a_forwarded_call_answers_as_the_leader_did(follower: tuple[Follow
 
 
 async def test_a_push_wider_than_the_followers_window_goes_through(follower: tuple[FollowerNode, str]) -> None:
-    """The stream writes within the follower's HTTP/2 flow-control window (gRPC's starts at 64 KiB)
-    and sends the rest as the follower grants more."""
+    """The stream writes within the follower's HTTP/2 flow-control window and sends the rest as the
+    follower grants more."""
     node, address = follower
     client = client_for(address, timeout_ms=5000)
+    pushes = replicate_server.WINDOW_BYTES // (1 << 20) + 4
     try:
         stream = client.open_stream("n2")
-        answers = [stream.send(push(i, 1 << 20)) for i in range(3)]
-        assert [r.index for r in await asyncio.gather(*answers)] == [0, 1, 2]
-        assert [len(p.data) for p in node.pushes] == [1 << 20] * 3
+        answers = [stream.send(push(i, 1 << 20)) for i in range(pushes)]
+        assert [r.index for r in await asyncio.gather(*answers)] == list(range(pushes))
+        assert [len(p.data) for p in node.pushes] == [1 << 20] * pushes
     finally:
         await client.close()
 

@@ -1,12 +1,18 @@
 """Calls to a live member's peer port as a stranger or a hostile member would make them: raw
-gRPC (the bytes of each message as given), with or without the cluster secret."""
+gRPC (the bytes of each message as given), with or without the cluster secret; the replication
+stream on h2, as members open it."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import asyncio
 
 import grpc
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+
+from api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
 
 SERVICE = "/raftlog.peer.v1.Peer/"
 
@@ -28,14 +34,68 @@ def peer_call(port: int, method: str, body: bytes, secret: str | None = None,
         return answer
 
 
-def replicate(port: int, pushes: list[bytes], secret: str | None) -> tuple[list[bytes], grpc.StatusCode]:
-    """Pushes on one replication stream: the answers it gave, and how the stream ended."""
-    def requests() -> Iterator[bytes]:
-        yield from pushes
+class HandWrittenStream:
+    """A replication stream written by hand on h2, as a member opens one (its first SETTINGS say so),
+    to send what a member never would."""
 
-    answers: list[bytes] = []
-    with _channel(port, None) as channel:
-        call = channel.stream_stream(SERVICE + "Replicate")(requests(), timeout=10, metadata=_metadata(secret))
-        with contextlib.suppress(grpc.RpcError):  # the stream's end is its code
-            answers.extend(call)
-        return answers, call.code()
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: str | None) -> None:
+        self.reader, self.writer = reader, writer
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.h2.local_settings = h2.settings.Settings(client=True, initial_values={REPLICATE_SETTING: 1})
+        self.h2.initiate_connection()
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", REPLICATE_PATH),
+                   (b":authority", b"peer"), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+                   *((k.encode(), v.encode()) for k, v in _metadata(secret))]
+        self.h2.send_headers(1, headers)
+        self.writer.write(self.h2.data_to_send())
+
+    @classmethod
+    async def open(cls, address: str, secret: str | None) -> HandWrittenStream:
+        host, _, port = address.rpartition(":")
+        return cls(*await asyncio.open_connection(host, int(port)), secret)
+
+    def send(self, message: bytes) -> None:
+        self.send_data(grpc_prefix(len(message)) + message)
+
+    def send_data(self, data: bytes) -> None:
+        self.h2.send_data(1, data)
+        self.writer.write(self.h2.data_to_send())
+
+    def end(self) -> None:
+        self.h2.end_stream(1)
+        self.writer.write(self.h2.data_to_send())
+
+    async def outcome(self) -> tuple[list[bytes], grpc.StatusCode | None]:
+        """The answers, and the status the stream ended with (None: the connection closed first)."""
+        answers, received = [], b""
+        try:
+            async with asyncio.timeout(10):
+                while data := await self.reader.read(65_536):
+                    for event in self.h2.receive_data(data):
+                        if isinstance(event, h2.events.DataReceived):
+                            self.h2.acknowledge_received_data(event.flow_controlled_length, 1)
+                            received += event.data
+                            while len(received) >= 5 and len(received) >= 5 + int.from_bytes(received[1:5], "big"):
+                                size = int.from_bytes(received[1:5], "big")
+                                answers.append(received[5:5 + size])
+                                received = received[5 + size:]
+                        elif isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
+                            status = dict(event.headers).get(b"grpc-status")
+                            if status is not None:
+                                return answers, next(c for c in grpc.StatusCode if c.value[0] == int(status))
+                    self.writer.write(self.h2.data_to_send())
+            return answers, None
+        finally:
+            self.writer.close()
+
+
+def replicate(port: int, pushes: list[bytes], secret: str | None) -> tuple[list[bytes], grpc.StatusCode | None]:
+    """Pushes on one replication stream: the answers it gave, and how the stream ended."""
+    async def stream() -> tuple[list[bytes], grpc.StatusCode | None]:
+        replication = await HandWrittenStream.open(f"127.0.0.1:{port}", secret)
+        for push in pushes:
+            replication.send(push)
+        replication.end()
+        return await replication.outcome()
+
+    return asyncio.run(stream())

@@ -17,7 +17,7 @@ import h2.events
 import httpx
 import pytest
 
-from api.peer_server import PEER_STREAMS_MAX
+from api.peer_port import PEER_STREAMS_MAX
 from app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import eventually, metric, serving
 

@@ -1,0 +1,247 @@
+"""The peer port: one listener, and behind it two servers of the service `raftlog.peer.v1.Peer`.
+
+A connection whose first SETTINGS frame carries REPLICATE_SETTING is a leader's replication
+stream (api.peer_stream.H2PushStream): api.replicate_server serves it on the event loop. Every
+other connection, the members' gRPC channels (votes, heartbeats, fetches, forwarded appends, read
+index, transfers, status), is spliced byte for byte to grpcio's server, which listens on a Unix
+socket in a directory only this user can enter. The choice is made on the HTTP/2 preface and the
+SETTINGS frame that must follow it, which a client sends before it waits for anything: no byte
+of either protocol is changed or answered on the way. Mutual TLS, when on, ends here for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from api.peer_client import PeerTls, channel_options, load_identity
+from api.peer_server import PeerService
+from api.peer_stream import REPLICATE_SETTING
+from api.replicate_server import ReplicateConnection
+
+log = logging.getLogger("raftlog.api.peer_server")
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+FRAME_HEADER_SIZE = 9
+SETTINGS_FRAME = 0x4
+FIRST_FRAME_BYTES_MAX = 16_384  # every peer must accept a frame this big: a longer first SETTINGS is not HTTP/2
+ROUTE_TIMEOUT_S = 10.0  # a connection that has not sent its preface and SETTINGS by then is closed
+REPLICATE, GRPC, NOT_HTTP2 = "replicate", "grpc", "not HTTP/2"
+PEER_STREAMS_MAX = 256  # concurrent calls per gRPC connection
+IDLE_CONNECTION_MS = 75_000  # a gRPC connection with no call for this long is closed
+GRACE_S = 1.0  # at stop, calls under way get this long to finish
+
+
+class PeerPort:
+    def __init__(self, service: PeerService, address: str | socket.socket, max_message_bytes: int,
+                 tls: PeerTls | None = None) -> None:
+        self.service = service
+        self.address = address  # "host:port" ("[v6]:port"), or a socket bound to it
+        self.max_message_bytes = max_message_bytes
+        self.tls = tls
+        self._dir = ""
+        self._grpc: grpc.aio.Server | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[Any] = set()  # transports, to close at stop
+        self._replicating: set[ReplicateConnection] = set()
+        self._names: dict[str, str] = {}  # gRPC's name of a spliced connection -> the peer's address
+        self._numbers = itertools.count()
+        self.splicing: set[asyncio.Future[None]] = set()
+        service.peer_name = lambda peer: self._names.get(peer, peer)
+
+    async def start(self) -> None:
+        """Listen; fails with OSError when the port is taken."""
+        self._dir = tempfile.mkdtemp(prefix="raftlog-peer-")  # 0700
+        self._grpc = grpc_server(self.service, f"unix:{self._dir}/grpc", self.max_message_bytes)
+        await self._grpc.start()
+        loop = asyncio.get_running_loop()
+        context = None if self.tls is None else server_tls(self.tls)
+        try:
+            if isinstance(self.address, socket.socket):
+                self._server = await loop.create_server(lambda: _Door(self), sock=self.address, ssl=context)
+            else:
+                host, _, port = self.address.rpartition(":")
+                self._server = await loop.create_server(lambda: _Door(self), host.strip("[]"), int(port),
+                                                        ssl=context, reuse_port=False)
+        except BaseException:
+            await self.stop(None)
+            raise
+
+    async def stop(self, grace: float | None = GRACE_S) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in self._replicating:
+            connection.close()
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        for transport in self._connections:
+            transport.abort()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    async def wait_for_termination(self) -> None:
+        assert self._grpc is not None
+        await self._grpc.wait_for_termination()
+
+    # -- a connection, once it has said what it is ----------------------------------------
+
+    def replicate(self, transport: Any, first_bytes: bytes) -> None:
+        connection = ReplicateConnection(self.service, _peer(transport), self.max_message_bytes)
+        self._replicating.add(connection)
+
+        def lost() -> None:
+            self._replicating.discard(connection)
+            self._connections.discard(transport)
+
+        connection.on_lost = lost
+        transport.set_protocol(connection)
+        connection.connection_made(transport)
+        connection.data_received(first_bytes)
+
+    async def splice(self, transport: Any, first_bytes: bytes) -> None:
+        """Join the connection to gRPC's server, from a socket bound to a name of its own, which
+        gRPC then gives as the call's peer: refused calls are logged with the real address."""
+        name = f"{self._dir}/c{next(self._numbers)}"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(name)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, f"{self._dir}/grpc")
+            os.unlink(name)  # the socket keeps its name
+            upstream, _ = await asyncio.get_running_loop().create_unix_connection(lambda: _Pipe(transport), sock=sock)
+        except OSError as exc:
+            sock.close()
+            log.warning("peer port: cannot reach the gRPC server: %s", exc)
+            transport.abort()
+            return
+        self._names[f"unix:{name}"] = _peer(transport)
+
+        def lost() -> None:
+            self._connections.discard(transport)
+            self._names.pop(f"unix:{name}", None)
+
+        transport.set_protocol(_Pipe(upstream, on_lost=lost))
+        upstream.write(first_bytes)
+        transport.resume_reading()
+
+
+class _Door(asyncio.Protocol):
+    """A new connection, until its first bytes say where it goes."""
+
+    def __init__(self, port: PeerPort) -> None:
+        self.port = port
+        self._received = bytearray()
+        self._transport: Any = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        self.port._connections.add(transport)
+        self._timer = asyncio.get_running_loop().call_later(ROUTE_TIMEOUT_S, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        self._received += data
+        route = route_of(self._received)
+        if route is None:
+            return
+        assert self._timer is not None
+        self._timer.cancel()
+        first_bytes = bytes(self._received)
+        if route == REPLICATE:
+            self.port.replicate(self._transport, first_bytes)
+        elif route == GRPC:
+            self._transport.pause_reading()
+            splicing = asyncio.ensure_future(self.port.splice(self._transport, first_bytes))
+            self.port.splicing.add(splicing)
+            splicing.add_done_callback(self.port.splicing.discard)
+        else:
+            log.info("peer port: %s sent something else than HTTP/2; closed", _peer(self._transport))
+            self._transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.port._connections.discard(self._transport)
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _Pipe(asyncio.Protocol):
+    """Bytes from one connection to the other; reading stops while the other cannot take them."""
+
+    def __init__(self, to: Any, on_lost: Callable[[], None] | None = None) -> None:
+        self.to = to
+        self.on_lost = on_lost
+
+    def data_received(self, data: bytes) -> None:
+        self.to.write(data)
+
+    def eof_received(self) -> None:
+        self.to.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.to.close()
+        if self.on_lost is not None:
+            self.on_lost()
+
+    def pause_writing(self) -> None:  # this connection's own buffer is full: read no more from the other
+        self.to.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.to.resume_reading()
+
+
+def route_of(received: bytes | bytearray) -> str | None:
+    """Where a connection goes, from its first bytes; None: not known yet."""
+    head = bytes(received[:len(PREFACE)])
+    if head != PREFACE[:len(head)]:
+        return NOT_HTTP2
+    start = len(PREFACE) + FRAME_HEADER_SIZE
+    if len(received) < start:
+        return None
+    size = int.from_bytes(received[len(PREFACE):len(PREFACE) + 3], "big")
+    if received[len(PREFACE) + 3] != SETTINGS_FRAME or size % 6 or size > FIRST_FRAME_BYTES_MAX:
+        return NOT_HTTP2  # the preface is followed by a SETTINGS frame (RFC 9113 §3.4)
+    if len(received) < start + size:
+        return None
+    for at in range(start, start + size, 6):
+        if int.from_bytes(received[at:at + 2], "big") == REPLICATE_SETTING:
+            return REPLICATE
+    return GRPC
+
+
+def grpc_server(service: PeerService, address: str, max_message_bytes: int) -> grpc.aio.Server:
+    """gRPC's server for the peer service's unary calls, bound to `address` (fails if it cannot)."""
+    options = [*channel_options(max_message_bytes),
+               ("grpc.max_concurrent_streams", PEER_STREAMS_MAX),
+               ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+               ("grpc.http2.min_ping_interval_without_data_ms", 1000),  # members ping every KEEPALIVE_MS
+               ("grpc.http2.max_ping_strikes", 0)]
+    server = grpc.aio.server(options=options)
+    server.add_generic_rpc_handlers((service.handler(),))
+    if server.add_insecure_port(address) == 0:
+        raise OSError(f"cannot listen on {address}")
+    return server
+
+
+def server_tls(tls: PeerTls) -> ssl.SSLContext:
+    """Mutual TLS: every member's certificate is signed by the group's CA; HTTP/2 by ALPN."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_verify_locations(cadata=tls.ca.decode())
+    load_identity(context, tls)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def _peer(transport: Any) -> str:
+    peer = transport.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

@@ -1,0 +1,229 @@
+"""The follower's end of the replication stream, on h2: one HTTP/2 connection carrying one
+`Replicate` stream, driven by h2's state machine on the event loop (the leader's end is
+api.peer_stream.H2PushStream).
+
+gRPC's server hands every message between its core's threads and the loop, twice per push; here
+the push is read, handed to the node and answered from the loop alone, for about half the CPU per
+message and fewer thread wake-ups on the way of every acknowledgement
+(`python bench/peer_bench.py --transports raftlog-stream`). The wire is gRPC's: a 5-byte prefix per
+message, the outcome in trailers (grpc-status, grpc-message).
+
+Each push goes to the node as it arrives (the follower's handler orders them by index); the
+answers go back in the order the pushes came. The stream needs the cluster secret, when there is
+one. A push that does not decode ends the stream with INVALID_ARGUMENT, one over the message limit
+with RESOURCE_EXHAUSTED, after the answers to what came before; an HTTP/2 protocol error closes
+the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the leader pings
+a quiet stream every KEEPALIVE_MS) is closed: its leader is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
+from api.peer_codec import PeerMessageError, decode_push, encode_push_response
+from api.peer_stream import PREFIX_SIZE, REPLICATE_PATH, grpc_prefix
+from raft.messages import PushResponse
+
+if TYPE_CHECKING:
+    from api.peer_server import PeerService
+
+log = logging.getLogger("raftlog.api.peer_server")
+
+ANSWERS_AHEAD_MAX = 1024  # pushes handed to the node and not yet answered: then the stream reads no more
+SILENT_PEER_S = (KEEPALIVE_MS + 2 * KEEPALIVE_TIMEOUT_MS) / 1000
+WINDOW_BYTES = 8 << 20  # what a leader may send ahead of our reading: twice push_inflight_bytes_max's
+# default, so the window does not slow a leader that keeps to it (ANSWERS_AHEAD_MAX bounds the rest)
+OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13  # gRPC status codes
+
+
+class ReplicateConnection(asyncio.Protocol):
+    def __init__(self, service: PeerService, peer: str, max_message_bytes: int) -> None:
+        self.service = service
+        self.peer = peer
+        self.max_message_bytes = max_message_bytes
+        self._loop = asyncio.get_running_loop()
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config)
+        self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: FRAME_BYTES_MAX})
+        self._h2.max_inbound_frame_size = FRAME_BYTES_MAX  # h2 took it from its default settings
+        self._transport: Any = None
+        self._stream_id: int | None = None
+        self._received = bytearray()
+        self._answers: deque[asyncio.Future[PushResponse]] = deque()  # in the order the pushes came
+        self._outbox = bytearray()  # answers, framed, that the leader's window has not taken
+        self._ending: tuple[int, str] | None = None  # the status to end with once the answers are out
+        self._paused = False
+        self._heard = self._loop.time()
+        self._silence = self._loop.call_later(SILENT_PEER_S, self._check_silence)
+        self.on_lost: Callable[[], None] | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(WINDOW_BYTES - 65_535)  # the connection's own window
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        self._heard = self._loop.time()
+        try:
+            for event in self._h2.receive_data(data):
+                self._on(event)
+        except h2.exceptions.ProtocolError as exc:
+            log.warning("replication stream from %s: HTTP/2 protocol error: %s", self.peer, exc)
+            self._h2.close_connection(h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            self._flush()
+            self._transport.close()
+            return
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._silence.cancel()
+        self._stream_id = None
+        self._answers.clear()  # the node's handling runs on (PeerService._handling); nobody waits for it
+        if self.on_lost is not None:
+            self.on_lost()
+
+    def close(self) -> None:
+        """At stop: tell the leader the connection goes (GOAWAY), and go."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._h2.close_connection()
+            self._flush()
+            self._transport.close()
+
+    # -- the stream --------------------------------------------------------------------
+
+    def _on(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._open(event.stream_id, dict(event.headers))
+        elif isinstance(event, h2.events.DataReceived):
+            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            if event.stream_id == self._stream_id and self._ending is None:
+                self._take(event.data)
+        elif isinstance(event, h2.events.StreamEnded):
+            if event.stream_id == self._stream_id:
+                self._end(OK, "")  # the leader is done: answer what it sent, then the trailers
+        elif isinstance(event, h2.events.StreamReset):
+            if event.stream_id == self._stream_id:
+                self._stream_id = None
+                self._answers.clear()
+                if self._paused:
+                    self._paused = False
+                    self._transport.resume_reading()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._transport.close()
+
+    def _open(self, stream_id: int, headers: dict[bytes, bytes]) -> None:
+        """One stream at a time (MAX_CONCURRENT_STREAMS; h2 refuses a second as a protocol error)."""
+        if headers.get(b":path") != REPLICATE_PATH:
+            self._refuse(stream_id, UNIMPLEMENTED, "this connection serves Replicate alone")
+            return
+        refusal = self.service.refusal(headers.get(b"authorization"), "Replicate", self.peer)
+        if refusal is not None:
+            self._refuse(stream_id, int(refusal[0].value[0]), refusal[1])
+            return
+        self._stream_id, self._ending = stream_id, None
+        self._received.clear()
+        self._outbox.clear()
+        self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+
+    def _refuse(self, stream_id: int, status: int, message: str) -> None:
+        """A trailers-only answer, as gRPC ends a call it refuses."""
+        self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc"),
+                                          (b"grpc-status", str(status).encode()),
+                                          (b"grpc-message", message.encode())], end_stream=True)
+
+    def _take(self, data: bytes) -> None:
+        """Each whole message is a push: to the node now, its answer in line behind the others'."""
+        received = self._received
+        received += data
+        while len(received) >= PREFIX_SIZE:
+            size = int.from_bytes(received[1:PREFIX_SIZE], "big")
+            if size > self.max_message_bytes:
+                self._end(RESOURCE_EXHAUSTED, f"a push of {size} bytes is over the limit of {self.max_message_bytes}")
+                return
+            if len(received) < PREFIX_SIZE + size:
+                break
+            if received[0]:
+                self._end(UNIMPLEMENTED, "a compressed push")
+                return
+            try:
+                request = decode_push(bytes(received[PREFIX_SIZE:PREFIX_SIZE + size]))
+            except PeerMessageError as exc:
+                self._end(INVALID_ARGUMENT, str(exc))
+                return
+            del received[:PREFIX_SIZE + size]
+            answer = self.service.take_push(request)
+            self._answers.append(answer)
+            answer.add_done_callback(self._answered)
+        if len(self._answers) >= ANSWERS_AHEAD_MAX and not self._paused:
+            self._paused = True  # the node is behind: read no more until it catches up
+            self._transport.pause_reading()
+
+    def _answered(self, _answer: asyncio.Future[PushResponse]) -> None:
+        """Send every answer at the head of the line that is ready."""
+        answers, outbox = self._answers, self._outbox
+        while answers and answers[0].done():
+            answer = answers.popleft()
+            if answer.cancelled() or answer.exception() is not None:
+                answers.clear()
+                self._end(INTERNAL, "a push failed on this member")  # PeerService logs why
+                break
+            message = encode_push_response(answer.result())
+            outbox += grpc_prefix(len(message))
+            outbox += message
+        if self._paused and len(answers) < ANSWERS_AHEAD_MAX:
+            self._paused = False
+            self._transport.resume_reading()
+        self._flush()
+
+    def _end(self, status: int, message: str) -> None:
+        """The stream ends with `status` once the answers before it are out; nothing more is read."""
+        if self._ending is None:
+            self._ending = (status, message)
+            self._received.clear()
+
+    def _flush(self) -> None:
+        """Send the answers the leader's window takes, the trailers once all are out, and what h2 has."""
+        stream_id, outbox, h2_ = self._stream_id, self._outbox, self._h2
+        if stream_id is not None:
+            while outbox:
+                room = min(h2_.local_flow_control_window(stream_id), h2_.max_outbound_frame_size)
+                if room <= 0:
+                    break  # a WINDOW_UPDATE brings more room, and data_received calls here again
+                h2_.send_data(stream_id, bytes(outbox[:room]))
+                del outbox[:room]
+            if self._ending is not None and not self._answers and not outbox:
+                self._stream_id = None
+                status, message = self._ending
+                trailers = [(b"grpc-status", str(status).encode())]
+                if message:
+                    trailers.append((b"grpc-message", message.encode()))
+                h2_.send_headers(stream_id, trailers, end_stream=True)
+        data = h2_.data_to_send()
+        if data and self._transport is not None:
+            self._transport.write(data)
+
+    def _check_silence(self) -> None:
+        quiet = self._loop.time() - self._heard
+        if quiet >= SILENT_PEER_S:
+            log.info("replication stream from %s: silent for %.0f s, closed", self.peer, quiet)
+            self._transport.abort()
+            return
+        self._silence = self._loop.call_later(SILENT_PEER_S - quiet, self._check_silence)
