@@ -39,6 +39,7 @@ log = logging.getLogger("raftlog.server")
 
 REFUSAL_LOG_INTERVAL_S = 1.0
 CORK_BYTES_MAX = 64 * 1024  # held for the end of the turn; more is written at once
+LINGER_S = 1.0  # after an answer that ends a connection, what the client still sends is read this long
 
 
 def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int) -> type[asyncio.Protocol]:
@@ -54,6 +55,7 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._header_bytes = 0  # of the header section being received
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
             self._mid_message = False  # a request has begun and not fully arrived
+            self._lingering = False  # answered and closing: what arrives is dropped
             if len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refused_logged[0] >= REFUSAL_LOG_INTERVAL_S:  # a flood of them is one line a second
@@ -72,6 +74,8 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
 
         def data_received(self, data: bytes) -> None:
             """Header bytes are counted as they arrive, before the parser buffers them."""
+            if self._lingering:
+                return
             while data and self._in_headers and not self.transport.is_closing():
                 room = max_header_bytes - self._header_bytes + 1  # one byte over says "too many"
                 piece, data = data[:room], data[room:]
@@ -140,7 +144,19 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
                     f"content-length: {len(body)}\r\nconnection: close\r\n"
                     + (f"retry-after: {RETRY_AFTER_S}\r\n" if retry else "") + "\r\n").encode()
             self.transport.write(head + body)
-            self.transport.close()
+            self._linger()
+
+        def _linger(self) -> None:
+            """Close without a reset that could overtake the answer (the kernel resets a connection
+            closed with bytes unread): the write side ends first, what the client still sends is read
+            and dropped, and the connection closes at the client's end or after LINGER_S."""
+            self._disarm()
+            if not self.transport.can_write_eof():  # TLS
+                self.transport.close()
+                return
+            self._lingering = True
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
 
     return GuardedHttpProtocol
 
@@ -168,6 +184,10 @@ class CorkedTransport:
     def close(self) -> None:
         self._release()
         self._transport.close()
+
+    def write_eof(self) -> None:
+        self._release()
+        self._transport.write_eof()
 
     def is_closing(self) -> bool:  # asked several times a request: not through __getattr__
         return self._transport.is_closing()
