@@ -81,11 +81,11 @@ class PeerPort:
     async def stop(self, grace: float | None = GRACE_S) -> None:
         if self._server is not None:
             self._server.close()
-        for connection in self._replicating:
+        for connection in list(self._replicating):
             connection.close()
         if self._grpc is not None:
             await self._grpc.stop(grace)
-        for transport in self._connections:
+        for transport in list(self._connections):
             transport.abort()
         shutil.rmtree(self._dir, ignore_errors=True)
 
