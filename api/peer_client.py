@@ -5,7 +5,8 @@ status). Every call carries the cluster secret, when there is one.
 One channel (one HTTP/2 connection) per peer for unary calls, each with a
 deadline. Replication is one long-lived bidirectional stream per follower, on a
 connection of its own driven by h2 (`api.peer_stream.H2PushStream`), to the
-same service's Replicate method (served on h2 too: api.peer_port). Keepalive pings find a dead or silent peer, and
+same service's Replicate method (served on h2 too: api.peer_port). Keepalive
+pings find a dead or silent peer, and
 the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). While a peer
 is known down, calls to it fail at once, as a refused connection does: a vote
 round must not wait for a dead member's answer, nor a client for a forward to a

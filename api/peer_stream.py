@@ -49,6 +49,31 @@ def grpc_prefix(size: int) -> bytes:
     return b"\x00" + size.to_bytes(4, "big")
 
 
+class MessageTooLarge(PeerMessageError):
+    """A gRPC message whose prefix announces more than the receiver takes."""
+
+
+class CompressedMessage(PeerMessageError):
+    """A gRPC message flagged compressed: no compression is agreed on the peer port."""
+
+
+def take_message(received: bytearray, max_bytes: int | None = None) -> bytes | None:
+    """The first whole gRPC message in `received`, taken out of it; None while it is not all there.
+    One over `max_bytes` is refused by its prefix, before its bytes arrive."""
+    if len(received) < PREFIX_SIZE:
+        return None
+    size = int.from_bytes(received[1:PREFIX_SIZE], "big")
+    if max_bytes is not None and size > max_bytes:
+        raise MessageTooLarge(f"a message of {size} bytes is over the limit of {max_bytes}")
+    if len(received) < PREFIX_SIZE + size:
+        return None
+    if received[0]:
+        raise CompressedMessage("a compressed message")
+    message = bytes(received[PREFIX_SIZE:PREFIX_SIZE + size])
+    del received[:PREFIX_SIZE + size]
+    return message
+
+
 class H2PushStream(asyncio.Protocol):
     def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None) -> None:
         host, _, port = address.rpartition(":")
@@ -167,16 +192,10 @@ class H2PushStream(asyncio.Protocol):
         received = self._received
         received += data
         on_push = self.client.on_push
-        while len(received) >= PREFIX_SIZE:
-            size = int.from_bytes(received[1:PREFIX_SIZE], "big")
-            if len(received) < PREFIX_SIZE + size:
-                return
-            if received[0]:
-                raise PeerMessageError("a compressed answer")
+        while (message := take_message(received)) is not None:
             if not self._waiting:
                 raise PeerMessageError("an answer to no push")
-            response = decode_push_response(bytes(received[PREFIX_SIZE:PREFIX_SIZE + size]))
-            del received[:PREFIX_SIZE + size]
+            response = decode_push_response(message)
             answer, sent, pushed = self._waiting.popleft()
             self.client.answered(self.peer_id)
             if on_push is not None:

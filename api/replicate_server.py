@@ -33,7 +33,13 @@ import h2.settings
 
 from api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
 from api.peer_codec import PeerMessageError, decode_push, encode_push_response
-from api.peer_stream import PREFIX_SIZE, REPLICATE_PATH, grpc_prefix
+from api.peer_stream import (
+    REPLICATE_PATH,
+    CompressedMessage,
+    MessageTooLarge,
+    grpc_prefix,
+    take_message,
+)
 from raft.messages import PushResponse
 
 if TYPE_CHECKING:
@@ -146,32 +152,24 @@ class ReplicateConnection(asyncio.Protocol):
     def _refuse(self, stream_id: int, status: int, message: str) -> None:
         """A trailers-only answer, as gRPC ends a call it refuses."""
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc"),
-                                          (b"grpc-status", str(status).encode()),
-                                          (b"grpc-message", message.encode())], end_stream=True)
+                                          *_status(status, message)], end_stream=True)
 
     def _take(self, data: bytes) -> None:
         """Each whole message is a push: to the node now, its answer in line behind the others'."""
         received = self._received
         received += data
-        while len(received) >= PREFIX_SIZE:
-            size = int.from_bytes(received[1:PREFIX_SIZE], "big")
-            if size > self.max_message_bytes:
-                self._end(RESOURCE_EXHAUSTED, f"a push of {size} bytes is over the limit of {self.max_message_bytes}")
-                return
-            if len(received) < PREFIX_SIZE + size:
-                break
-            if received[0]:
-                self._end(UNIMPLEMENTED, "a compressed push")
-                return
-            try:
-                request = decode_push(bytes(received[PREFIX_SIZE:PREFIX_SIZE + size]))
-            except PeerMessageError as exc:
-                self._end(INVALID_ARGUMENT, str(exc))
-                return
-            del received[:PREFIX_SIZE + size]
-            answer = self.service.take_push(request)
-            self._answers.append(answer)
-            answer.add_done_callback(self._answered)
+        try:
+            while (message := take_message(received, self.max_message_bytes)) is not None:
+                request = decode_push(message)
+                answer = self.service.take_push(request)
+                self._answers.append(answer)
+                answer.add_done_callback(self._answered)
+        except MessageTooLarge as exc:
+            self._end(RESOURCE_EXHAUSTED, str(exc))
+        except CompressedMessage as exc:
+            self._end(UNIMPLEMENTED, str(exc))
+        except PeerMessageError as exc:
+            self._end(INVALID_ARGUMENT, str(exc))
         if len(self._answers) >= ANSWERS_AHEAD_MAX and not self._paused:
             self._paused = True  # the node is behind: read no more until it catches up
             self._transport.pause_reading()
@@ -211,11 +209,7 @@ class ReplicateConnection(asyncio.Protocol):
                 del outbox[:room]
             if self._ending is not None and not self._answers and not outbox:
                 self._stream_id = None
-                status, message = self._ending
-                trailers = [(b"grpc-status", str(status).encode())]
-                if message:
-                    trailers.append((b"grpc-message", message.encode()))
-                h2_.send_headers(stream_id, trailers, end_stream=True)
+                h2_.send_headers(stream_id, _status(*self._ending), end_stream=True)
         data = h2_.data_to_send()
         if data and self._transport is not None:
             self._transport.write(data)
@@ -227,3 +221,11 @@ class ReplicateConnection(asyncio.Protocol):
             self._transport.abort()
             return
         self._silence = self._loop.call_later(SILENT_PEER_S - quiet, self._check_silence)
+
+
+def _status(status: int, message: str) -> list[tuple[bytes, bytes]]:
+    """How a gRPC call ends: its status, and why when there is something to say."""
+    headers = [(b"grpc-status", str(status).encode())]
+    if message:
+        headers.append((b"grpc-message", message.encode()))
+    return headers

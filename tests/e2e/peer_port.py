@@ -12,7 +12,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
+from api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix, take_message
 
 SERVICE = "/raftlog.peer.v1.Peer/"
 
@@ -67,7 +67,7 @@ class HandWrittenStream:
 
     async def outcome(self) -> tuple[list[bytes], grpc.StatusCode | None]:
         """The answers, and the status the stream ended with (None: the connection closed first)."""
-        answers, received = [], b""
+        answers, received = [], bytearray()
         try:
             async with asyncio.timeout(10):
                 while data := await self.reader.read(65_536):
@@ -75,10 +75,8 @@ class HandWrittenStream:
                         if isinstance(event, h2.events.DataReceived):
                             self.h2.acknowledge_received_data(event.flow_controlled_length, 1)
                             received += event.data
-                            while len(received) >= 5 and len(received) >= 5 + int.from_bytes(received[1:5], "big"):
-                                size = int.from_bytes(received[1:5], "big")
-                                answers.append(received[5:5 + size])
-                                received = received[5 + size:]
+                            while (answer := take_message(received)) is not None:
+                                answers.append(answer)
                         elif isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
                             status = dict(event.headers).get(b"grpc-status")
                             if status is not None:
