@@ -6,6 +6,8 @@ import asyncio
 import bisect
 import functools
 import itertools
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,6 +20,8 @@ from raft.messages import Role
 from raft.node import RaftNode
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+HISTORY_INTERVAL_S = 1.0
+HISTORY_POINTS = 300  # five minutes
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -45,7 +49,7 @@ class NodeMetrics:
                       self.http_requests):
             r.register(plain)
         self.auth_failures = Counter("raftlog_auth_failures", "Calls refused for missing or wrong credentials, "
-                                     "by port (client, peer) and reason (missing, invalid, forbidden)",
+                                     "by port (client, grpc, peer) and reason (missing, invalid, forbidden)",
                                      ["port", "reason"], registry=r)
         self.loop_lag = Histogram("raftlog_event_loop_lag_seconds",
                                   "How late the node's event loop wakes a 50 ms timer", buckets=LATENCY_BUCKETS,
@@ -55,21 +59,50 @@ class NodeMetrics:
         self._push_latency = functools.cache(self.push_latency.labels)
         self._pushed_bytes = functools.cache(self.pushed_bytes.labels)
         node.state.add_role_listener(lambda _term, role: self.role_changes.labels(role.value).inc())
+        self.node = node
+        # the admin page's charts, one point a second for HISTORY_POINTS: a page opened during an incident
+        # shows what just happened
+        self.history: deque[dict[str, float | None]] = deque(maxlen=HISTORY_POINTS)
+        self._sampled: tuple[float, int, int, float] | None = None  # when, committed, latency count and sum
 
     async def watch_loop_lag(self, interval_s: float = 0.05) -> None:
-        """Sample event-loop lag: heartbeats are late by this much when the loop is busy."""
+        """Sample event-loop lag: heartbeats are late by this much when the loop is busy; and, every
+        HISTORY_INTERVAL_S, a point of the chart history."""
         loop = asyncio.get_running_loop()
+        next_point = loop.time()
         while True:
             started = loop.time()
             await asyncio.sleep(interval_s)
             self.loop_lag.observe(max(loop.time() - started - interval_s, 0.0))
+            if loop.time() >= next_point:
+                next_point = loop.time() + HISTORY_INTERVAL_S
+                self.sample_history(loop.time(), time.time())
 
-    def watch_limits(self, requests: Callable[[], float], body_bytes: Callable[[], float]) -> None:
-        """Gauges of what api.limits.RequestLimits holds, read at scrape time."""
+    def sample_history(self, now: float, wall: float) -> None:
+        """One chart point: entries committed per second, and appends' mean commit latency (ms, None
+        when no append was answered) since the last point."""
+        latency = self.commit_latency
+        sample = (now, self.node.committed_index, sum(latency.counts), latency.sum)
+        if self._sampled is not None:
+            then, committed, count, total = self._sampled
+            elapsed = max(now - then, 1e-9)
+            answered = sample[2] - count
+            self.history.append({"at_ms": round(wall * 1000),
+                                 "committed_per_s": round(max(sample[1] - committed, 0) / elapsed, 1),
+                                 "latency_ms": round((sample[3] - total) / answered * 1000, 3) if answered else None})
+        self._sampled = sample
+
+    def watch_limits(self, requests: Callable[[], float], body_bytes: Callable[[], float],
+                     followers: Callable[[], float], follow_bytes: Callable[[], float]) -> None:
+        """Gauges of what api.limits.RequestLimits and the follow streams hold, read at scrape time."""
         Gauge("raftlog_inflight_requests", "Client requests being served (max_inflight_requests)",
               registry=self.registry).set_function(requests)
         Gauge("raftlog_inflight_body_bytes", "Request body bytes held (max_inflight_body_bytes)",
               registry=self.registry).set_function(body_bytes)
+        Gauge("raftlog_followers", "Follow streams and long-polls open (max_followers)",
+              registry=self.registry).set_function(followers)
+        Gauge("raftlog_follow_buffer_bytes", "Log bytes of follow streams' chunks not yet taken by their "
+              "readers (follow_buffer_bytes_max)", registry=self.registry).set_function(follow_bytes)
 
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self._push_latency(peer).observe(seconds)

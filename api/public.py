@@ -30,12 +30,14 @@ from starlette.types import ASGIApp
 from api.auth import AuthFailures, ClientAuth, Tokens, required_role
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
 from api.errors import ApiError, api_error, bad_request, error_response
-from api.fast_path import EntryFastPath
+from api.fast_path import INDEX_DIGITS_MAX, EntryFastPath
+from api.follow import FollowStream, committed_chunks
 from api.limits import EXEMPT_PATHS, RequestLimits
-from api.metrics import CountRequests, NodeMetrics
+from api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
 from api.schemas import (
     Appended,
     BatchAppended,
+    ChartHistory,
     ClusterStatus,
     Consistency,
     EntryOut,
@@ -47,13 +49,15 @@ from api.schemas import (
     Transferred,
     TransferTarget,
 )
-from api.service import LogService, RawRead, entry_json, entry_type
+from api.service import LogService, entry_json, entry_type
 from raft.messages import Code
 from storage.codec import iter_entries
 
 NDJSON = "application/x-ndjson"
 OCTETS = "application/octet-stream"
 ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
+SSE = "text/event-stream"
+SSE_KEEPALIVE_S = 15.0  # a comment line on an idle event stream, so proxies keep it open
 DEFAULT_PAGE = 100
 SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
 COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
@@ -220,33 +224,73 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
                         consistency: Consistency = CONSISTENCY) -> Response:
         return await handlers.get_one(index, consistency == "linearizable", request.headers.get("accept", ""))
 
-    @app.get("/v1/entries", tags=["entries"], summary="Read consecutive committed entries",
+    @app.get("/v1/entries", tags=["entries"], summary="Read consecutive committed entries, or follow the log",
              responses={200: {"model": EntryPage, "description": (
                  "A page of entries; with `Accept: application/x-ndjson` a stream of entries, one JSON object "
-                 f"per line; with `Accept: {ENTRIES_CONTENT_TYPE}` the entries as stored (DLedger's format: a "
-                 "48-byte big-endian header, then the body), for bulk readers"),
+                 "per line; with `Accept: text/event-stream` server-sent events, `id:` the index, `data:` the "
+                 f"entry as JSON; with `Accept: {ENTRIES_CONTENT_TYPE}` the entries as stored (DLedger's format: "
+                 "a 48-byte big-endian header, then the body), for bulk readers. A stream that fails after its "
+                 "200 (its next entry was cleaned away) ends with an error line, or an `error` event"),
                               "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}},
+                                          SSE: {"schema": {"type": "string"}},
                                           ENTRIES_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
-                        **errors(400, 410, 502, 503, 504)})
-    async def read_entries(request: Request, start: int = Query(0, ge=0, examples=[0]),
+                        **errors(400, 404, 410, 502, 503, 504)})
+    async def read_entries(request: Request, start: int | None = Query(None, ge=0, description=(
+                               "The first index to read (default 0)"), examples=[0]),
+                           pos: int | None = Query(None, ge=0, description=(
+                               "Or the first entry's byte position, as an append answered it: 400 when no "
+                               "entry starts there, 404 beyond the committed log, 410 when cleaned away"),
+                                                   examples=[6216]),
                            limit: int | None = Query(None, ge=1, description=(
                                f"At most this many entries (JSON: default {DEFAULT_PAGE}, at most "
-                               f"{limits.range_limit_max}; streams: default all committed)"), examples=[100]),
-                           consistency: Consistency = CONSISTENCY) -> Response:
+                               f"{limits.range_limit_max}; streams: default all committed, or no end when "
+                               "following)"), examples=[100]),
+                           consistency: Consistency = CONSISTENCY,
+                           follow: bool = Query(False, description=(
+                               "Streams only: stay open and send each entry as it commits (a tail). The stream "
+                               "ends after `limit` entries, or when the member stops: resume from the index "
+                               "after the last one received (server-sent events: the browser's Last-Event-ID "
+                               "does it)")),
+                           wait_ms: int = Query(0, ge=0, le=limits.long_poll_max_ms, description=(
+                               "Long-poll: when nothing at or after the start is committed yet, wait up to "
+                               "this long and answer as soon as an entry commits"), examples=[30000]),
+                           ) -> Response:
         linearizable = consistency == "linearizable"
         accept = request.headers.get("accept", "")
-        stream = next((kind for kind in (NDJSON, ENTRIES_CONTENT_TYPE) if kind in accept), None)
+        stream = next((kind for kind in (NDJSON, SSE, ENTRIES_CONTENT_TYPE) if kind in accept), None)
+        if follow and stream is None:
+            raise bad_request(f"follow needs a stream: Accept {NDJSON}, {SSE} or {ENTRIES_CONTENT_TYPE}")
+        if start is not None and pos is not None:
+            raise bad_request("give start or pos, not both")
+        resumed = request.headers.get("last-event-id") if stream == SSE else None
+        if resumed is not None:  # an EventSource reconnecting: on from the entry after the last it got
+            if not (resumed.isascii() and resumed.isdigit() and len(resumed) <= INDEX_DIGITS_MAX):
+                raise bad_request(f"Last-Event-ID {resumed[:40]!r} is not an index")
+            start = int(resumed) + 1
+        elif pos is not None:
+            start = await service.index_at_pos(pos, linearizable)
+        start = start or 0
         if stream is not None:
-            end = await service.readable_end(start, start + limit - 1 if limit else sys.maxsize, linearizable)
-            last = end if limit is None else min(end, start + limit - 1)
+            requested = start + limit - 1 if limit else sys.maxsize
+            end = await service.readable_end(start, requested, linearizable)
+            if end < start and wait_ms and not follow and await service.await_entry(start, wait_ms / 1000):
+                end = service.node.committed_index
+            last = min(end, requested)
             first = None
             if last >= start:  # read before the 200 goes out: a cleaned start is still a 410
                 first = await service.read_raw(start, last - start + 1, linearizable=False)
-            render = _ndjson if stream == NDJSON else b"".join
-            return StreamingResponse(_stream(service, first, last, render), media_type=stream,
-                                     headers={"X-Raftlog-Committed-Index": str(end)})
+            chunks = committed_chunks(service, first, start, requested if follow else last, follow=follow,
+                                      budget=service.follow_budget, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
+            headers = {"X-Raftlog-Committed-Index": str(end), "Cache-Control": "no-store",
+                       "X-Accel-Buffering": "no"}  # a proxy (nginx) passes each entry on as it comes
+            if follow:
+                return FollowStream(_rendered(chunks, stream), limits.follow_stall_ms / 1000, media_type=stream,
+                                    headers=headers)
+            return StreamingResponse(_rendered(chunks, stream), media_type=stream, headers=headers)
         page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
         entries, committed = await service.read(start, page, linearizable)
+        if not entries and wait_ms and await service.await_entry(start, wait_ms / 1000):
+            entries, committed = await service.read(start, page, linearizable=False)
         return JSONResponse({"entries": [entry_json(e) for e in entries],
                              "next": start + len(entries), "committed_index": committed})
 
@@ -254,6 +298,11 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
              responses={200: {"model": ClusterStatus, "description": "As this member sees it"}})
     async def cluster() -> JSONResponse:
         return JSONResponse(await service.cluster_status())
+
+    @app.get("/v1/cluster/history", tags=["cluster"], summary="The last five minutes of the admin page's charts",
+             responses={200: {"model": ChartHistory, "description": "One point a second, oldest first"}})
+    async def history() -> JSONResponse:
+        return JSONResponse({"interval_s": HISTORY_INTERVAL_S, "points": list(metrics.history)})
 
     @app.post("/v1/cluster/leader", tags=["cluster"], summary="Transfer leadership",
               responses={200: {"model": Transferred, "description": "The target leads"},
@@ -296,8 +345,10 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
     limits = service.limits
     bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
                             max_request_bytes=limits.max_request_bytes,
-                            max_inflight_body_bytes=limits.max_inflight_body_bytes)
-    metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes)
+                            max_inflight_body_bytes=limits.max_inflight_body_bytes,
+                            max_followers=limits.max_followers)
+    metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes,
+                         lambda: bounded.followers, lambda: service.follow_budget.held)
     return CountRequests(bounded, metrics)
 
 
@@ -359,20 +410,36 @@ def _error_response(status: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
-async def _stream(service: LogService, first: RawRead | None, last: int,
-                  render: Callable[[list[memoryview]], bytes]) -> AsyncIterator[bytes]:
-    """Entries up to `last`, chunk by chunk; the first chunk was read before the 200 went out, so an
-    error such as a cleaned start index is still an error status."""
-    raw = first
-    while raw is not None:
-        yield render(raw.chunks)
-        if raw.next > last:
-            return
-        raw = await service.read_raw(raw.next, last - raw.next + 1, linearizable=False)
+async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str) -> AsyncIterator[bytes]:
+    """A stream's bytes. An error after the 200 (the next entry was cleaned away under a slow reader)
+    ends an NDJSON stream with an error line and an event stream with an `error` event; the stored
+    format has no room for one: its connection is cut, so the reader sees the stream unfinished."""
+    try:
+        async for chunk in chunks:
+            if chunk is None:
+                if kind == SSE:
+                    yield b": keepalive\n\n"
+            elif kind == NDJSON:
+                yield _ndjson(chunk)
+            elif kind == SSE:
+                yield _events(chunk)
+            else:
+                yield b"".join(chunk)
+    except ApiError as exc:
+        if kind == ENTRIES_CONTENT_TYPE:
+            raise
+        error = COMPACT_JSON.encode(exc.body()).encode()
+        yield error + b"\n" if kind == NDJSON else b"event: error\ndata: " + error + b"\n\n"
 
 
 def _ndjson(chunks: list[memoryview]) -> bytes:
     return b"".join(json.dumps(entry_json(e)).encode() + b"\n" for chunk in chunks for e in iter_entries(chunk))
+
+
+def _events(chunks: list[memoryview]) -> bytes:
+    """Server-sent events, one per entry: its index as the event id, the entry as JSON."""
+    return b"".join(b"id: %d\ndata: %s\n\n" % (e.index, json.dumps(entry_json(e)).encode())
+                    for chunk in chunks for e in iter_entries(chunk))
 
 
 class CompactJSONResponse(JSONResponse):

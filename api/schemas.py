@@ -68,6 +68,7 @@ class Member(BaseModel):
     id: str
     peer_url: str
     client_url: str | None = Field(description="null while the member does not answer")
+    grpc_address: str | None = Field(description="host:port of its gRPC API (null while it does not answer)")
     voter: bool
     role: Literal["leader", "follower", "candidate"] | None
     term: int | None = Field(description="The member's term, as it says (null while it does not answer)")
@@ -136,3 +137,15 @@ class Health(BaseModel):
     status: str
     role: str | None = None
     leader: str | None = None
+
+
+class ChartPoint(BaseModel):
+    at_ms: int = Field(description="When, in milliseconds since the Unix epoch")
+    committed_per_s: float = Field(description="Entries this member saw committed per second since the point before")
+    latency_ms: float | None = Field(description="Mean commit latency of the appends this member answered since "
+                                     "the point before; null when it answered none")
+
+
+class ChartHistory(BaseModel):
+    interval_s: float
+    points: list[ChartPoint]

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from api.errors import ApiError, api_error, bad_request, too_large
+from api.follow import ByteBudget
 from api.peer_client import PeerClient
 from raft.errors import NotLeaderError
 from raft.messages import Code, Role
 from raft.node import RaftNode
+from raft.waiting import wait_event
 from storage.codec import Entry, Magic, iter_entries
 from storage.protocol import LogStore
 
@@ -41,6 +44,11 @@ class ApiLimits:
     request_read_timeout_ms: int = 30_000  # a request's line, headers and body must arrive within this
     max_header_bytes: int = 64 << 10  # a request's line and headers together
     max_connections: int = 1024  # client connections at once; one more is answered 503 and closed
+    long_poll_max_ms: int = 60_000  # the longest wait_ms a read may ask for
+    max_followers: int = 1024  # follow streams and long-polls at once (not counted in max_inflight_requests)
+    follow_chunk_bytes: int = 256 << 10  # log bytes a follow stream reads at a time (at least one entry)
+    follow_buffer_bytes_max: int = 64 << 20  # log bytes held by all follow streams' unsent chunks together
+    follow_stall_ms: int = 30_000  # a follow stream whose client takes nothing this long is cut off
 
 
 class RawRead(NamedTuple):
@@ -51,13 +59,21 @@ class RawRead(NamedTuple):
 
 class LogService:
     def __init__(self, node: RaftNode, peers: PeerClient, limits: ApiLimits, *, client_url: str,
-                 describe: Callable[[], dict[str, Any]] = dict) -> None:
+                 grpc_address: str | None = None, describe: Callable[[], dict[str, Any]] = dict) -> None:
         self.node = node
         self.peers = peers
         self.limits = limits
         self.client_url = client_url
+        self.grpc_address = grpc_address
         self.describe = describe  # node facts beyond raft: flush mode, disk
         self.started = time.monotonic()
+        self.closing = False  # the member is stopping: readers following the log end
+        self.follow_budget = ByteBudget(limits.follow_buffer_bytes_max)  # shared by REST and gRPC streams
+
+    def close(self) -> None:
+        """End the streams that follow the log (they would hold the stop until its deadline)."""
+        self.closing = True
+        self.node.commit_moved.fire()
 
     @property
     def store(self) -> LogStore:
@@ -161,15 +177,16 @@ class LogService:
         raw = await self.read_raw(start, limit, linearizable)
         return [entry for chunk in raw.chunks for entry in iter_entries(chunk)], raw.committed
 
-    async def read_raw(self, start: int, limit: int, linearizable: bool) -> RawRead:
-        """`read` as stored bytes (CRC-checked, zero-copy views): what bulk readers decode themselves."""
+    async def read_raw(self, start: int, limit: int, linearizable: bool, max_bytes: int | None = None) -> RawRead:
+        """`read` as stored bytes (CRC-checked, zero-copy views): what bulk readers decode themselves;
+        at most `max_bytes` of log (default range_bytes_max), but at least one entry."""
         if start < 0 or limit < 1:
             raise bad_request("start must be at least 0 and limit at least 1")
         committed = await self.readable_end(start, start + limit - 1, linearizable)
         end = min(committed, start + limit - 1)
         chunks: list[memoryview] = []
         index = start
-        budget = self.limits.range_bytes_max
+        budget = max_bytes or self.limits.range_bytes_max
         try:
             while index <= end and (budget > 0 or not chunks):
                 raw = self.store.read_range(index, end - index + 1, max(budget, 1))
@@ -179,6 +196,56 @@ class LogService:
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
         return RawRead(chunks, index, committed)
+
+    async def await_entry(self, index: int, timeout_s: float | None) -> bool:
+        """Wait until entry `index` is committed here (True), for at most `timeout_s` (None: no limit),
+        or until the member stops: a long-poll, or a stream that follows the log."""
+        node = self.node
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            moved = node.commit_moved.current()
+            if node.committed_index >= index or self.closing:
+                return node.committed_index >= index
+            left = None if deadline is None else deadline - time.monotonic()
+            if not await wait_event(moved, left) and left is not None and time.monotonic() >= deadline:
+                return node.committed_index >= index
+
+    async def index_at_pos(self, pos: int, linearizable: bool) -> int:
+        """The index of the committed entry that starts at byte `pos` of the log, as RocketMQ reads its
+        commitlog by offset. Positions are the same on every member."""
+        if pos < 0:
+            raise bad_request(f"pos must be at least 0, not {pos}")
+        committed = self.node.committed_index
+        if linearizable and pos >= self._end_pos(committed):  # maybe committed on the leader: ask it
+            committed = max(committed, await self.readable_end(committed + 1, sys.maxsize, linearizable))
+        store, leader = self.store, self.node.leader_id
+        first = store.pos_at(store.begin_index) if store.begin_index <= store.end_index else store.write_pos
+        if first is not None and pos < first:
+            raise ApiError(Code.INDEX_LESS_THAN_LOCAL_BEGIN, f"position {pos} was cleaned away; the log now "
+                           f"starts at position {first} (index {store.begin_index})", leader)
+        if first is None or committed < store.begin_index or pos >= self._end_pos(committed):
+            raise ApiError(Code.INDEX_OUT_OF_RANGE, f"position {pos} is not committed (committed index "
+                           f"{committed})", leader)
+        low, high = store.begin_index, committed  # the last entry starting at or before pos
+        while low < high:
+            middle = (low + high + 1) // 2
+            if store.pos_at(middle) <= pos:
+                low = middle
+            else:
+                high = middle - 1
+        if store.pos_at(low) != pos:
+            raise bad_request(f"position {pos} is not the start of an entry (entry {low} starts at "
+                              f"{store.pos_at(low)})")
+        return low
+
+    def _end_pos(self, committed: int) -> int:
+        """Where the log after entry `committed` begins, on this member (-1: nowhere known yet)."""
+        store = self.store
+        if committed < store.end_index and committed + 1 >= store.begin_index:
+            return store.pos_at(committed + 1)
+        if committed >= store.end_index and store.write_pos is not None:
+            return store.write_pos
+        return -1
 
     # -- cluster -------------------------------------------------------------------------
 
@@ -203,7 +270,8 @@ class LogService:
         """What this member says about itself (the peer port's Status), with its followers if it leads."""
         node, store = self.node, self.store
         status: dict[str, Any] = {
-            "id": node.config.self_id, "client_url": self.client_url, "role": node.role.value,
+            "id": node.config.self_id, "client_url": self.client_url, "grpc_address": self.grpc_address,
+            "role": node.role.value,
             "term": node.term, "leader": node.leader_id, "end_index": store.end_index,
             "committed_index": node.committed_index, "applied_index": node.applied_index,
             "rejoining": node.rejoining}
@@ -242,6 +310,7 @@ class LogService:
             match = leader_end if peer.id == leader else follower.get("match_index")
             members.append({
                 "id": peer.id, "peer_url": f"http://{peer.address}", "client_url": answer.get("client_url"),
+                "grpc_address": answer.get("grpc_address"),
                 "voter": not peer.learner, "role": answer.get("role"),
                 "term": answer.get("term"), "end_index": answer.get("end_index"),
                 "committed_index": answer.get("committed_index"), "applied_index": answer.get("applied_index"),

@@ -31,6 +31,7 @@ from pipeline.cli import add_commands as add_pipeline_commands
 DEFAULT_URL = "http://127.0.0.1:8001"
 CLUSTER_CLIENT_PORT = 8001
 CLUSTER_PEER_PORT = 9001
+CLUSTER_GRPC_PORT = 7001
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--data-dir", type=Path, default=Path("data"))
     cluster.add_argument("--client-port", type=int, default=CLUSTER_CLIENT_PORT, help="first client port")
     cluster.add_argument("--peer-port", type=int, default=CLUSTER_PEER_PORT, help="first peer port")
+    cluster.add_argument("--grpc-port", type=int, default=CLUSTER_GRPC_PORT, help="first gRPC API port")
     cluster.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                          help="a setting for every node, e.g. --set flush_mode=async")
     cluster.set_defaults(run=_cluster)
@@ -116,12 +118,14 @@ def _cluster(args: argparse.Namespace) -> int:
         settings[name] = value
     n = args.nodes
     cluster = LocalCluster(args.data_dir, n, client_ports=[args.client_port + i for i in range(n)],
-                           peer_ports=[args.peer_port + i for i in range(n)], settings=settings)
+                           peer_ports=[args.peer_port + i for i in range(n)],
+                           grpc_ports=[args.grpc_port + i for i in range(n)], settings=settings)
     from app.server import bind
 
     for member in cluster.members.values():  # fail with one line, not with n node logs
         bind("127.0.0.1", member.client_port, f"{member.id} client").close()
         bind("127.0.0.1", member.peer_port, f"{member.id} peer").close()
+        bind("127.0.0.1", member.grpc_port, f"{member.id} gRPC").close()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_stop)
     try:
@@ -132,8 +136,8 @@ def _cluster(args: argparse.Namespace) -> int:
         print(f"raftlog: a local cluster of {n} nodes, data under {args.data_dir}/")
         for member in cluster.members.values():
             mark = "  (leader)" if member.id == leader else ""
-            print(f"  {member.id}  client {member.client_url}   peer 127.0.0.1:{member.peer_port}   "
-                  f"log {member.log_path}{mark}")
+            print(f"  {member.id}  client {member.client_url}   gRPC {member.grpc_address}   "
+                  f"peer 127.0.0.1:{member.peer_port}   log {member.log_path}{mark}")
         print(f"admin page: {cluster.members['n1'].client_url}/ (on every node)")
         print(f"try:  curl -X POST --data-binary 'hello' {cluster.members['n1'].client_url}/v1/entries")
         print("Ctrl-C stops every node.", flush=True)

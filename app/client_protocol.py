@@ -13,6 +13,9 @@ it takes any number of connections, and headers of any size. Here:
 - a request line and headers over `max_header_bytes` answer 431 and close: the
   parser is fed at most that many bytes of a header section, however they come.
 
+A route may cut its connection at once through the `raftlog.abort` ASGI
+extension: a follow stream whose reader stalled (api.follow).
+
 Every write goes through CorkedTransport, so an answer's head and body leave
 in one send: uvicorn writes them apart, a system call and a packet more for
 every small answer.
@@ -33,6 +36,7 @@ import logging
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from api.errors import RETRY_AFTER_S, ApiError
+from api.follow import ABORT_EXTENSION
 from raft.messages import Code
 
 log = logging.getLogger("raftlog.server")
@@ -98,6 +102,7 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
         def on_headers_complete(self) -> None:
             self._in_headers = False
             self._header_bytes = 0
+            self.scope["extensions"] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self.transport.abort}
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:

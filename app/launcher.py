@@ -39,6 +39,7 @@ class Member:
     id: str
     client_port: int
     peer_port: int
+    grpc_port: int
     data_dir: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
@@ -48,6 +49,10 @@ class Member:
     @property
     def client_url(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.client_port}"
+
+    @property
+    def grpc_address(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def running(self) -> bool:
@@ -83,20 +88,23 @@ def free_ports(count: int) -> list[int]:
 
 class LocalCluster:
     def __init__(self, data_root: Path, nodes: int = 3, *, client_ports: list[int] | None = None,
-                 peer_ports: list[int] | None = None, settings: dict[str, Any] | None = None,
+                 peer_ports: list[int] | None = None, grpc_ports: list[int] | None = None,
+                 settings: dict[str, Any] | None = None,
                  learners: int = 0, verify: ssl.SSLContext | bool = True) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.data_root = Path(data_root)
-        if client_ports is None or peer_ports is None:
-            ports = free_ports(2 * nodes)  # in one call: no port handed out twice
-            client_ports, peer_ports = client_ports or ports[:nodes], peer_ports or ports[nodes:]
+        if client_ports is None or peer_ports is None or grpc_ports is None:
+            ports = free_ports(3 * nodes)  # in one call: no port handed out twice
+            client_ports = client_ports or ports[:nodes]
+            peer_ports = peer_ports or ports[nodes:2 * nodes]
+            grpc_ports = grpc_ports or ports[2 * nodes:]
         self.settings = settings or {}
         self.verify = verify  # how the launcher's own calls check HTTPS client ports
         scheme = "https" if self.settings.get("client_tls_cert") else "http"
         self.members = {
-            f"n{i + 1}": Member(f"n{i + 1}", client_ports[i], peer_ports[i], self.data_root / f"n{i + 1}",
-                                self.data_root / f"n{i + 1}.log", scheme=scheme)
+            f"n{i + 1}": Member(f"n{i + 1}", client_ports[i], peer_ports[i], grpc_ports[i],
+                                self.data_root / f"n{i + 1}", self.data_root / f"n{i + 1}.log", scheme=scheme)
             for i in range(nodes)}
         learner_ids = set(list(self.members)[nodes - learners:]) if learners else set()
         self.peers = ";".join(f"{m.id}-127.0.0.1:{m.peer_port}{'@learner' if m.id in learner_ids else ''}"
@@ -110,7 +118,8 @@ class LocalCluster:
 
     def command(self, member: Member) -> list[str]:
         args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", self.peers_for(member),
-                "--data-dir", str(member.data_dir), "--client-port", str(member.client_port)]
+                "--data-dir", str(member.data_dir), "--client-port", str(member.client_port),
+                "--grpc-port", str(member.grpc_port)]
         for name, value in self.settings.items():
             if name not in SECRET_SETTINGS:
                 args += [f"--{name.replace('_', '-')}", str(value)]

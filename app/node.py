@@ -9,13 +9,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import grpc
 from fastapi import FastAPI
 
 from api.auth import AuthFailures
+from api.grpc_api import GrpcApi
 from api.metrics import NodeMetrics
 from api.peer_client import PeerClient
 from api.peer_server import PeerService
-from api.public import create_public_app, serve_public
+from api.public import EntryHandlers, create_public_app, serve_public
 from api.service import LogService
 from app.admin import install_admin_page
 from app.settings import NodeSettings
@@ -49,11 +51,12 @@ class Node:
         store.on_flush = self.metrics.flush_seconds.observe
         self.cleaner = CleanService(store, safe_index=self._safe_index)
         self.service = LogService(self.raft, self.peers, settings.api_limits(), client_url=settings.client_url,
-                                  describe=self._describe)
+                                  grpc_address=settings.grpc_address, describe=self._describe)
         self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
         install_admin_page(self.public_app)
         self.public_asgi = serve_public(self.public_app, self.service, self.metrics,  # what the client port serves
                                         settings.client_tokens())
+        self.handlers = EntryHandlers(self.service, self.metrics)  # the gRPC API's appends, as REST's
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"))
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
@@ -91,6 +94,20 @@ class Node:
         return {"flush_mode": self.store.config.flush_mode,
                 "disk": {"data_dir": str(self.store.data_dir), "usage_ratio": round(self.store.disk_usage_ratio(), 4),
                          "full": self.store.disk_full}}
+
+    def grpc_api(self) -> GrpcApi:
+        """The public gRPC API's server, bound to its port (OSError or RuntimeError when it cannot)."""
+        settings = self.settings
+        host, port = settings.grpc_listen
+        tls = settings.grpc_credentials()
+        credentials = None
+        if tls is not None:
+            key, chain, ca = tls
+            credentials = grpc.ssl_server_credentials([(key, chain)], root_certificates=ca,
+                                                      require_client_auth=ca is not None)
+        return GrpcApi(self.service, self.handlers, settings.client_tokens(),
+                       AuthFailures(self.metrics.auth_failures, "grpc"),
+                       f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials)
 
     def start(self) -> None:
         self.store.start()

@@ -1,5 +1,5 @@
-"""Run one node: the public API on uvicorn (HTTP/1.1, or HTTPS) and the peer port on gRPC
-(HTTP/2, cleartext or mutual TLS), both in the node's one event loop (uvloop).
+"""Run one node: the public API on uvicorn (HTTP/1.1, or HTTPS) and on gRPC (its own port), and
+the peer port (HTTP/2, cleartext or mutual TLS), all in the node's one event loop (uvloop).
 
 Both ports are bound before anything else starts, so a port in use fails at
 once with one clear line. SIGTERM and SIGINT stop the node cleanly: servers
@@ -105,9 +105,19 @@ async def serve(settings: NodeSettings) -> None:
         peer_sock.close()
         await node.stop()
         raise SettingsError(f"cannot serve the peer port {host}:{port}: {exc}") from None
+    try:
+        grpc_api = node.grpc_api()
+        await grpc_api.start()
+    except (OSError, RuntimeError) as exc:  # gRPC binds its own port
+        client_sock.close()
+        await peer.stop(0)
+        await node.stop()
+        grpc_host, grpc_port = settings.grpc_listen
+        raise SettingsError(f"cannot listen on {grpc_host}:{grpc_port} for the gRPC port: {exc}") from None
     client_task = asyncio.create_task(client.serve(sockets=[client_sock]), name="client-server")
     peer_task = asyncio.create_task(peer.wait_for_termination(), name="peer-server")
-    log.info("%s: client API %s, peer port %s:%d", settings.id, settings.client_url, *settings.peer_address)
+    log.info("%s: client API %s, gRPC API %s, peer port %s:%d", settings.id, settings.client_url,
+             settings.grpc_address, *settings.peer_address)
     for warning in settings.cleartext_warnings():
         log.warning("%s", warning)
     try:
@@ -118,9 +128,11 @@ async def serve(settings: NodeSettings) -> None:
             task.result()  # a server that died raises here
     finally:
         # Drain client requests while consensus and the peer port still run (a forwarded append
-        # waits for its quorum), then stop the peer port, then consensus and the files.
+        # waits for its quorum), then stop the peer port, then consensus and the files. Streams that
+        # follow the log end first: they would hold the drain until its deadline.
+        node.service.close()
         client.should_exit = True
-        await asyncio.gather(client_task, return_exceptions=True)
+        await asyncio.gather(client_task, grpc_api.stop(CLIENT_DRAIN_S), return_exceptions=True)
         await peer.stop(GRACE_S)
         await asyncio.gather(peer_task, return_exceptions=True)
         await node.stop()

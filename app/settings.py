@@ -47,6 +47,9 @@ class NodeSettings(BaseSettings):
     client_port: int = 8001
     peer_host: str | None = None  # the peer port listens here (default: the host in this member's peer address)
     advertise_client_url: str | None = None  # how clients reach this member (default: from client_host/port)
+    grpc_port: int = 7001  # the public gRPC API (raftlog.v1.Log) listens here
+    grpc_host: str | None = None  # ... on this host (default: client_host); TLS and tokens as the client port's
+    advertise_grpc_address: str | None = None  # how gRPC clients reach this member, host:port (default: from above)
     preferred_leaders: str = ""  # DLedger's preferredLeaderIds, ';'-separated
     checkpoint_interval_ms: int = 3000  # how often committed/applied indices are written to SQLite
     # a committed entry found damaged or missing on open: cut it away and get it again from the peers (the
@@ -120,6 +123,21 @@ class NodeSettings(BaseSettings):
             host = self.peer_address[0] if self.peer_host is None else "127.0.0.1"
         return f"{'https' if self.client_tls_cert else 'http'}://{host}:{self.client_port}"
 
+    @property
+    def grpc_listen(self) -> tuple[str, int]:
+        """Where the gRPC API listens."""
+        return (self.client_host if self.grpc_host is None else self.grpc_host), self.grpc_port
+
+    @property
+    def grpc_address(self) -> str:
+        """How gRPC clients reach this member: host:port, as grpcurl and channels take it."""
+        if self.advertise_grpc_address:
+            return self.advertise_grpc_address
+        host = self.grpc_listen[0]
+        if host in ("0.0.0.0", "::", ""):
+            host = self.peer_address[0] if self.peer_host is None else "127.0.0.1"
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
+
     # -- security --------------------------------------------------------------------------
 
     def secret(self) -> bytes | None:
@@ -160,6 +178,16 @@ class NodeSettings(BaseSettings):
         if self.client_tls_ca is not None:
             options.update(ssl_ca_certs=str(self.client_tls_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
         return options
+
+    def grpc_credentials(self) -> tuple[bytes, bytes, bytes | None] | None:
+        """The gRPC API's TLS from the client port's files: key, certificate chain, and the CA that
+        signs client certificates when they are required; None: plaintext."""
+        if self.client_tls_cert is None:
+            return None
+        assert self.client_tls_key is not None
+        ca = None if self.client_tls_ca is None else _read(self.client_tls_ca, "client_tls_ca").encode()
+        return (_read(self.client_tls_key, "client_tls_key").encode(),
+                _read(self.client_tls_cert, "client_tls_cert").encode(), ca)
 
     def peer_tls(self) -> PeerTls | None:
         """Mutual TLS on the peer port: this member serves and calls with its certificate, and takes
@@ -202,6 +230,8 @@ class NodeSettings(BaseSettings):
             raise SettingsError(f"peers beyond loopback ({', '.join(remote_peers)}) need cluster_secret or "
                                 f"cluster_secret_file (or insecure=true to run without)")
         listeners = [f"client port on {self.client_host}"] if not is_loopback(self.client_host) else []
+        if not is_loopback(self.grpc_listen[0]):
+            listeners.append(f"gRPC port on {self.grpc_listen[0]}")
         if (listeners or remote_peers) and tokens is None:
             where = ", ".join(listeners + remote_peers)
             raise SettingsError(f"listening beyond loopback ({where}) needs client tokens: tokens or tokens_file "
@@ -221,9 +251,10 @@ class NodeSettings(BaseSettings):
         if self.peer_tls_cert is None and self.secret() is not None and self._remote_peers():
             warnings.append("the cluster secret goes to peers beyond loopback in cleartext: anyone who sees the "
                             "traffic can take it; set peer_tls_cert, peer_tls_key and peer_tls_ca")
-        if self.client_tls_cert is None and self.client_tokens() is not None and not is_loopback(self.client_host):
-            warnings.append(f"clients send their tokens to {self.client_host} in cleartext; set client_tls_cert and "
-                            "client_tls_key")
+        for host in {self.client_host, self.grpc_listen[0]}:
+            if self.client_tls_cert is None and self.client_tokens() is not None and not is_loopback(host):
+                warnings.append(f"clients send their tokens to {host} in cleartext; set client_tls_cert and "
+                                "client_tls_key")
         return warnings
 
     def check(self) -> None:
@@ -235,8 +266,11 @@ class NodeSettings(BaseSettings):
             self.peer_address  # noqa: B018 - parses this member's peer port
         except (ValueError, StopIteration) as exc:
             raise SettingsError(str(exc) or "bad settings") from None
-        if not 0 <= self.client_port < 65536:
-            raise SettingsError(f"client_port {self.client_port} is not a TCP port number")
+        for name in ("client_port", "grpc_port"):
+            if not 0 <= getattr(self, name) < 65536:
+                raise SettingsError(f"{name} {getattr(self, name)} is not a TCP port number")
+        if self.grpc_listen == (self.client_host, self.client_port):
+            raise SettingsError(f"grpc_port {self.grpc_port} is the client port: give the gRPC API a port of its own")
         for peer in parse_peers(self.peers):
             port = peer.address.rpartition(":")[2]
             if not port.isdigit() or not 0 < int(port) < 65536:

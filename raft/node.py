@@ -518,6 +518,11 @@ class RaftNode:
         return self.state.leader_id
 
     @property
+    def commit_moved(self) -> Signal:
+        """Fired each time the commit index advances: what readers following the log wait on."""
+        return self._commit_moved
+
+    @property
     def committed_index(self) -> int:
         return self.state.committed_index
 

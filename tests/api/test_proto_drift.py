@@ -1,4 +1,4 @@
-"""api/peer_pb2.py is generated from proto/ (make proto) and committed: it must match the .proto."""
+"""The code generated from proto/ (make proto) is committed: it must match the .proto files."""
 
 from __future__ import annotations
 
@@ -7,13 +7,20 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = {"raftlog/peer/v1/peer": ROOT / "api" / "peer_pb2"}
+GENERATED = {"raftlog/peer/v1/peer": (ROOT / "api" / "peer_pb2", False),
+             "raftlog/v1/log": (ROOT / "api" / "log_pb2", True)}
 
 
 def test_the_generated_code_matches_the_proto(tmp_path: Path) -> None:
-    for source, committed in GENERATED.items():
+    for source, (committed, with_stubs) in GENERATED.items():
+        stubs = [f"--grpc_python_out={tmp_path}"] if with_stubs else []
         assert protoc.main(["protoc", f"-I{ROOT / 'proto'}", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-                            str(ROOT / "proto" / f"{source}.proto")]) == 0
+                            *stubs, str(ROOT / "proto" / f"{source}.proto")]) == 0
         for suffix in (".py", ".pyi"):
             fresh = (tmp_path / f"{source}_pb2{suffix}").read_text()
             assert committed.with_suffix(suffix).read_text() == fresh, f"run `make proto`: {committed}{suffix} is stale"
+        if with_stubs:
+            fresh = (tmp_path / f"{source}_pb2_grpc.py").read_text().replace(
+                "\nfrom raftlog.v1 import log_pb2", "\nfrom api import log_pb2")
+            stub = committed.with_name(committed.name + "_grpc.py")
+            assert stub.read_text() == fresh, f"run `make proto`: {stub} is stale"

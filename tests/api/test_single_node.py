@@ -36,6 +36,10 @@ async def test_a_cleaned_entry_answers_410(node: Node, client: httpx.AsyncClient
     stored = await client.get("/v1/entries", params={"start": 0}, headers={"accept": "application/vnd.raftlog.entries"})
     assert stored.status_code == 410 and stored.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
     assert (await client.get(f"/v1/entries/{begin}")).status_code == 200
+    by_pos = await client.get("/v1/entries", params={"pos": 0})  # the first entry's position, now cleaned
+    assert by_pos.status_code == 410 and by_pos.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
+    first_kept = await client.get("/v1/entries", params={"pos": node.store.pos_at(begin), "limit": 1})
+    assert [e["index"] for e in first_kept.json()["entries"]] == [begin]
 
 
 async def test_a_full_disk_answers_507_and_appends_nothing(node: Node, client: httpx.AsyncClient) -> None:

@@ -25,9 +25,9 @@ def raftlog(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
 
 
 def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
-    client, peer = free_ports(2)
+    client, peer, grpc_port = free_ports(3)
     values = {"id": "n1", "peers": f"n1-127.0.0.1:{peer}", "data-dir": str(tmp_path / "n1"),
-              "client-port": str(client), **overrides}
+              "client-port": str(client), "grpc-port": str(grpc_port), **overrides}
     return ["serve", *[part for name, value in values.items() for part in (f"--{name}", value)]]
 
 
@@ -43,7 +43,9 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"peers": "n1-127.0.0.1:1;n2-10.9.8.7:9001;n3-db3.example:9001"},
      "peers beyond loopback (n2-10.9.8.7:9001, n3-db3.example:9001) need cluster_secret"),
     ({"peers": "n1-127.0.0.1:1;n2-10.9.8.7:9001", "cluster-secret": "s" * 16}, "needs client tokens"),
-    ({"client-host": "0.0.0.0"}, "listening beyond loopback (client port on 0.0.0.0) needs client tokens"),
+    ({"client-host": "0.0.0.0"}, "listening beyond loopback (client port on 0.0.0.0, gRPC port on 0.0.0.0) needs "
+                                 "client tokens"),
+    ({"grpc-host": "0.0.0.0"}, "listening beyond loopback (gRPC port on 0.0.0.0) needs client tokens"),
     ({"cluster-secret": "short"}, "the cluster secret must be 16 or more printable ASCII characters"),
     ({"cluster-secret": "s\u00e9cret-0123456789abcdef"}, "the cluster secret must be 16 or more printable ASCII"),
     ({"cluster-secret-file": "/nonexistent/secret"}, "cluster_secret_file: cannot read /nonexistent/secret"),
@@ -154,12 +156,12 @@ def test_clients_with_a_token_over_https(make_cluster: ClusterFactory, tmp_path:
 
 
 def test_cluster_command_starts_nodes_and_ctrl_c_stops_them_all(tmp_path: Path) -> None:
-    client = free_port_run(3)
-    peer = free_port_run(3, client + 3)
+    client = free_port_run(9)  # three runs of three: client, peer and gRPC ports
+    peer, grpc_port = client + 3, client + 6
     settings = [arg for name, value in SMALL_FILES.items() for arg in ("--set", f"{name}={value}")]
     launcher = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "cluster", "--nodes", "3", "--data-dir", str(tmp_path / "data"),
-         "--client-port", str(client), "--peer-port", str(peer), *settings],
+         "--client-port", str(client), "--peer-port", str(peer), "--grpc-port", str(grpc_port), *settings],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert launcher.stdout is not None
@@ -170,6 +172,7 @@ def test_cluster_command_starts_nodes_and_ctrl_c_stops_them_all(tmp_path: Path) 
                 break
         output = "".join(lines)
         assert "(leader)" in output and f"http://127.0.0.1:{client + 2}" in output, output
+        assert f"gRPC 127.0.0.1:{grpc_port + 2}" in output, output
         nodes = node_pids(tmp_path)
         assert len(nodes) == 3
         launcher.send_signal(signal.SIGINT)

@@ -73,7 +73,7 @@ def test_the_highest_layer_given_wins(name: str, given: set[str], tmp_path: Path
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, int], Path]]:
     """A one-member `raftlog serve` whose client port comes from a different value in each layer."""
-    ports = dict(zip(("flag", "env", "toml", "peer"), free_ports(4), strict=True))
+    ports = dict(zip(("flag", "env", "toml", "peer", "grpc"), free_ports(5), strict=True))
     toml = tmp_path / "node.toml"
     toml.write_text("\n".join([
         f"client_port = {ports['toml']}", 'flush_mode = "sync"', 'group = "from-toml"',
@@ -85,7 +85,7 @@ def node(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, in
         process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--config", str(toml), "--id", "n1",
              "--peers", f"n1-127.0.0.1:{ports['peer']}", "--data-dir", str(tmp_path / "n1"),
-             "--client-port", str(ports["flag"])],
+             "--client-port", str(ports["flag"]), "--grpc-port", str(ports["grpc"])],
             stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)
     try:
         yield process, ports, log

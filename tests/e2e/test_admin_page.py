@@ -13,7 +13,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.processes import ClusterFactory
+from tests.processes import ClusterFactory, eventually
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -37,6 +37,12 @@ CARDS_JS = """
 return [...document.querySelectorAll('#members .card')].map((card) => [card.dataset.member, {
   role: card.dataset.role, reachable: card.dataset.reachable,
   indices: card.querySelector('dd[data-fact="end"]').textContent}]);
+"""
+
+
+TAIL_JS = """
+return [...document.querySelectorAll('#tail-rows tr')].map((row) => [Number(row.dataset.index),
+                                                                    row.querySelector('td.body').textContent]);
 """
 
 
@@ -73,6 +79,15 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     assert batch.status_code == 201, batch.text
     first, last = batch.json()["first_index"], batch.json()["last_index"]
     wait.until(lambda d: all(committed(cards(d), m) >= last for m in cluster.members))
+    tail = wait.until(lambda d: (rows := d.execute_script(TAIL_JS)) and rows[0][0] >= last and rows)
+    assert [last, "seen 19"] in tail and len(tail) == 20  # a screenful of the newest, newest first
+    assert [index for index, _ in tail] == sorted((index for index, _ in tail), reverse=True)
+
+    # the node keeps the charts' last five minutes: a page opened now starts with them, not empty
+    eventually(lambda: len(httpx.get(f"{url}/v1/cluster/history").json()["points"]) >= 5, "five chart points")
+    browser.refresh()
+    wait.until(lambda d: cards(d))
+    assert browser.execute_script("return rates.filter((v) => v !== null).length") >= 5
 
     leader = cluster.wait_leader()  # the page's node if an election made it the leader
     others = [m for m in cluster.members if m != leader]

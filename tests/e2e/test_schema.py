@@ -21,6 +21,8 @@ from app.launcher import SMALL_FILES, LocalCluster
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-schemathesis"
 EXAMPLES = 20  # per operation and mode: bounded, for make test's time
+# long-polls that wait at most a second: longer wait_ms values are refused (400, documented)
+SETTINGS = {**SMALL_FILES, "long_poll_max_ms": 1000}
 
 schema = schemathesis.openapi.from_path(ROOT / "openapi.yaml")
 admin_schema = schemathesis.openapi.from_path(ROOT / "openapi.yaml")
@@ -30,8 +32,8 @@ admin_schema = schemathesis.openapi.from_path(ROOT / "openapi.yaml")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LocalCluster]]:
     started = {
         "tokens": LocalCluster(tmp_path_factory.mktemp("schema-auth"), 3,
-                               settings={**SMALL_FILES, "tokens": f"admin:{ADMIN}"}),
-        "open": LocalCluster(tmp_path_factory.mktemp("schema-open"), 3, settings=SMALL_FILES),
+                               settings={**SETTINGS, "tokens": f"admin:{ADMIN}"}),
+        "open": LocalCluster(tmp_path_factory.mktemp("schema-open"), 3, settings=SETTINGS),
     }
     try:
         for cluster in started.values():

@@ -1,0 +1,127 @@
+"""Readers that follow the log: long-polls and streams that stay open, bounded in memory.
+
+A follow stream sends each entry as it commits, as RocketMQ's long-polling
+consumers and Kafka's fetch wait for data instead of polling. Committed
+entries never change and every member serves them, so a stream on any member
+goes on across a leader change; a member that stops ends its streams cleanly,
+and the client resumes from the index after the last one it got.
+
+Memory stays bounded however slow a consumer is: a stream holds at most one
+chunk of `follow_chunk_bytes` of log beyond what its connection's buffer holds
+(the server waits for the client to take what was sent before it reads more),
+and the chunks of all streams together hold at most `follow_buffer_bytes_max`:
+a stream whose next chunk would pass it waits until others are sent. A reader
+that takes nothing for `follow_stall_ms` while a chunk waits for it is cut off,
+so stalled readers cannot hold that buffer, and the others, for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from raft.waiting import Signal
+
+log = logging.getLogger("raftlog.api")
+
+ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: cuts the request's connection (app.client_protocol)
+
+if TYPE_CHECKING:
+    from api.service import LogService, RawRead
+
+
+class ByteBudget:
+    """Bytes held at once by many tasks; one that would pass the bound waits (one alone always goes)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._freed = Signal()
+
+    async def take(self, size: int) -> None:
+        while self.held and self.held + size > self.max_bytes:
+            await self._freed.current().wait()
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+        self._freed.fire()
+
+
+async def committed_chunks(service: LogService, first: RawRead | None, start: int, last: int, *,
+                           follow: bool, budget: ByteBudget, idle_s: float | None = None,
+                           ) -> AsyncIterator[list[memoryview] | None]:
+    """Stored entries from `start` up to `last`, one chunk at a time; `first`, read before the answer's
+    status went out, is the first chunk. Without `follow`, what was committed up to `last` when
+    `first` was read; with it, every entry as it commits, until `last` or the member stops. None,
+    every `idle_s` without an entry, lets the caller send a keepalive."""
+    node, chunk_bytes = service.node, service.limits.follow_chunk_bytes
+    index, raw = start, first
+    while True:
+        if raw is not None:
+            size = sum(map(len, raw.chunks))
+            await budget.take(size)
+            try:
+                yield raw.chunks
+            finally:
+                budget.give(size)
+            index = raw.next
+        if index > last or service.closing:
+            return
+        committed = node.committed_index
+        if committed >= index:
+            raw = await service.read_raw(index, min(committed, last) - index + 1, linearizable=False,
+                                         max_bytes=chunk_bytes)
+        elif not follow:
+            return
+        else:
+            raw = None
+            if not await service.await_entry(index, idle_s) and not service.closing:
+                yield None
+
+
+class FollowStream(StreamingResponse):
+    """A streamed answer that may stay open and idle for long: it watches for the client leaving (an
+    idle stream writes nothing that would notice), and cuts off a client that takes nothing for
+    `stall_s` while a chunk waits to be sent, through the server's `raftlog.abort` extension."""
+
+    def __init__(self, content: AsyncIterator[bytes], stall_s: float, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.stall_s = stall_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded_send(message: Message) -> None:
+            async with asyncio.timeout(self.stall_s):
+                await send(message)
+
+        streaming = asyncio.ensure_future(self.stream_response(bounded_send))
+        leaving = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            await asyncio.wait((streaming, leaving), return_when=asyncio.FIRST_COMPLETED)
+            error = None if not streaming.done() or streaming.cancelled() else streaming.exception()
+            if error is not None:
+                abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
+                if abort is None:
+                    raise error
+                if isinstance(error, TimeoutError):
+                    log.info("cut off a follow stream to %s: it took nothing for %.0f s (follow_stall_ms)",
+                             _client(scope), self.stall_s)
+                else:
+                    log.warning("ended a follow stream to %s: %s", _client(scope), error)
+                abort()  # at once, its unsent bytes dropped: the reader sees the stream cut
+                await asyncio.wait((leaving,), timeout=self.stall_s)  # the server sees it gone
+        finally:
+            for task in (streaming, leaving):
+                task.cancel()
+            await asyncio.gather(streaming, leaving, return_exceptions=True)
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "?"

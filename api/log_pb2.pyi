@@ -1,0 +1,198 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LINEARIZABLE: _ClassVar[Consistency]
+    LOCAL: _ClassVar[Consistency]
+
+class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NORMAL: _ClassVar[EntryType]
+    NOOP: _ClassVar[EntryType]
+    CONFIG_CHANGE: _ClassVar[EntryType]
+LINEARIZABLE: Consistency
+LOCAL: Consistency
+NORMAL: EntryType
+NOOP: EntryType
+CONFIG_CHANGE: EntryType
+
+class AppendRequest(_message.Message):
+    __slots__ = ("body",)
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    def __init__(self, body: _Optional[bytes] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("index", "term", "pos", "leader")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: int
+    pos: int
+    leader: str
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class AppendBatchRequest(_message.Message):
+    __slots__ = ("bodies",)
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class AppendBatchResponse(_message.Message):
+    __slots__ = ("first_index", "last_index", "term", "positions", "leader")
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    first_index: int
+    last_index: int
+    term: int
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    leader: str
+    def __init__(self, first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("index", "pos", "consistency")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    pos: int
+    consistency: Consistency
+    def __init__(self, index: _Optional[int] = ..., pos: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class Entry(_message.Message):
+    __slots__ = ("index", "term", "pos", "type", "body", "body_crc")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: int
+    pos: int
+    type: EntryType
+    body: bytes
+    body_crc: int
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("start", "pos", "limit", "follow", "consistency")
+    START_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    pos: int
+    limit: int
+    follow: bool
+    consistency: Consistency
+    def __init__(self, start: _Optional[int] = ..., pos: _Optional[int] = ..., limit: _Optional[int] = ..., follow: _Optional[bool] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ClusterRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("id", "peer_url", "client_url", "grpc_address", "voter", "role", "term", "end_index", "committed_index", "applied_index", "match_index", "lag", "lag_bytes", "inflight_bytes", "last_contact_ms", "rejoining", "reachable")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_URL_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_URL_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INFLIGHT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
+    REJOINING_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    peer_url: str
+    client_url: str
+    grpc_address: str
+    voter: bool
+    role: str
+    term: int
+    end_index: int
+    committed_index: int
+    applied_index: int
+    match_index: int
+    lag: int
+    lag_bytes: int
+    inflight_bytes: int
+    last_contact_ms: int
+    rejoining: bool
+    reachable: bool
+    def __init__(self, id: _Optional[str] = ..., peer_url: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., voter: _Optional[bool] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., match_index: _Optional[int] = ..., lag: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., inflight_bytes: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., rejoining: _Optional[bool] = ..., reachable: _Optional[bool] = ...) -> None: ...
+
+class Disk(_message.Message):
+    __slots__ = ("data_dir", "usage_ratio", "full")
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    USAGE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    data_dir: str
+    usage_ratio: float
+    full: bool
+    def __init__(self, data_dir: _Optional[str] = ..., usage_ratio: _Optional[float] = ..., full: _Optional[bool] = ...) -> None: ...
+
+class ClusterResponse(_message.Message):
+    __slots__ = ("group", "self", "role", "term", "leader", "members", "begin_index", "end_index", "committed_index", "applied_index", "uptime_s", "flush_mode", "disk")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SELF_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_S_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    DISK_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    self: str
+    role: str
+    term: int
+    leader: str
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    begin_index: int
+    end_index: int
+    committed_index: int
+    applied_index: int
+    uptime_s: float
+    flush_mode: str
+    disk: Disk
+    def __init__(self_, group: _Optional[str] = ..., self: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., uptime_s: _Optional[float] = ..., flush_mode: _Optional[str] = ..., disk: _Optional[_Union[Disk, _Mapping]] = ...) -> None: ...
+
+class TransferLeaderRequest(_message.Message):
+    __slots__ = ("target",)
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    def __init__(self, target: _Optional[str] = ...) -> None: ...
+
+class TransferLeaderResponse(_message.Message):
+    __slots__ = ("leader", "previous")
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    previous: str
+    def __init__(self, leader: _Optional[str] = ..., previous: _Optional[str] = ...) -> None: ...
