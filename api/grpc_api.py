@@ -164,6 +164,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
             first = await self._answer(context, service.read_raw(start, last - start + 1, linearizable=False))
         chunks = committed_chunks(service, first, start, requested if request.follow else last,
                                   follow=request.follow, budget=service.follow_budget)
+        if request.follow:
+            await context.send_initial_metadata(())  # the client knows the tail is open before an entry comes
         try:
             async for chunk in chunks:
                 for entry in (e for view in chunk or () for e in iter_entries(view)):
@@ -175,6 +177,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
             log.info("cut off a gRPC follow stream to %s: it took nothing for %d ms (follow_stall_ms)",
                      context.peer(), limits.follow_stall_ms)
             await _abort(context, ApiError(Code.SERVER_BUSY, "the reader took nothing for follow_stall_ms"))
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
 
     # -- the group -------------------------------------------------------------------------
 

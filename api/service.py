@@ -14,9 +14,9 @@ import asyncio
 import base64
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from api.errors import ApiError, api_error, bad_request, too_large
 from api.follow import ByteBudget
@@ -28,6 +28,7 @@ from raft.waiting import wait_event
 from storage.codec import Entry, Magic, iter_entries
 from storage.protocol import LogStore
 
+T = TypeVar("T")
 STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer
 
 
@@ -69,6 +70,7 @@ class LogService:
         self.started = time.monotonic()
         self.closing = False  # the member is stopping: readers following the log end
         self.follow_budget = ByteBudget(limits.follow_buffer_bytes_max)  # shared by REST and gRPC streams
+        self._read_index_rounds = SharedRounds(self._read_index_round)
 
     def close(self) -> None:
         """End the streams that follow the log (they would hold the stop until its deadline)."""
@@ -121,7 +123,11 @@ class LogService:
     # -- reads -------------------------------------------------------------------------
 
     async def read_index(self) -> int:
-        """The leader's commit index, confirmed by a quorum (asked over the peer port if needed)."""
+        """The leader's commit index, confirmed by a quorum (asked over the peer port if needed). Reads
+        that arrive together share one round (a thousand consumers starting at once cost one)."""
+        return await self._read_index_rounds()
+
+    async def _read_index_round(self) -> int:
         if self.node.role is Role.LEADER:
             term = self.node.term
             try:
@@ -331,6 +337,46 @@ class LogService:
             return await self.peers.status(peer_id, STATUS_TIMEOUT_S)
         except ApiError:
             return None
+
+
+class SharedRounds(Generic[T]):
+    """Calls of `round` shared by the callers that arrive while one is out. A caller joins the next
+    round to start, never one already out, whose answer may predate the caller: so every answer is
+    from a round that began after its caller asked (etcd batches read index requests so)."""
+
+    def __init__(self, round_: Callable[[], Awaitable[T]]) -> None:
+        self._round = round_
+        self._next: asyncio.Future[T] | None = None  # the round the next callers join
+        self._out: asyncio.Future[T] | None = None  # the round being run
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def __call__(self) -> T:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+            self._next.add_done_callback(_retrieve)
+            task = asyncio.ensure_future(self._run(self._next))
+            self._tasks.add(task)  # held: the loop keeps only weak references to tasks
+            task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(self._next)
+
+    async def _run(self, future: asyncio.Future[T]) -> None:
+        while self._out is not None:  # one round at a time
+            await asyncio.wait((self._out,))
+        self._next, self._out = None, future
+        try:
+            future.set_result(await self._round())
+        except Exception as exc:
+            future.set_exception(exc)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        finally:
+            self._out = None
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # a round whose callers all left does not log "never retrieved"
 
 
 def entry_json(entry: Entry) -> dict[str, Any]:

@@ -55,7 +55,7 @@ TARGETS = {"stream_vs_rest_batch": 1.0, "tail_p50_ms": 5.0, "idle_core_share": 0
 
 
 def rest_singles(local: LocalCluster, url: str, seconds: int) -> dict[str, float]:
-    report, cpu = raftlog_metered(local, url, lambda: wrk(url, "wrk_append.lua", seconds))
+    report, cpu = raftlog_metered(local, url, lambda: wrk(f"{url}/v1/entries", "wrk_append.lua", seconds))
     return {"aps": rate(report), "p50_ms": report["p50_us"] / 1000, "cpu_us_per_entry": cpu}
 
 
@@ -183,7 +183,8 @@ def idle_cpu(local: LocalCluster, member_id: str, seconds: int) -> dict[str, flo
                          b"accept: application/x-ndjson\r\n\r\n")
             connections.append((reader, writer))
         for reader, _ in connections:
-            assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+            status = await reader.readline()
+            assert status.startswith(b"HTTP/1.1 200"), status
         async with grpc.aio.insecure_channel(member.grpc_address) as channel:
             stub = log_pb2_grpc.LogStub(channel)
             calls = [stub.Read(pb.ReadRequest(start=1_000_000_000, follow=True)) for _ in range(IDLE_FOLLOWERS)]

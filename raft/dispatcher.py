@@ -33,9 +33,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("raftlog.raft.dispatcher")
 
 COMMIT_NOTICE_INTERVAL_S = 1.0  # DLedger's doCommit: at least this often when there is nothing to push
-# A follower behind on the commit index is told by the next push, or by a COMMIT notice this long after:
-# under steady appends the next push comes first, and a notice per commit doubled the peer messages.
+# A follower behind on the commit index is told by the next push when appends come more often than this
+# (a notice per commit doubled the peer messages), else by a COMMIT notice at once: readers that follow
+# the log on a follower see a lone entry as soon as it commits, not this much later.
 COMMIT_NOTICE_DELAY_S = 0.005
+APPEND_GAP_WEIGHT = 0.2  # of the latest gap between two pushes of new entries, in their moving average
 
 
 class DispatcherState(Enum):
@@ -80,6 +82,8 @@ class EntryDispatcher:
         self.peer_commit_index = -1  # the commit index the follower was last told
         self._last_notice = float("-inf")  # when the last COMMIT notice went out
         self._notice_due: float | None = None  # when a COMMIT notice goes out unless a push carries it first
+        self._last_append = float("-inf")  # when the last push of new entries went out
+        self._append_gap = float("inf")  # the moving average of the time between those pushes
         self.quota = Quota(self.config.peer_push_quota)
         self.wake = asyncio.Event()
         self._pushes: set[asyncio.Task[None]] = set()
@@ -266,7 +270,12 @@ class EntryDispatcher:
             return
         request = self._request(term, PushType.APPEND, first_index=raw.first_index, count=raw.count,
                                 data=raw.data)
-        self.pending[raw.first_index] = self.node.now()
+        now = self.node.now()
+        self.pending[raw.first_index] = now
+        gap = now - self._last_append
+        self._append_gap = gap if self._append_gap == float("inf") else (
+            (1 - APPEND_GAP_WEIGHT) * self._append_gap + APPEND_GAP_WEIGHT * min(gap, COMMIT_NOTICE_INTERVAL_S))
+        self._last_append = now
         self.write_index = raw.first_index + raw.count
         self.peer_commit_index = request.commit_index
         self._notice_due = None
@@ -331,11 +340,13 @@ class EntryDispatcher:
                                        > self.config.max_push_timeout_ms / 1000)
 
     def _notice_in(self) -> float:
-        """Seconds until a COMMIT notice is due: COMMIT_NOTICE_DELAY_S after the follower fell behind on
-        the commit index, and now and then anyway (a follower may have restarted)."""
+        """Seconds until a COMMIT notice is due: once the follower fell behind on the commit index, at
+        once when appends are sparse, else COMMIT_NOTICE_DELAY_S later unless a push carries it first;
+        and now and then anyway (a follower may have restarted)."""
         now = self.node.now()
         if self.peer_commit_index < self.node.state.committed_index and self._notice_due is None:
-            self._notice_due = now + COMMIT_NOTICE_DELAY_S
+            steady = self._append_gap < COMMIT_NOTICE_DELAY_S  # the next push is likely to come first
+            self._notice_due = now + (COMMIT_NOTICE_DELAY_S if steady else 0.0)
         due = self._last_notice + COMMIT_NOTICE_INTERVAL_S
         if self._notice_due is not None:
             due = min(due, self._notice_due)

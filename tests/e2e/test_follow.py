@@ -10,9 +10,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
+from api import log_pb2 as pb
+from api import log_pb2_grpc
 from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import eventually, metric, serving
@@ -186,6 +189,9 @@ def test_stalled_readers_are_bounded_and_cut_off_while_a_reader_keeps_up(cluster
         sock.sendall(f"GET /v1/entries?start={start}&follow=true HTTP/1.1\r\nhost: x\r\n"
                      "accept: application/x-ndjson\r\n\r\n".encode())
         stalled.append(sock)
+    member = next(m for m in cluster.members.values() if m.client_url == url)
+    channel = grpc.insecure_channel(member.grpc_address)
+    stalled_grpc = log_pb2_grpc.LogStub(channel).Read(pb.ReadRequest(start=start, follow=True))  # never read
     reader = Tail(url, start)
     try:
         eventually(lambda: followers_open(url) == 4, "four follow streams")
@@ -204,7 +210,15 @@ def test_stalled_readers_are_bounded_and_cut_off_while_a_reader_keeps_up(cluster
         eventually(lambda: followers_open(url) == 1, "the stalled readers to be cut off (follow_stall_ms)")
         for sock in stalled:  # what the member sent them ends: the connection was cut
             assert _ends(sock)
+        eventually(lambda: "cut off a gRPC follow stream" in member.log_path.read_text(), "the gRPC reader's cut")
+        with pytest.raises(grpc.RpcError) as cut:  # the gRPC reader gets what was sent, then the cut
+            for _ in stalled_grpc:
+                pass
+        assert cut.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert "follow_stall_ms" in cut.value.details()  # type: ignore[attr-defined]
     finally:
+        stalled_grpc.cancel()
+        channel.close()
         reader.close()
         for sock in stalled:
             sock.close()
