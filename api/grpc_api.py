@@ -45,6 +45,7 @@ STREAMS_MAX = 1024  # concurrent calls on one connection
 KEEPALIVE_MS = 30_000  # the server pings a connection silent this long (a follow stream's dead client)
 KEEPALIVE_TIMEOUT_MS = 10_000  # ... and closes it when the ping is not answered in this time
 MIN_CLIENT_PING_MS = 10_000  # clients that ping more often are told to go away (keepalive enforcement)
+BODY_FRAMING_MAX = 6  # a repeated bytes field's tag and varint length, per body
 READINESS_S = 1.0  # how often Watch subscribers of `raftlog.v1.Log` get readiness anew
 
 # gRPC's status for each HTTP status of a code (api.errors.STATUS); a few codes are told apart below
@@ -258,8 +259,9 @@ class GrpcApi:
                  failures: AuthFailures | None, address: str,
                  credentials: grpc.ServerCredentials | None = None) -> None:
         limits = service.limits
-        message_max = limits.max_request_bytes + (1 << 20)  # a batch at the request limit, with its framing
-        self.server = grpc.aio.server(options=[
+        # a batch of max_request_bytes of bodies, with each body's tag and length (at most 6 bytes)
+        message_max = limits.max_request_bytes + BODY_FRAMING_MAX * limits.max_batch_entries + 1024
+        options = [
             ("grpc.max_receive_message_length", message_max),
             ("grpc.max_send_message_length", max(message_max, limits.range_bytes_max + (1 << 20))),
             ("grpc.max_concurrent_streams", STREAMS_MAX),
@@ -269,7 +271,9 @@ class GrpcApi:
             ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.so_reuseport", 0),
-        ])
+        ]
+        self.server = grpc.aio.server(options=options,  # beyond the calls at once: RESOURCE_EXHAUSTED
+                                      maximum_concurrent_rpcs=limits.max_inflight_requests + limits.max_followers)
         self.readiness = Readiness(service)
         log_pb2_grpc.add_LogServicer_to_server(LogServicer(service, handlers, tokens, failures), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.readiness, self.server)

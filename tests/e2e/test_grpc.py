@@ -20,7 +20,7 @@ from grpc_status import rpc_status
 from api import log_pb2 as pb
 from api import log_pb2_grpc
 from app.launcher import SMALL_FILES, LocalCluster
-from tests.processes import serving
+from tests.processes import eventually, serving
 
 TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",
           "admin": "admin-token-01234567890"}
@@ -29,8 +29,8 @@ TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-012345678
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     tokens = ",".join(f"{role}:{token}" for role, token in TOKENS.items())
-    yield from serving(tmp_path_factory.mktemp("grpc"), 3, settings={**SMALL_FILES, "tokens": tokens,
-                                                                      "max_entry_bytes": 1000})
+    yield from serving(tmp_path_factory.mktemp("grpc"), 3, settings={
+        **SMALL_FILES, "tokens": tokens, "max_entry_bytes": 1000, "max_request_bytes": 20_000, "max_batch_entries": 50})
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +121,9 @@ def test_errors_carry_grpc_codes_and_dledger_reasons(cluster: LocalCluster,
         with pytest.raises(grpc.RpcError) as failed:
             call()
         assert refusal(failed.value)[:2] == (code, reason)
+    with pytest.raises(grpc.RpcError) as too_large:  # over max_request_bytes and its framing: gRPC's own refusal
+        log.AppendBatch(pb.AppendBatchRequest(bodies=[b"x" * 1000] * 40), metadata=writer)
+    assert too_large.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
 
 
 def test_each_method_needs_a_token_of_its_role(cluster: LocalCluster, channels: dict[str, grpc.Channel]) -> None:
@@ -236,3 +239,32 @@ def test_a_member_with_client_tls_serves_grpc_over_tls(tmp_path: Path) -> None:
         with grpc.insecure_channel(address) as plain, pytest.raises(grpc.RpcError) as refused:
             log_pb2_grpc.LogStub(plain).Append(pb.AppendRequest(body=b"in clear"), timeout=5)
         assert refused.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+
+
+def test_calls_beyond_the_ports_bound_are_refused(tmp_path: Path) -> None:
+    settings = {**SMALL_FILES, "max_inflight_requests": 2, "max_followers": 2}  # 4 calls at once on the port
+    with LocalCluster(tmp_path, 1, settings=settings) as cluster:
+        cluster.wait_leader()
+        with grpc.insecure_channel(cluster.members["n1"].grpc_address) as channel:
+            log = log_pb2_grpc.LogStub(channel)
+            tails = [log.Read(pb.ReadRequest(start=0, follow=True)) for _ in range(4)]
+            try:
+                for tail in tails:
+                    assert next(tail).index == 0  # open, and waiting for more
+                with pytest.raises(grpc.RpcError) as refused:
+                    log.Append(pb.AppendRequest(body=b"one too many"), timeout=10)
+                assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            finally:
+                for tail in tails:
+                    tail.cancel()
+
+            def room_again() -> bool:
+                try:
+                    log.Append(pb.AppendRequest(body=b"room again"), timeout=10)
+                except grpc.RpcError as exc:
+                    if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:  # type: ignore[attr-defined]
+                        raise
+                    return False
+                return True
+
+            eventually(room_again, "room on the port once the tails' calls are over")
