@@ -268,3 +268,27 @@ def test_calls_beyond_the_ports_bound_are_refused(tmp_path: Path) -> None:
                 return True
 
             eventually(room_again, "room on the port once the tails' calls are over")
+
+
+def test_a_client_that_pings_too_often_is_told_to_go_away(cluster: LocalCluster) -> None:
+    """Keepalive enforcement: pings more often than every 10 s on an idle connection are strikes, and after
+    two the server ends the connection (GOAWAY too_many_pings); the channel falls back from READY."""
+    options = [("grpc.keepalive_time_ms", 500), ("grpc.keepalive_permit_without_calls", 1),
+               ("grpc.http2.max_pings_without_data", 0)]
+    states: list[grpc.ChannelConnectivity] = []
+    changed = threading.Condition()
+
+    def note(state: grpc.ChannelConnectivity) -> None:
+        with changed:
+            states.append(state)
+            changed.notify_all()
+
+    with grpc.insecure_channel(cluster.members["n1"].grpc_address, options=options) as channel:
+        log_pb2_grpc.LogStub(channel).Cluster(pb.ClusterRequest(), metadata=as_role("reader"), timeout=10)
+        channel.subscribe(note)
+        try:
+            with changed:
+                assert changed.wait_for(lambda: grpc.ChannelConnectivity.READY in states and states[-1] in (
+                    grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FAILURE), 30), states
+        finally:
+            channel.unsubscribe(note)
