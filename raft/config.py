@@ -45,6 +45,8 @@ class Peer:
     id: str
     address: str  # host:port of the peer port
     learner: bool = False
+    client_url: str | None = None  # where its clients go, when a configuration entry says (raft.membership)
+    grpc_address: str | None = None
 
 
 def parse_peers(peers: str) -> tuple[Peer, ...]:

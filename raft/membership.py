@@ -1,0 +1,169 @@
+"""The group's configuration, as it lives in the log (issue 20; Ongaro's thesis, chapter 4).
+
+A CONFIG_CHANGE entry (DLedger's magic 3) holds the whole new member list.
+A member uses the latest configuration in its log, committed or not, as the
+thesis prescribes; when that entry is truncated away it falls back to the one
+before. Changes go one at a time, one voter at a time (single-server changes:
+the majorities of the old and the new configuration always overlap), and
+never while the previous change or the leader's NOOP of its term is
+uncommitted (the fix the thesis's errata give).
+
+This module is pure: it encodes and decodes configurations, keeps the ones
+the log holds (`ConfigLog`), and plans a change (`plan_change`). The node
+decides when to append and when to apply.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from raft.config import Peer
+
+FORMAT_VERSION = 1
+SEED_INDEX = -1  # the configuration from the `peers` setting, before any CONFIG_CHANGE entry
+
+
+class MembershipError(ValueError):
+    """A change refused before anything is written: `reason` is stable, the message says why."""
+
+    def __init__(self, reason: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Refusal(Enum):
+    MEMBER_EXISTS = "an id or address that is already a member's"
+    UNKNOWN_MEMBER = "no member has this id"
+    ALREADY_VOTER = "the member votes already"
+    LAST_VOTER = "the change would leave no voter"
+    BAD_CONFIG = "a CONFIG_CHANGE entry that does not decode"
+
+
+@dataclass(frozen=True, slots=True)
+class Configuration:
+    """The members, and the index of the entry that set them (SEED_INDEX: from the settings)."""
+
+    members: tuple[Peer, ...]
+    index: int = SEED_INDEX
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        return tuple(m.id for m in self.members if not m.learner)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(m.id for m in self.members)
+
+    def member(self, member_id: str) -> Peer | None:
+        return next((m for m in self.members if m.id == member_id), None)
+
+    def encode(self) -> bytes:
+        """The body of its CONFIG_CHANGE entry (the index is where the entry lands, not in the body)."""
+        return json.dumps({"version": FORMAT_VERSION, "members": [
+            {"id": m.id, "peer_address": m.address, "voter": not m.learner, "client_url": m.client_url,
+             "grpc_address": m.grpc_address} for m in self.members]}, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, body: bytes | memoryview, index: int) -> Configuration:
+        """The configuration a CONFIG_CHANGE entry at `index` sets; MembershipError if it is not one."""
+        try:
+            raw = json.loads(bytes(body))
+            if raw.get("version") != FORMAT_VERSION:
+                raise ValueError(f"version {raw.get('version')!r}")
+            members = tuple(Peer(_text(m["id"]), _text(m["peer_address"]), not _flag(m["voter"]),
+                                 _text_or_none(m.get("client_url")), _text_or_none(m.get("grpc_address")))
+                            for m in raw["members"])
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise MembershipError(Refusal.BAD_CONFIG, f"entry {index}: not a configuration ({exc})") from None
+        config = cls(members, index)
+        _check(config, Refusal.BAD_CONFIG, f"entry {index}: ")
+        return config
+
+
+class ConfigLog:
+    """The configurations a member's log holds: the one in force at its base (committed, and carried by
+    the checkpoint or snapshot when cleaning removes its entry), and those of later entries, in order."""
+
+    def __init__(self, base: Configuration) -> None:
+        self.base = base
+        self._later: list[Configuration] = []
+
+    @property
+    def current(self) -> Configuration:
+        """The latest configuration in the log, committed or not: the one a member uses."""
+        return self._later[-1] if self._later else self.base
+
+    def append(self, config: Configuration) -> None:
+        if config.index <= self.current.index:
+            raise ValueError(f"configuration of entry {config.index} after that of entry {self.current.index}")
+        self._later.append(config)
+
+    def truncate(self, from_index: int) -> None:
+        """Entries from `from_index` on left the log: so did their configurations."""
+        while self._later and self._later[-1].index >= from_index:
+            self._later.pop()
+
+    def commit(self, committed_index: int) -> None:
+        """The latest configuration at or below the commit index becomes the base: a committed
+        configuration never leaves the log, and those before it are of no use any more."""
+        while self._later and self._later[0].index <= committed_index:
+            self.base = self._later.pop(0)
+
+    def pending(self, committed_index: int) -> bool:
+        """A change is in the log and not committed yet: the next one must wait (one at a time)."""
+        return self.current.index > committed_index
+
+
+def plan_change(current: Configuration, *, add: Peer | None = None, promote: str | None = None,
+                remove: str | None = None) -> Configuration:
+    """The configuration one change makes of `current` (its index set when the entry is appended);
+    MembershipError when the change is refused. One change at a time, one voter at a time."""
+    if sum(x is not None for x in (add, promote, remove)) != 1:
+        raise ValueError("one change at a time: add, promote or remove")
+    members = list(current.members)
+    if add is not None:
+        taken = next((m for m in members if m.id == add.id or m.address == add.address), None)
+        if taken is not None:
+            what = "id" if taken.id == add.id else "address"
+            raise MembershipError(Refusal.MEMBER_EXISTS, f"{add.id} ({add.address}): its {what} is {taken.id}'s")
+        members.append(add)
+    else:
+        target = promote if promote is not None else remove
+        found = current.member(str(target))
+        if found is None:
+            raise MembershipError(Refusal.UNKNOWN_MEMBER, f"{target!r} is not a member of this group")
+        if promote is not None:
+            if not found.learner:
+                raise MembershipError(Refusal.ALREADY_VOTER, f"{promote} is a voter already")
+            members[members.index(found)] = replace(found, learner=False)
+        else:
+            members.remove(found)
+    config = Configuration(tuple(members), current.index)
+    _check(config, Refusal.LAST_VOTER)
+    return config
+
+
+def _check(config: Configuration, reason: Refusal, where: str = "") -> None:
+    ids, addresses = config.ids, [m.address for m in config.members]
+    if len(set(ids)) != len(ids) or len(set(addresses)) != len(addresses):
+        raise MembershipError(reason, f"{where}a configuration lists an id or an address twice")
+    if not config.voters:
+        raise MembershipError(reason, f"{where}a configuration needs at least one voter")
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{value!r} is not a name")
+    return value
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not true or false")
+    return value
