@@ -105,14 +105,17 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
         async def take() -> None:
             previous: asyncio.Future[Any] | None = None
-            async for request in requests:
-                bodies = list(request.bodies)
-                if self.service.node.role is RaftRole.LEADER:
-                    previous = asyncio.ensure_future(self._append(bodies))
-                else:
-                    previous = asyncio.ensure_future(_after(previous, self._append(bodies)))
-                await window.put(previous)
-            await window.put(None)
+            forwarded = False  # the previous batch went to the leader through the peer port
+            try:
+                async for request in requests:
+                    bodies = list(request.bodies)
+                    if self.service.node.role is RaftRole.LEADER and not (forwarded and not previous.done()):
+                        previous, forwarded = asyncio.ensure_future(self._append(bodies)), False
+                    else:  # behind the batch before it, wherever that one went
+                        previous, forwarded = asyncio.ensure_future(_after(previous, self._append(bodies))), True
+                    await window.put(previous)
+            finally:
+                await window.put(None)  # the answers end here, the client's half ended or broke
 
         taking = asyncio.ensure_future(take())
         try:

@@ -121,6 +121,14 @@ def test_errors_carry_grpc_codes_and_dledger_reasons(cluster: LocalCluster,
         with pytest.raises(grpc.RpcError) as failed:
             call()
         assert refusal(failed.value)[:2] == (code, reason)
+    batches = [pb.AppendBatchRequest(bodies=[b"ok"]), pb.AppendBatchRequest(bodies=[b"ok"]),
+               pb.AppendBatchRequest(), pb.AppendBatchRequest(bodies=[b"after"])]
+    answers = []
+    with pytest.raises(grpc.RpcError) as stream_ended:  # a stream ends at its first bad batch, with its status
+        for answer in log.AppendStream(iter(batches), metadata=writer):
+            answers.append(answer)
+    assert len(answers) == 2 and answers[1].first_index > answers[0].last_index
+    assert refusal(stream_ended.value)[:2] == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_WITH_EMPTY_BODYS")
     with pytest.raises(grpc.RpcError) as too_large:  # over max_request_bytes and its framing: gRPC's own refusal
         log.AppendBatch(pb.AppendBatchRequest(bodies=[b"x" * 1000] * 40), metadata=writer)
     assert too_large.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
