@@ -1,8 +1,9 @@
 """Run one node: the public API on uvicorn (HTTP/1.1, or HTTPS) and on gRPC (its own port), and
 the peer port (HTTP/2, cleartext or mutual TLS), all in the node's one event loop (uvloop).
 
-Both ports are bound before anything else starts, so a port in use fails at
-once with one clear line. SIGTERM and SIGINT stop the node cleanly: servers
+The client and peer ports are bound before anything else starts, and the gRPC
+port is tried then (gRPC binds its own, once the node runs): a port in use
+fails at once with one clear line. SIGTERM and SIGINT stop the node cleanly: servers
 first, then consensus, then the files.
 """
 
@@ -78,6 +79,12 @@ async def serve(settings: NodeSettings) -> None:
         peer_sock = bind(*settings.peer_address, "peer")
     except SettingsError:
         client_sock.close()
+        raise
+    try:
+        bind(*settings.grpc_listen, "gRPC").close()  # gRPC binds it itself, once the node runs: free now?
+    except SettingsError:
+        client_sock.close()
+        peer_sock.close()
         raise
     try:
         node = await Node.open(settings)

@@ -93,13 +93,15 @@ def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Pa
     assert load_settings().client_tokens().role_of(b"r" * 16) is Role.READER  # type: ignore[union-attr]
 
 
-def test_a_port_in_use_fails_at_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("flag", "what"), [("client-port", "client"), ("grpc-port", "gRPC")])
+def test_a_port_in_use_fails_at_start(tmp_path: Path, flag: str, what: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = raftlog(*serve_args(tmp_path, **{"client-port": str(port)}))
-    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port} for the client port" in result.stderr
+        result = raftlog(*serve_args(tmp_path, **{flag: str(port)}))
+    assert result.returncode == 2 and f"cannot listen on 127.0.0.1:{port} for the {what} port" in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
 
 
 def test_an_unusable_data_dir_fails_at_start(tmp_path: Path) -> None:
