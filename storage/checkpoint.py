@@ -8,6 +8,13 @@ every `interval_ms` (DLedger's checkPointInterval) and on close; callers note
 at most what is durable in their own log, and readers never trust them beyond
 the recovered log end (`load` clamps).
 
+The group's configuration in force at the log's base (raft.membership: the
+latest committed CONFIG_CHANGE entry, opaque bytes here) is written with the
+same durability by `save_config`: retention may clean its entry away, and a
+restarted member must still know its group.
+
+Schema 2 added it; a schema 1 file is upgraded when it is opened for writing.
+
 The connection runs in EXCLUSIVE locking mode: once open, no other process
 can read or write the file, and a second opener gets CheckpointLockedError.
 All database work runs in one thread of its own, never on the event loop.
@@ -30,6 +37,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -53,7 +61,9 @@ log = logging.getLogger("raftlog.storage.checkpoint")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+UPGRADES = {1: ("ALTER TABLE raft_state ADD COLUMN config_index BIGINT NOT NULL DEFAULT -1",
+                "ALTER TABLE raft_state ADD COLUMN config BLOB")}  # from a version to the next
 LOCK_TIMEOUT_S = 1.0
 
 _metadata = MetaData()
@@ -66,6 +76,8 @@ raft_state = Table(
     Column("voted_for", String, nullable=True),
     Column("committed_index", BigInteger, nullable=False),
     Column("applied_index", BigInteger, nullable=False),
+    Column("config_index", BigInteger, nullable=False, server_default="-1"),  # -1: the seed, from settings
+    Column("config", LargeBinary, nullable=True),
 )
 
 
@@ -75,6 +87,8 @@ class CheckpointState:
     voted_for: str | None = None
     committed_index: int = -1
     applied_index: int = -1
+    config_index: int = -1  # the entry of the configuration below, -1: none saved (the `peers` setting)
+    config: bytes | None = None
 
 
 class Checkpoint:
@@ -138,6 +152,14 @@ class Checkpoint:
             check_vote(self._state.current_term, self._state.voted_for, term, voted_for)
             await self._run(self._write, {"current_term": term, "voted_for": voted_for})
             self._state = replace(self._state, current_term=term, voted_for=voted_for)
+
+    async def save_config(self, index: int, config: bytes) -> None:
+        """Persist the committed configuration of entry `index`; returns once it is on disk."""
+        async with self._vote_lock:
+            if index < self._state.config_index:
+                raise ValueError(f"configuration of entry {index} after that of entry {self._state.config_index}")
+            await self._run(self._write, {"config_index": index, "config": config})
+            self._state = replace(self._state, config_index=index, config=config)
 
     def note_progress(self, committed_index: int, applied_index: int) -> None:
         """Remember the indices; the timer or close writes them."""
@@ -220,6 +242,13 @@ def _load_or_create(conn: Connection, path: Path, create: bool) -> CheckpointSta
             id=1, current_term=state.current_term, voted_for=state.voted_for,
             committed_index=state.committed_index, applied_index=state.applied_index))
         return state
+    version = conn.execute(select(schema_info.c.version)).scalar_one_or_none() if "schema_info" in tables else None
+    while version in UPGRADES:
+        for statement in UPGRADES[version]:
+            conn.exec_driver_sql(statement)
+        version += 1
+        conn.execute(update(schema_info).values(version=version))
+        log.info("checkpoint: %s upgraded to schema version %d", path, version)
     state = _read_state(conn, path, tables)
     # take the write lock now: in EXCLUSIVE mode it is then held until close
     conn.execute(update(raft_state).where(raft_state.c.id == 1).values(id=1))
@@ -227,15 +256,20 @@ def _load_or_create(conn: Connection, path: Path, create: bool) -> CheckpointSta
 
 
 def _read_state(conn: Connection, path: Path, tables: set[str]) -> CheckpointState:
+    """The state, from this schema or one it upgrades from (a tool may read an older file as it is)."""
     if tables != {"schema_info", "raft_state"}:
         raise CheckpointCorruptError(f"{path}: unexpected tables {sorted(tables)}")
     version = conn.execute(select(schema_info.c.version)).scalar_one_or_none()
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION and version not in UPGRADES:
         raise CheckpointError(f"{path}: schema version {version}, this build reads {SCHEMA_VERSION}")
-    row = conn.execute(select(raft_state).where(raft_state.c.id == 1)).one_or_none()
+    c = raft_state.c
+    columns = [c.current_term, c.voted_for, c.committed_index, c.applied_index]
+    if version == SCHEMA_VERSION:
+        columns += [c.config_index, c.config]
+    row = conn.execute(select(*columns).where(c.id == 1)).one_or_none()
     if row is None:
         raise CheckpointCorruptError(f"{path}: the state row is missing")
-    return CheckpointState(row.current_term, row.voted_for, row.committed_index, row.applied_index)
+    return CheckpointState(*row)
 
 
 def read_checkpoint(path: str | Path) -> CheckpointState:

@@ -189,3 +189,46 @@ async def test_tools_read_a_closed_checkpoint_without_writing_and_are_refused_an
     (tmp_path / "bad.db").write_bytes(b"not sqlite" * 500)
     with pytest.raises(CheckpointCorruptError):
         read_checkpoint(tmp_path / "bad.db")
+
+
+async def test_the_group_configuration_survives_a_crash_and_never_moves_back(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    _crash_after(path, 'await cp.save_config(12, b"members of entry 12")')
+    cp = Checkpoint.open(path, create=False)
+    try:
+        assert (cp.state.config_index, cp.state.config) == (12, b"members of entry 12")
+        with pytest.raises(ValueError, match="after that of entry 12"):
+            await cp.save_config(11, b"older")
+        await cp.save_vote(3, "n1")  # the other columns leave it as it is
+    finally:
+        await cp.close()
+    assert read_checkpoint(path).config == b"members of entry 12"
+
+
+V1_SCHEMA = """
+CREATE TABLE schema_info (version INTEGER NOT NULL);
+INSERT INTO schema_info VALUES (1);
+CREATE TABLE raft_state (id INTEGER PRIMARY KEY, current_term BIGINT NOT NULL, voted_for VARCHAR,
+                         committed_index BIGINT NOT NULL, applied_index BIGINT NOT NULL);
+INSERT INTO raft_state VALUES (1, 5, 'n3', 99, 90);
+"""
+
+
+async def test_a_checkpoint_of_schema_1_is_read_as_it_is_and_upgraded_when_a_node_opens_it(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    db = sqlite3.connect(path)
+    db.executescript(V1_SCHEMA)
+    db.close()
+    assert read_checkpoint(path) == CheckpointState(5, "n3", 99, 90)  # a tool reads it without writing
+    cp = Checkpoint.open(path, create=False)
+    try:
+        assert cp.state == CheckpointState(5, "n3", 99, 90, config_index=-1, config=None)
+        await cp.save_config(100, b"members")
+    finally:
+        await cp.close()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT version FROM schema_info").fetchone() == (2,)
+    finally:
+        db.close()
+    assert read_checkpoint(path) == CheckpointState(5, "n3", 99, 90, 100, b"members")
