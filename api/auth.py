@@ -109,11 +109,15 @@ def required_role(method: str, path: str) -> Role | None:
 
 def bearer(scope: Scope) -> bytes | None:
     """The credentials of an `Authorization: Bearer ...` header, if any."""
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            scheme, _, credentials = value.partition(b" ")
-            return credentials.strip() if scheme.lower() == b"bearer" else None
-    return None
+    return bearer_credentials(next((value for name, value in scope["headers"] if name == b"authorization"), None))
+
+
+def bearer_credentials(authorization: bytes | None) -> bytes | None:
+    """The credentials of an authorization value `Bearer ...` (a header, gRPC metadata), if any."""
+    if authorization is None:
+        return None
+    scheme, _, credentials = authorization.partition(b" ")
+    return credentials.strip() if scheme.lower() == b"bearer" else None
 
 
 class AuthFailures:

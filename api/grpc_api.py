@@ -27,13 +27,14 @@ from grpc_status import rpc_status
 
 from api import log_pb2 as pb
 from api import log_pb2_grpc
-from api.auth import AuthFailures, Role, Tokens
+from api.auth import AuthFailures, Role, Tokens, bearer_credentials
 from api.errors import ApiError, api_error
 from api.follow import committed_chunks
 from api.public import EntryHandlers
 from api.service import LogService
 from raft.messages import Code
 from raft.messages import Role as RaftRole
+from raft.waiting import consume
 from storage.codec import Entry, Magic, iter_entries
 
 log = logging.getLogger("raftlog.api.grpc")
@@ -57,6 +58,7 @@ BY_HTTP_STATUS = {
     507: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION}
+ENTRY_TYPES = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP, Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN}
 
@@ -126,7 +128,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
             taking.cancel()
             while not window.empty():  # appends whose answers will not be sent still finish
                 if (left := window.get_nowait()) is not None:
-                    left.add_done_callback(_ignore)
+                    left.add_done_callback(consume)
 
     async def _append(self, bodies: list[bytes]) -> dict[str, Any]:
         async def given() -> list[bytes]:
@@ -300,11 +302,8 @@ class GrpcApi:
 
 
 def _bearer(context: grpc.aio.ServicerContext) -> bytes | None:
-    for name, value in context.invocation_metadata() or ():
-        if name == "authorization":
-            scheme, _, credentials = (value if isinstance(value, str) else value.decode("latin-1")).partition(" ")
-            return credentials.strip().encode() if scheme.lower() == "bearer" else None
-    return None
+    value = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
+    return bearer_credentials(value.encode("latin-1") if isinstance(value, str) else value)
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: ApiError) -> None:
@@ -323,14 +322,7 @@ async def _after(previous: asyncio.Future[Any] | None, call: Coroutine[Any, Any,
     return await call
 
 
-def _ignore(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved: an append nobody waits for does not log "never retrieved"
-
-
 def _entry(entry: Entry) -> pb.Entry:
     return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, type=ENTRY_TYPES[entry.magic],
                     body=bytes(entry.body), body_crc=entry.body_crc)
 
-
-ENTRY_TYPES = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP, Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}

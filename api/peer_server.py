@@ -25,7 +25,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 
 from api import peer_pb2 as pb
-from api.auth import AuthFailures, is_secret, secret_digest
+from api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
 from api.errors import ApiError
 from api.peer_client import api_error_message
 from api.peer_codec import PeerMessageError, decode_message, encode_message
@@ -66,7 +66,7 @@ class PeerService:
         """Why a call with this authorization header is refused (counted and logged), or None."""
         if self._digest is None:
             return None
-        given = _bearer(authorization)
+        given = bearer_credentials(authorization)
         if given is not None and is_secret(given, self._digest):
             return None
         reason = "missing" if given is None else "invalid"
@@ -156,13 +156,6 @@ class PeerService:
         """A call forwarded to the leader is never forwarded again."""
         if not self.node.state.is_leader:
             raise ApiError(Code.NOT_LEADER, "this member is not the leader", self.node.leader_id)
-
-
-def _bearer(authorization: bytes | None) -> bytes | None:
-    if authorization is None:
-        return None
-    scheme, _, credentials = authorization.partition(b" ")
-    return credentials.strip() if scheme.lower() == b"bearer" else None
 
 
 def _answer(message: Message) -> bytes:

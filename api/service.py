@@ -24,7 +24,7 @@ from api.peer_client import PeerClient
 from raft.errors import NotLeaderError
 from raft.messages import Code, Role
 from raft.node import RaftNode
-from raft.waiting import wait_event
+from raft.waiting import consume, wait_event
 from storage.codec import Entry, Magic, iter_entries
 from storage.protocol import LogStore
 
@@ -353,7 +353,7 @@ class SharedRounds(Generic[T]):
     async def __call__(self) -> T:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
-            self._next.add_done_callback(_retrieve)
+            self._next.add_done_callback(consume)  # its callers may all have left
             task = asyncio.ensure_future(self._run(self._next))
             self._tasks.add(task)  # held: the loop keeps only weak references to tasks
             task.add_done_callback(self._tasks.discard)
@@ -372,11 +372,6 @@ class SharedRounds(Generic[T]):
             raise
         finally:
             self._out = None
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()  # a round whose callers all left does not log "never retrieved"
 
 
 def entry_json(entry: Entry) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from raft.messages import (
     VoteResult,
 )
 from raft.transport import PeerUnavailable
-from raft.waiting import wait_event
+from raft.waiting import consume, wait_event
 from storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class LeaderElector:
         others = self.config.others
         tasks = {peer: asyncio.ensure_future(self.node.transport.heartbeat(peer, request)) for peer in others}
         for task in tasks.values():
-            task.add_done_callback(_consume)  # late answers are dropped, and so are their errors
+            task.add_done_callback(consume)  # late answers are dropped, and so are their errors
         if tasks:  # a group of one confirms itself
             await asyncio.wait(tasks.values(), timeout=self._ms(self.config.heartbeat_interval_ms))
         answers = []
@@ -246,7 +246,7 @@ class LeaderElector:
         finally:  # also when the member stops mid-round: no call outlives it, none fails unseen
             for task in pending:
                 task.cancel()
-                task.add_done_callback(_consume)
+                task.add_done_callback(consume)
         results = []
         for task in tasks.values():
             response = _result(task)
@@ -313,11 +313,6 @@ class LeaderElector:
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
         self.next_time_to_request_vote = self.node.now()
         self.wake.set()
-
-
-def _consume(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 def _result(task: asyncio.Future[Any]) -> Any:

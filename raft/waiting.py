@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
@@ -15,6 +16,13 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
         async with asyncio.timeout(timeout):
             await event.wait()
     return event.is_set()
+
+
+def consume(future: asyncio.Future[Any]) -> None:
+    """A done callback for a future whose outcome nobody may read: its error counts as seen, so it
+    is not logged as "never retrieved" when collected."""
+    if not future.cancelled():
+        future.exception()
 
 
 class Signal:
