@@ -18,6 +18,7 @@ peer may have acted on it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
@@ -97,24 +98,44 @@ class PeerClient:
         self.keepalive_timeout_s = KEEPALIVE_TIMEOUT_MS / 1000
         self._stream_tls = None if tls is None else _stream_tls(tls)
         self._streams: weakref.WeakSet[H2PushStream] = weakref.WeakSet()  # closed with the client
-        self.addresses = {p.id: p.address for p in peers if p.id != self_id}
-        options = [*channel_options(max_message_bytes),
-                   ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
-                   ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
-                   ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1])]
-        credentials = None if tls is None else grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
-        self._channels = {peer: (grpc.aio.insecure_channel(address, options=options) if credentials is None
-                                 else grpc.aio.secure_channel(address, credentials, options=options))
-                          for peer, address in self.addresses.items()}
+        self._options = [*channel_options(max_message_bytes),
+                         ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+                         ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
+                         ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[1])]
+        self._credentials = None if tls is None else grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
+        self.addresses: dict[str, str] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task[None]] = set()
         self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
         self._started = time.monotonic()
+        self.set_members(peers)
+
+    def set_members(self, peers: Sequence[Peer]) -> None:
+        """The group's members changed (raft.node's configuration listener): a channel to each new
+        member or new address; those to members that left are closed."""
+        wanted = {p.id: p.address for p in peers if p.id != self.self_id}
+        for peer in [p for p, address in self.addresses.items() if wanted.get(p) != address]:
+            del self.addresses[peer]
+            self._close_later(self._channels.pop(peer))
+        for peer, address in wanted.items():
+            if peer not in self.addresses:
+                self.addresses[peer] = address
+                self._channels[peer] = (
+                    grpc.aio.insecure_channel(address, options=self._options) if self._credentials is None
+                    else grpc.aio.secure_channel(address, self._credentials, options=self._options))
+
+    def _close_later(self, channel: grpc.aio.Channel) -> None:
+        task = asyncio.ensure_future(channel.close(None))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         for stream in self._streams:
             stream.close()
         for channel in self._channels.values():
             await channel.close(None)
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     # -- raft.transport.Transport ------------------------------------------------------
 

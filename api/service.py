@@ -256,7 +256,7 @@ class LogService:
     # -- cluster -------------------------------------------------------------------------
 
     async def transfer_leadership(self, target: str) -> dict[str, Any]:
-        if target not in {p.id for p in self.node.config.peers}:
+        if target not in self.node.configuration.ids:
             raise ApiError(Code.UNKNOWN_MEMBER, f"{target!r} is not a member of this group")
         if self.node.role is not Role.LEADER:
             leader = self.node.leader_id
@@ -302,7 +302,8 @@ class LogService:
     async def cluster_status(self) -> dict[str, Any]:
         node, store = self.node, self.store
         me = self.own_status()
-        others = [p for p in node.config.peers if p.id != node.config.self_id]
+        configuration = node.configuration
+        others = [p for p in configuration.members if p.id != node.config.self_id]
         answers = await asyncio.gather(*(self._peer_status(p.id) for p in others))
         said = {p.id: a for p, a in zip(others, answers, strict=True)}
         said[me["id"]] = me
@@ -310,13 +311,14 @@ class LogService:
         progress = (said.get(leader) or {}).get("progress", {}) if leader else {}
         leader_end = (said.get(leader) or {}).get("end_index", store.end_index) if leader else store.end_index
         members = []
-        for peer in node.config.peers:
+        for peer in configuration.members:
             answer = said.get(peer.id) or {}
             follower = progress.get(peer.id, {})
             match = leader_end if peer.id == leader else follower.get("match_index")
             members.append({
-                "id": peer.id, "peer_url": f"http://{peer.address}", "client_url": answer.get("client_url"),
-                "grpc_address": answer.get("grpc_address"),
+                "id": peer.id, "peer_url": f"http://{peer.address}",
+                "client_url": answer.get("client_url", peer.client_url),
+                "grpc_address": answer.get("grpc_address", peer.grpc_address),
                 "voter": not peer.learner, "role": answer.get("role"),
                 "term": answer.get("term"), "end_index": answer.get("end_index"),
                 "committed_index": answer.get("committed_index"), "applied_index": answer.get("applied_index"),
@@ -327,7 +329,7 @@ class LogService:
                 "rejoining": answer.get("rejoining"), "reachable": bool(answer)})
         return {
             "group": node.config.group, "self": node.config.self_id, "role": node.role.value,
-            "term": node.term, "leader": leader, "members": members,
+            "term": node.term, "leader": leader, "members": members, "configuration_index": configuration.index,
             "begin_index": store.begin_index, "end_index": store.end_index,
             "committed_index": node.committed_index, "applied_index": node.applied_index,
             "uptime_s": round(time.monotonic() - self.started, 3), **self.describe()}

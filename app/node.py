@@ -21,6 +21,7 @@ from api.public import EntryHandlers, create_public_app, serve_public
 from api.service import LogService
 from app.admin import install_admin_page
 from app.settings import NodeSettings
+from raft.membership import Configuration, describe_members, saved_configuration
 from raft.node import RaftNode, trusted_commit_end
 from storage import Checkpoint, CleanService, CorruptLogError, Store
 
@@ -34,6 +35,7 @@ class Node:
         self.settings = settings
         self.checkpoint = checkpoint
         self.store = store
+        saved_committed = checkpoint.state.committed_index  # configurations up to it are in the checkpoint
         state = checkpoint.load(trusted_commit_end(store.config.flush_mode, store))
         config = settings.raft_config()
         secret = settings.secret()
@@ -44,7 +46,15 @@ class Node:
                                 secret=secret, tls=settings.peer_tls())
         self.raft = RaftNode(config, store, checkpoint, self.peers, term=state.current_term,
                              voted_for=state.voted_for, committed_index=state.committed_index,
-                             applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None)
+                             applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None,
+                             configuration=saved_configuration(state.config_index, state.config),
+                             config_scan_from=saved_committed + 1)
+        self.raft.add_config_listener(self.peers.set_members)
+        in_force = self.raft.configuration
+        if in_force.index >= 0 and not in_force.same_members(Configuration(config.peers)):
+            log.warning("the peers setting (%s) is not the group's configuration (entry %d: %s); the group's is used: "
+                        "membership changes through `raftlog members`", settings.peers,
+                        in_force.index, describe_members(in_force))
         self.metrics = NodeMetrics(self.raft)
         self._lag_watch: asyncio.Task[None] | None = None
         self.peers.on_push = self.metrics.observe_push

@@ -76,6 +76,9 @@ def parse_peers(peers: str) -> tuple[Peer, ...]:
 
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
+    """`peers` is the group's first configuration: the one a member starts from until its log,
+    checkpoint or a snapshot install tells it a later one (raft.membership)."""
+
     self_id: str
     peers: tuple[Peer, ...]
     group: str = "default"
@@ -99,6 +102,7 @@ class RaftConfig:
     preferred_leader_ids: tuple[str, ...] = field(default=())
     apply_batch_max: int = 1000
     scrub_interval_ms: int = 3_600_000  # 0: no scrub (reads still find and repair damage)
+    max_promote_lag_entries: int = 1000  # a learner further behind the leader is not promoted yet
 
     def __post_init__(self) -> None:
         ids = {p.id for p in self.peers}
@@ -114,22 +118,8 @@ class RaftConfig:
             raise ValueError("scrub_interval_ms must be 0 (off) or positive")
         if self.max_vote_interval_ms < self.min_vote_interval_ms:
             raise ValueError("max_vote_interval_ms must be at least min_vote_interval_ms")
-        unknown = set(self.preferred_leader_ids) - set(self.voters)
+        if self.max_promote_lag_entries < 0:
+            raise ValueError("max_promote_lag_entries must not be negative")
+        unknown = set(self.preferred_leader_ids) - {p.id for p in self.peers if not p.learner}
         if unknown:
             raise ValueError(f"preferred leaders {sorted(unknown)} are not voting peers")
-
-    @property
-    def voters(self) -> tuple[str, ...]:
-        return tuple(p.id for p in self.peers if not p.learner)
-
-    @property
-    def is_learner(self) -> bool:
-        return self.self_id not in self.voters
-
-    @property
-    def others(self) -> tuple[str, ...]:
-        return tuple(p.id for p in self.peers if p.id != self.self_id)
-
-    def is_quorum(self, count: int) -> bool:
-        """More than half of the voters (DLedger's MemberState.isQuorum)."""
-        return count >= len(self.voters) // 2 + 1

@@ -230,7 +230,7 @@ class EntryDispatcher:
         response = await self._call(self._request(
             term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
             pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
-            next_pos=store.begin_pos))
+            next_pos=store.begin_pos, data=self.node.members.base.encode_with_index()))
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"install snapshot: {response.code.name}")
         self.match_index = store.before_begin_index

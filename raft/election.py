@@ -19,21 +19,29 @@ class LocalView:
     """What a member knows of itself when it answers a vote or a heartbeat."""
 
     self_id: str
-    voters: frozenset[str]
     current_term: int
     voted_for: str | None
     leader_id: str | None
     ledger_end_term: int
     ledger_end_index: int
     taking_leadership: bool = False
+    hears_leader: bool = False  # it leads, or heard its leader within the heartbeat leak
 
 
 def decide_vote(view: LocalView, request: VoteRequest, from_self: bool) -> VoteResult:
-    """handleVote, checked in DLedger's order: membership, log freshness, then term."""
-    if request.leader_id not in view.voters:
-        return VoteResult.REJECT_UNKNOWN_LEADER
+    """handleVote, checked in DLedger's order: log freshness, then term.
+
+    Not DLedger's first check, that the candidate is a voter this member knows: configurations
+    change, and a member may lag behind the one that makes the candidate a voter (Ongaro's thesis,
+    4.1: servers answer without consulting their configurations). Instead, while a member hears
+    from a leader it ignores every other candidate (the thesis's disruptive-server rule, 4.2.3), so
+    a removed member left running cannot depose anyone; a leadership transfer's target is heard.
+    """
     if not from_self and request.leader_id == view.self_id:
         return VoteResult.REJECT_UNEXPECTED_LEADER
+    if (view.hears_leader and not request.taking_leadership and not from_self
+            and request.leader_id != view.leader_id):
+        return VoteResult.REJECT_ALREADY_HAS_LEADER
     if request.ledger_end_term < view.ledger_end_term:
         return VoteResult.REJECT_EXPIRED_LEDGER_TERM
     if (request.ledger_end_term == view.ledger_end_term
@@ -120,9 +128,7 @@ class HeartbeatAction(Enum):
 
 
 def decide_heartbeat(view: LocalView, request: HeartbeatRequest) -> tuple[Code, HeartbeatAction]:
-    """handleHeartBeat."""
-    if request.leader_id not in view.voters:
-        return Code.UNKNOWN_MEMBER, HeartbeatAction.NONE
+    """handleHeartBeat; as for votes, the sender need not be a voter this member knows yet."""
     if request.leader_id == view.self_id:
         return Code.UNEXPECTED_MEMBER, HeartbeatAction.NONE
     if request.term < view.current_term:

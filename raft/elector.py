@@ -108,7 +108,8 @@ class LeaderElector:
         """Beat every other member once and act on the answers (sendHeartbeats)."""
         request = HeartbeatRequest(self.config.group, self.config.self_id, term,
                                    self.state.committed_index)
-        others = self.config.others
+        others = self.node.peer_ids
+        voters = self.node.voters
         tasks = {peer: asyncio.ensure_future(self.node.transport.heartbeat(peer, request)) for peer in others}
         for task in tasks.values():
             task.add_done_callback(consume)  # late answers are dropped, and so are their errors
@@ -118,7 +119,7 @@ class LeaderElector:
         for peer, task in tasks.items():
             response = _result(task)
             self.peer_alive[peer] = response is not None
-            if response is not None and peer in self.config.voters:
+            if response is not None and peer in voters:
                 answers.append((response.code, response.term))
         now = self.node.now()
         lost_too_long = now - self.last_success_heartbeat > self._leak()
@@ -139,7 +140,7 @@ class LeaderElector:
         return self._ms(self.config.heartbeat_interval_ms * self.config.max_heartbeat_leak)
 
     def _quorum(self) -> int:
-        return len(self.config.voters) // 2 + 1
+        return self.node.configuration.quorum()
 
     # -- follower ----------------------------------------------------------------------
 
@@ -222,7 +223,7 @@ class LeaderElector:
     async def _request_votes(self, request: VoteRequest) -> list[tuple[VoteResult, int]]:
         """Ask every voter, itself included, and wait for a decision or the vote timeout."""
         tasks = {}
-        for voter in self.config.voters:
+        for voter in self.node.voters:
             if voter == self.config.self_id:
                 tasks[voter] = asyncio.ensure_future(self.handle_vote(request, from_self=True))
             else:
@@ -256,9 +257,16 @@ class LeaderElector:
     # -- incoming ------------------------------------------------------------------------
 
     def _view(self) -> LocalView:
-        return LocalView(self.config.self_id, frozenset(self.config.voters), self.state.current_term,
-                         self.state.voted_for, self.state.leader_id, self.node.store.end_term,
-                         self.node.store.end_index, self.taking_leadership)
+        return LocalView(self.config.self_id, self.state.current_term, self.state.voted_for,
+                         self.state.leader_id, self.node.store.end_term, self.node.store.end_index,
+                         self.taking_leadership, self.hears_leader())
+
+    def hears_leader(self) -> bool:
+        """It leads with a quorum behind it, or follows a leader heard within the heartbeat leak."""
+        if self.state.leader_id is None:
+            return False
+        last = self.last_success_heartbeat if self.state.is_leader else self.last_leader_heartbeat
+        return self.node.now() - last < self._leak()
 
     async def handle_vote(self, request: VoteRequest, from_self: bool = False) -> VoteResponse:
         if self.node.rejoining:

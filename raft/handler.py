@@ -19,6 +19,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
+from raft.membership import Configuration, MembershipError
 from raft.messages import Code, PushRequest, PushResponse, PushType
 from raft.waiting import wait_event
 from storage.codec import HEADER
@@ -176,7 +177,7 @@ class EntryHandler:
                 self._ack(request, future, self._answer(request, Code.INCONSISTENT_LEADER))
                 return
             try:
-                await self.store.append_as_follower(request.data)
+                appended = await self.store.append_as_follower(request.data)
             except AppendRejectedError as exc:
                 log.warning("push %d-%d rejected: %s", request.first_index, request.last_index, exc)
                 self._ack(request, future, self._answer(request, Code.INCONSISTENT_STATE))
@@ -184,6 +185,8 @@ class EntryHandler:
             except DiskFullError:
                 self._ack(request, future, self._answer(request, Code.DISK_FULL))
                 return
+            if appended.config_indices:  # in force at once, as the log holds it (a vote may depend on it)
+                self.node.note_config_entries(appended.config_indices)
         self.matched_end = request.last_index
         self._follow_commit(request.commit_index)
         self._ack(request, future, self._answer(request, Code.SUCCESS))
@@ -250,7 +253,9 @@ class EntryHandler:
             log.error("BUG: leader %s asked to truncate committed entries from %d (committed %d)",
                       request.leader_id, index, self.node.state.committed_index)
             return self._answer(request, Code.INCONSISTENT_STATE)
-        if await self.store.truncate(index) != index - 1:
+        truncated_to = await self.store.truncate(index)
+        self.node.log_truncated(truncated_to + 1)
+        if truncated_to != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1
         self._follow_commit(request.commit_index)
@@ -259,10 +264,17 @@ class EntryHandler:
     async def _install_snapshot(self, request: PushRequest) -> PushResponse:
         if request.pre_log_index < max(self.matched_end, self.node.state.committed_index):
             return self._answer(request, Code.INCONSISTENT_STATE)  # late: this log is further
+        configuration = None
+        if request.data:
+            try:
+                configuration = Configuration.decode_with_index(request.data)
+            except MembershipError as exc:
+                log.warning("snapshot from %s: %s", request.leader_id, exc)
+                return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         await self.store.reset_begin(request.pre_log_index, request.pre_log_term,
                                      chain_crc=request.chain_crc, next_pos=request.next_pos)
         self.matched_end = request.pre_log_index
-        self.node.snapshot_installed(request.pre_log_index, request.pre_log_term)
+        self.node.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
 
     def _follow_commit(self, leader_commit: int) -> None:

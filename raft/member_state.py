@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from raft.config import RaftConfig
 from raft.messages import Role
 
 log = logging.getLogger("raftlog.raft")
@@ -30,13 +29,12 @@ RoleListener = Callable[[int, Role], None]
 
 
 class MemberState:
-    def __init__(self, config: RaftConfig, terms: TermStore, term: int, voted_for: str | None,
-                 committed_index: int = -1) -> None:
-        self.config = config
-        self.self_id = config.self_id
+    def __init__(self, self_id: str, terms: TermStore, term: int, voted_for: str | None,
+                 committed_index: int = -1, *, voter: bool = True) -> None:
+        self.self_id = self_id
         self._terms = terms
         # DLedger's start state; a learner only ever follows
-        self.role = Role.FOLLOWER if config.is_learner else Role.CANDIDATE
+        self.role = Role.CANDIDATE if voter else Role.FOLLOWER
         self.current_term = term
         self.voted_for = voted_for
         self.leader_id: str | None = None
@@ -82,7 +80,6 @@ class MemberState:
 
     def change_to_leader(self, term: int) -> None:
         assert term == self.current_term, "lead only in the current term"
-        assert not self.config.is_learner, "a learner never leads"
         self._set_role(Role.LEADER, self.self_id)
 
     def _set_role(self, role: Role, leader_id: str | None) -> None:

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from raft.config import Peer
+from raft.config import LEARNER_MARK, Peer
 
 FORMAT_VERSION = 1
 SEED_INDEX = -1  # the configuration from the `peers` setting, before any CONFIG_CHANGE entry
@@ -39,6 +39,9 @@ class Refusal(Enum):
     ALREADY_VOTER = "the member votes already"
     LAST_VOTER = "the change would leave no voter"
     BAD_CONFIG = "a CONFIG_CHANGE entry that does not decode"
+    CHANGE_IN_FLIGHT = "the previous change, or the leader's first entry of its term, is not committed yet"
+    LEARNER_BEHIND = "the learner lags the leader by more than max_promote_lag_entries"
+    QUORUM_AT_RISK = "the voters that answer now would be short of a quorum of the new configuration"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +62,37 @@ class Configuration:
     def member(self, member_id: str) -> Peer | None:
         return next((m for m in self.members if m.id == member_id), None)
 
+    def quorum(self) -> int:
+        """More than half of the voters (DLedger's MemberState.isQuorum)."""
+        return len(self.voters) // 2 + 1
+
     def encode(self) -> bytes:
         """The body of its CONFIG_CHANGE entry (the index is where the entry lands, not in the body)."""
-        return json.dumps({"version": FORMAT_VERSION, "members": [
+        return _dumps(self._fields())
+
+    def encode_with_index(self) -> bytes:
+        """The configuration and the entry that set it, as a snapshot install carries it."""
+        return _dumps({**self._fields(), "index": self.index})
+
+    def _fields(self) -> dict[str, object]:
+        return {"version": FORMAT_VERSION, "members": [
             {"id": m.id, "peer_address": m.address, "voter": not m.learner, "client_url": m.client_url,
-             "grpc_address": m.grpc_address} for m in self.members]}, separators=(",", ":"), sort_keys=True).encode()
+             "grpc_address": m.grpc_address} for m in self.members]}
+
+    def same_members(self, other: Configuration) -> bool:
+        """Who is in it, at which addresses and with which role: the index aside."""
+        return sorted(self.members, key=lambda m: m.id) == sorted(other.members, key=lambda m: m.id)
+
+    @classmethod
+    def decode_with_index(cls, body: bytes | memoryview) -> Configuration:
+        """What `encode_with_index` wrote; MembershipError if it is not that."""
+        try:
+            index = json.loads(bytes(body))["index"]
+            if not isinstance(index, int) or isinstance(index, bool):
+                raise ValueError(f"index {index!r}")
+        except (ValueError, TypeError, KeyError) as exc:
+            raise MembershipError(Refusal.BAD_CONFIG, f"not a configuration with its index ({exc})") from None
+        return cls.decode(body, index)
 
     @classmethod
     def decode(cls, body: bytes | memoryview, index: int) -> Configuration:
@@ -95,25 +124,51 @@ class ConfigLog:
         """The latest configuration in the log, committed or not: the one a member uses."""
         return self._later[-1] if self._later else self.base
 
+    @property
+    def members(self) -> dict[str, Peer]:
+        """Every member of a configuration still in play (the base's and the later ones'), the
+        latest word on each: a leader keeps replicating to a member until its removal commits."""
+        return {m.id: m for config in (self.base, *self._later) for m in config.members}
+
     def append(self, config: Configuration) -> None:
         if config.index <= self.current.index:
             raise ValueError(f"configuration of entry {config.index} after that of entry {self.current.index}")
         self._later.append(config)
 
-    def truncate(self, from_index: int) -> None:
-        """Entries from `from_index` on left the log: so did their configurations."""
+    def truncate(self, from_index: int) -> bool:
+        """Entries from `from_index` on left the log: so did their configurations. True if any did."""
+        before = len(self._later)
         while self._later and self._later[-1].index >= from_index:
             self._later.pop()
+        return len(self._later) != before
 
-    def commit(self, committed_index: int) -> None:
+    def commit(self, committed_index: int) -> bool:
         """The latest configuration at or below the commit index becomes the base: a committed
-        configuration never leaves the log, and those before it are of no use any more."""
+        configuration never leaves the log, and those before it are of no use any more. True if
+        the base moved."""
+        moved = False
         while self._later and self._later[0].index <= committed_index:
-            self.base = self._later.pop(0)
+            self.base, moved = self._later.pop(0), True
+        return moved
+
+    def reset(self, base: Configuration) -> None:
+        """The log restarts after a snapshot: `base` is the committed configuration it came with."""
+        self.base, self._later = base, []
 
     def pending(self, committed_index: int) -> bool:
         """A change is in the log and not committed yet: the next one must wait (one at a time)."""
         return self.current.index > committed_index
+
+
+def describe_members(config: Configuration) -> str:
+    """The members as the `peers` setting writes them: `n0-host:port;n3-host:port@learner`."""
+    return ";".join(f"{m.id}-{m.address}{LEARNER_MARK if m.learner else ''}" for m in config.members)
+
+
+def saved_configuration(index: int, body: bytes | None) -> Configuration | None:
+    """The configuration a checkpoint saved with `save_config` (None: none yet; the `peers` setting
+    holds the first)."""
+    return None if body is None or index < 0 else Configuration.decode(body, index)
 
 
 def plan_change(current: Configuration, *, add: Peer | None = None, promote: str | None = None,
@@ -151,6 +206,10 @@ def _check(config: Configuration, reason: Refusal, where: str = "") -> None:
         raise MembershipError(reason, f"{where}a configuration lists an id or an address twice")
     if not config.voters:
         raise MembershipError(reason, f"{where}a configuration needs at least one voter")
+
+
+def _dumps(fields: dict[str, object]) -> bytes:
+    return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _text(value: object) -> str:

@@ -12,11 +12,11 @@ import asyncio
 import logging
 import random
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raft.config import RaftConfig
+from raft.config import Peer, RaftConfig
 from raft.dispatcher import EntryDispatcher
 from raft.election import LeaderVerdict
 from raft.elector import LeaderElector
@@ -30,6 +30,7 @@ from raft.errors import (
 )
 from raft.handler import EntryHandler
 from raft.member_state import MemberState, TermStore
+from raft.membership import ConfigLog, Configuration, MembershipError, Refusal, plan_change
 from raft.messages import (
     Code,
     FetchRequest,
@@ -48,6 +49,7 @@ from raft.repair import Repairer
 from raft.transport import PeerUnavailable, Transport
 from raft.waiting import Signal, wait_event
 from storage.codec import Entry, Magic
+from storage.errors import StorageError
 from storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.node")
@@ -62,9 +64,14 @@ class StateMachine(Protocol):
 
 
 class ProgressStore(TermStore, Protocol):
-    """Term and vote, plus committed and applied indices (storage.Checkpoint)."""
+    """Term and vote, committed and applied indices, and the committed configuration (storage.Checkpoint)."""
 
     def note_progress(self, committed_index: int, applied_index: int) -> None: ...
+
+    async def save_config(self, index: int, config: bytes) -> None: ...
+
+
+ConfigListener = Callable[[Sequence[Peer]], None]
 
 
 def trusted_commit_end(flush_mode: str, store: LogStore) -> int:
@@ -89,7 +96,11 @@ class RaftNode:
     def __init__(self, config: RaftConfig, store: LogStore, progress: ProgressStore, transport: Transport,
                  *, term: int = 0, voted_for: str | None = None, committed_index: int = -1,
                  applied_index: int = -1, state_machine: StateMachine | None = None,
-                 rng: random.Random | None = None, rejoining: bool = False) -> None:
+                 rng: random.Random | None = None, rejoining: bool = False,
+                 configuration: Configuration | None = None, config_scan_from: int = 0) -> None:
+        """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
+        the log's configuration entries from `config_scan_from` on come after it (the checkpoint
+        holds every configuration up to the commit index it saved)."""
         self.config = config
         self.store = store
         self.progress = progress
@@ -97,12 +108,21 @@ class RaftNode:
         self.rng = rng or random.Random()
         self.state_machine = state_machine  # None: the log itself is the product, nothing to apply
         committed = min(committed_index, store.end_index)
-        self.state = MemberState(config, progress, term, voted_for, committed)
+        base = configuration if configuration is not None else Configuration(config.peers)
+        self._saved_config_index = base.index
+        self.members = self._configurations(base, config_scan_from, committed)
+        self._config_save: asyncio.Task[None] | None = None
+        self._config_listeners: list[ConfigListener] = []
+        self._changing = False  # a membership change is on its way into the log
+        self._config_in_force = self.members.current.index  # the one last logged
+        self._peer_ids = self._members_but_self()
+        self.state = MemberState(config.self_id, progress, term, voted_for, committed, voter=self.is_voter)
         self.applied_index = max(min(applied_index, committed), store.before_begin_index)
         self._noted = (committed, min(applied_index, committed))
         self.elector = LeaderElector(self)
         self.handler = EntryHandler(self)
-        self.dispatchers = {peer: EntryDispatcher(self, peer) for peer in config.others}
+        self.dispatchers = {peer: EntryDispatcher(self, peer) for peer in self._peer_ids}
+        self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.repairer = Repairer(self)
         self._watermarks: dict[str, int] = {}
         self._watermark_term = -1
@@ -134,14 +154,19 @@ class RaftNode:
 
     def start(self) -> None:
         loop_tasks = [self.elector.run(), self.handler.run(), self._apply_loop(), self._leader_flush_loop()]
-        loop_tasks += [d.run() for d in self.dispatchers.values()]
         loop_tasks.append(self.repairer.run_repairs())
         if self.config.scrub_interval_ms:
             loop_tasks.append(self.repairer.run_scrub(self.config.scrub_interval_ms / 1000))
         self._tasks = [asyncio.create_task(t, name=f"raft-{self.config.self_id}") for t in loop_tasks]
         for task in self._tasks:
             task.add_done_callback(self._task_ended)
+        for peer, dispatcher in self.dispatchers.items():
+            self._start_dispatcher(peer, dispatcher)
         self._apply_wake.set()  # entries committed before a restart may still wait to be applied
+
+    def _start_dispatcher(self, peer: str, dispatcher: EntryDispatcher) -> None:
+        task = self._dispatch_tasks[peer] = asyncio.create_task(dispatcher.run(), name=f"push-{peer}")
+        task.add_done_callback(self._task_ended)
 
     def _task_ended(self, task: asyncio.Task[Any]) -> None:
         """A task of the member died: said at once, not only found when `stop` gathers it."""
@@ -149,11 +174,12 @@ class RaftNode:
             log.error("%s: task %s died", self.config.self_id, task.get_coro(), exc_info=task.exception())
 
     async def stop(self) -> None:
-        tasks = [*self._tasks, *self._side_tasks, *([self._transfer] if self._transfer else [])]
+        tasks = [*self._tasks, *self._dispatch_tasks.values(), *self._side_tasks,
+                 *(t for t in (self._transfer, self._config_save) if t is not None)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks, self._side_tasks = [], set()
+        self._tasks, self._side_tasks, self._dispatch_tasks = [], set(), {}
         self._fail_pending(TermChangedError("the node is stopping"))
 
     # -- roles -----------------------------------------------------------------------
@@ -199,11 +225,14 @@ class RaftNode:
         """Append entries and wait until they are committed (stored on a quorum, durable)."""
         if not bodies:
             raise ValueError("nothing to append")
+        return await self._append_committed(bodies, self.state.current_term, Magic.NORMAL)
+
+    async def _append_committed(self, bodies: Sequence[bytes], term: int, magic: int) -> Appended:
         if self.state.transferee is not None:
             raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
         if len(self._pending) >= self.config.max_pending_requests:
             raise PendingFullError(f"{len(self._pending)} appends are waiting for a quorum")
-        appended = await self._append_local(bodies, self.state.current_term, Magic.NORMAL)
+        appended = await self._append_local(bodies, term, magic)
         future = self._pending.get(appended.last_index)
         if future is not None:  # else committed already (a single-member group)
             await future  # fails with AckTimeoutError after max_wait_ack_ms: see _expire_waits
@@ -214,6 +243,9 @@ class RaftNode:
             if not self.state.is_leader or self.state.current_term != term:
                 raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
             result = await self.store.append_as_leader(bodies, term, magic)
+            if magic == Magic.CONFIG_CHANGE:  # in force from now on, committed or not
+                self.members.append(Configuration.decode(bodies[0], result.first_index))
+                self._config_changed()
         last = result.first_index + len(bodies) - 1
         if last > self.state.committed_index:
             loop = asyncio.get_running_loop()
@@ -286,7 +318,7 @@ class RaftNode:
             return
         term = self.state.current_term
         self._watermarks[self.config.self_id] = self.store.ack_end_index
-        index = quorum_index(self._watermarks, self.config.voters)
+        index = quorum_index(self._watermarks, self.voters)
         if index <= self.state.committed_index or self.store.term_at(index) != term:
             return
         self._commit(index)
@@ -296,6 +328,8 @@ class RaftNode:
     def _commit(self, index: int) -> None:
         if not self.state.advance_commit(index):
             return
+        if self.members.commit(index):
+            self._config_changed()  # a member whose removal committed is no longer replicated to
         while self._pending:
             last, future = next(iter(self._pending.items()))
             if last > index:
@@ -315,8 +349,9 @@ class RaftNode:
 
     @property
     def passive(self) -> bool:
-        """Never a candidate and never a voter: a learner, or a member rejoining after losing data."""
-        return self.config.is_learner or self.rejoining
+        """Never a candidate and never a voter: a learner, a removed member, or a member rejoining
+        after losing data."""
+        return not self.is_voter or self.rejoining
 
     def _check_rejoined(self) -> None:
         if self._rejoin_target is None:
@@ -394,18 +429,163 @@ class RaftNode:
             self._note_progress()
 
     def _note_progress(self) -> None:
-        """Checkpoint at most what this member holds durably, never moving back."""
+        """Checkpoint at most what this member holds durably, never moving back; and never a commit
+        index past a committed configuration before the checkpoint holds it (a restart looks for
+        configuration entries only after the commit index the checkpoint saved)."""
         committed = max(self._noted[0], min(self.state.committed_index, self.store.durable_end_index))
+        base = self.members.base
+        if base.index > self._saved_config_index and base.index <= committed:
+            committed = max(self._noted[0], base.index - 1)
+            self._save_config()
         applied = max(self._noted[1], min(self.applied_index, committed))
         if (committed, applied) != self._noted:
             self._noted = (committed, applied)
             self.progress.note_progress(committed, applied)
 
-    def snapshot_installed(self, index: int, term: int) -> None:
+    def snapshot_installed(self, index: int, term: int, configuration: Configuration | None = None) -> None:
+        """The log restarts after `index`; `configuration` is the leader's committed one, which the
+        entries cleaned away may have set (None: the leader did not say, the log's stays)."""
+        if configuration is not None:
+            self.members.reset(configuration if configuration.index >= self.members.base.index
+                               else self.members.base)
+            self._config_changed()
+            self._save_config()
         if self.state_machine is not None:
             self.state_machine.snapshot_installed(index, term)
         self.applied_index = max(self.applied_index, index)
         self._commit(index)
+
+    # -- membership (raft.membership) ------------------------------------------------------
+
+    @property
+    def configuration(self) -> Configuration:
+        """The latest configuration in the log, committed or not: the one this member uses."""
+        return self.members.current
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        return self.members.current.voters
+
+    @property
+    def is_voter(self) -> bool:
+        return self.config.self_id in self.members.current.voters
+
+    @property
+    def peer_ids(self) -> tuple[str, ...]:
+        """The other members this one talks to: those of every configuration in play."""
+        return self._peer_ids
+
+    def add_config_listener(self, listener: ConfigListener) -> None:
+        """Called with every member in play, whenever they change (the peer client's addresses)."""
+        self._config_listeners.append(listener)
+        listener(tuple(self.members.members.values()))
+
+    async def change_membership(self, *, add: Peer | None = None, promote: str | None = None,
+                                remove: str | None = None) -> Configuration:
+        """One change (add a learner, promote it, remove a member), appended as a CONFIG_CHANGE entry;
+        returns the new configuration once committed. Refused (MembershipError) before anything is
+        written: a change in flight, one the group cannot take now, or the leader's own removal (it
+        hands leadership over first)."""
+        if not self.state.is_leader:
+            raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
+        term, committed = self.state.current_term, self.state.committed_index
+        if self._changing or self.members.pending(committed) or not 0 <= self._term_first_index <= committed:
+            raise MembershipError(Refusal.CHANGE_IN_FLIGHT, "another change, or the leader's first entry of "
+                                  "its term, is not committed yet: try again once it is")
+        if remove == self.config.self_id:
+            raise NotLeaderError("the leader hands leadership to another voter before its removal", None)
+        planned = plan_change(self.configuration, add=add, promote=promote, remove=remove)
+        if promote is not None:
+            behind = self.store.end_index - self.watermark(term, promote)
+            if behind > self.config.max_promote_lag_entries:
+                raise MembershipError(Refusal.LEARNER_BEHIND, f"{promote} is {behind} entries behind the leader "
+                                      f"(max_promote_lag_entries {self.config.max_promote_lag_entries})")
+        if add is None:  # etcd's strict reconfiguration check
+            answering = {self.config.self_id, *(p for p, alive in self.elector.peer_alive.items() if alive)}
+            voting = answering.intersection(planned.voters)
+            if len(voting) < planned.quorum():
+                raise MembershipError(Refusal.QUORUM_AT_RISK, f"{len(voting)} of the new configuration's "
+                                      f"{len(planned.voters)} voters answer now; it needs {planned.quorum()}")
+        self._changing = True
+        try:
+            appended = await self._append_committed([planned.encode()], term, Magic.CONFIG_CHANGE)
+        finally:
+            self._changing = False
+        return Configuration(planned.members, appended.first_index)
+
+    def note_config_entries(self, indices: Sequence[int]) -> None:
+        """A follower took CONFIG_CHANGE entries at `indices`: the latest is in force at once."""
+        for index in indices:
+            if index <= self.members.current.index:
+                continue  # known already: a snapshot install brought it
+            try:
+                self.members.append(Configuration.decode(self.store.get(index).body, index))
+            except (MembershipError, StorageError) as exc:
+                log.error("%s: configuration entry %d not taken: %s", self.config.self_id, index, exc)
+        self._config_changed()
+
+    def log_truncated(self, from_index: int) -> None:
+        """Entries from `from_index` on left the log: a configuration they set is no longer in force."""
+        if self.members.truncate(from_index):
+            self._config_changed()
+
+    def _configurations(self, base: Configuration, scan_from: int, committed: int) -> ConfigLog:
+        """The configurations in force: `base`, then those of the log's entries after it."""
+        members = ConfigLog(base)
+        for index in range(max(base.index + 1, scan_from, self.store.begin_index), self.store.end_index + 1):
+            try:
+                entry = self.store.get(index)
+                if entry.magic == Magic.CONFIG_CHANGE:
+                    members.append(Configuration.decode(entry.body, index))
+            except (MembershipError, StorageError) as exc:
+                log.error("%s: configuration entry %d not taken: %s", self.config.self_id, index, exc)
+        members.commit(committed)
+        return members
+
+    def _members_but_self(self) -> tuple[str, ...]:
+        return tuple(m for m in self.members.members if m != self.config.self_id)
+
+    def _config_changed(self) -> None:
+        """Dispatchers, the peer client's addresses and the elector follow the configurations in play."""
+        self._peer_ids = self._members_but_self()
+        for peer in self._peer_ids:
+            if peer not in self.dispatchers:
+                dispatcher = self.dispatchers[peer] = EntryDispatcher(self, peer)
+                if self._tasks:  # started
+                    self._start_dispatcher(peer, dispatcher)
+        for peer in [p for p in self.dispatchers if p not in self._peer_ids]:
+            del self.dispatchers[peer]
+            task = self._dispatch_tasks.pop(peer, None)
+            if task is not None:
+                task.cancel()
+        members = tuple(self.members.members.values())
+        for listener in self._config_listeners:
+            listener(members)
+        if self.configuration.index != self._config_in_force:
+            self._config_in_force = self.configuration.index
+            log.info("%s: configuration of entry %d in force: voters %s, learners %s", self.config.self_id,
+                     self.configuration.index, ",".join(self.voters),
+                     ",".join(m.id for m in self.configuration.members if m.learner) or "none")
+        self.elector.wake.set()
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+
+    def _save_config(self) -> None:
+        """Write the committed configuration to the checkpoint, once at a time; progress waits for it."""
+        if self._config_save is None and self.members.base.index > self._saved_config_index:
+            self._config_save = asyncio.create_task(self._write_config(self.members.base))
+
+    async def _write_config(self, config: Configuration) -> None:
+        try:
+            await self.progress.save_config(config.index, config.encode())
+        except Exception:
+            log.exception("%s: the configuration of entry %d could not be checkpointed; trying again with the "
+                          "next commit", self.config.self_id, config.index)
+            return
+        finally:
+            self._config_save = None
+        self._saved_config_index = config.index
+        self._apply_wake.set()  # the progress held back for it is noted now
 
     # -- leadership transfer ---------------------------------------------------------------
 
@@ -415,7 +595,7 @@ class RaftNode:
             raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
         if transferee == self.config.self_id:
             return Code.SUCCESS
-        if transferee not in self.config.voters:
+        if transferee not in self.voters:
             return Code.UNKNOWN_MEMBER
         term = self.state.current_term
         behind = self.store.end_index - self.watermark(term, transferee)
@@ -448,7 +628,7 @@ class RaftNode:
         if not preferred or self.config.self_id in preferred or self._transfer is not None:
             return
         term = self.state.current_term
-        for peer in preferred:
+        for peer in (p for p in preferred if p in self.voters):
             behind = self.store.end_index - self.watermark(term, peer)
             if self.elector.peer_alive.get(peer) and behind <= self.config.max_leadership_transfer_wait_index:
                 self._transfer = asyncio.create_task(self.transfer_leadership(peer))

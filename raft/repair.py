@@ -67,7 +67,7 @@ class Repairer:
     async def _repair(self, index: int) -> bool:
         """Ask the leader first, then the others, for their copy; True once one fitted."""
         leader = self.node.state.leader_id
-        peers = sorted(self.node.config.others, key=lambda peer: peer != leader)
+        peers = sorted(self.node.peer_ids, key=lambda peer: peer != leader)
         for peer in peers:
             try:
                 raw = await self.node.transport.fetch(peer, FetchRequest(self.node.config.group, index))

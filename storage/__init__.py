@@ -24,7 +24,7 @@ from storage.errors import (
 from storage.memory import MemoryStore
 from storage.protocol import LogStore
 from storage.recovery import RecoveryReport
-from storage.store import AppendResult, HeadFile, RawEntries, Store
+from storage.store import AppendResult, FollowerAppend, HeadFile, RawEntries, Store
 
 __all__ = [
     "AppendRejectedError",
@@ -42,6 +42,7 @@ __all__ = [
     "Entry",
     "EntryTooLargeError",
     "FileSizeMismatchError",
+    "FollowerAppend",
     "HeadFile",
     "IndexCleanedError",
     "IndexOutOfRangeError",

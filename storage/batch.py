@@ -22,6 +22,7 @@ from storage.codec import (
     HEADER_SIZE,
     INDEX_RECORD,
     MIN_BLANK_LEN,
+    Magic,
 )
 from storage.errors import AppendRejectedError, EntryTooLargeError
 
@@ -39,6 +40,8 @@ class Batch:
     last_term: int
     last_chain_crc: int
     end_pos: int  # write offset after the batch
+    config_indices: tuple[int, ...] = ()  # its CONFIG_CHANGE entries: a follower learns of a new configuration
+
 
     @property
     def count(self) -> int:
@@ -132,6 +135,8 @@ def validate_follower_batch(
     pack_chain = CHAIN.pack
     pack_record = INDEX_RECORD.pack
     magics = ENTRY_MAGICS
+    config_magic = Magic.CONFIG_CHANGE
+    config_indices: list[int] = []
     records: list[bytes] = []
     positions: list[int] = []
     runs: list[tuple[int, int, int]] = []
@@ -169,6 +174,8 @@ def validate_follower_batch(
         if chain is not None and crc32(pack_chain(chain, index, term, bcrc)) != entry_chain:
             raise AppendRejectedError(index, "chain CRC mismatch (logs diverge before it)")
         chain = entry_chain
+        if magic == config_magic:
+            config_indices.append(index)
         records.append(pack_record(magic, pos, size, index, term))
         positions.append(pos)
         term_floor = term
@@ -177,7 +184,7 @@ def validate_follower_batch(
         expected += 1
     runs.append((run_from, offset, run_pos))
     return Batch(first_index, view, runs, fillers, b"".join(records), positions, term_floor,
-                 chain, pos)
+                 chain, pos, tuple(config_indices))
 
 
 def _room_end(pos: int, file_size: int) -> int:

@@ -22,7 +22,7 @@ from storage.errors import (
     StorageError,
     check_in_log,
 )
-from storage.store import AppendResult, RawEntries, Verified
+from storage.store import AppendResult, FollowerAppend, RawEntries, Verified
 
 
 class MemoryStore:
@@ -99,12 +99,12 @@ class MemoryStore:
         self._keep(batch)
         return AppendResult(batch.first_index, batch.positions)
 
-    async def append_as_follower(self, data: bytes | memoryview) -> int:
+    async def append_as_follower(self, data: bytes | memoryview) -> FollowerAppend:
         self._check_writable()
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
                                         self._end_chain, self.config.data_file_size)
         self._keep(batch)
-        return self.end_index
+        return FollowerAppend(self.end_index, batch.config_indices)
 
     def _check_writable(self) -> None:
         if self.disk_full:
@@ -212,6 +212,8 @@ class MemoryCheckpoint:
         self.voted_for: str | None = None
         self.committed_index = -1
         self.applied_index = -1
+        self.config_index: int = -1
+        self.config: bytes | None = None
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
         check_vote(self.current_term, self.voted_for, term, voted_for)
@@ -219,3 +221,8 @@ class MemoryCheckpoint:
 
     def note_progress(self, committed_index: int, applied_index: int) -> None:
         self.committed_index, self.applied_index = committed_index, applied_index
+
+    async def save_config(self, index: int, config: bytes) -> None:
+        if index < self.config_index:
+            raise ValueError(f"configuration of entry {index} after that of entry {self.config_index}")
+        self.config_index, self.config = index, config

@@ -85,6 +85,11 @@ class AppendResult(NamedTuple):
     positions: list[int]
 
 
+class FollowerAppend(NamedTuple):
+    end_index: int  # the log's end after the append
+    config_indices: tuple[int, ...]  # the CONFIG_CHANGE entries among those appended
+
+
 class Verified(NamedTuple):
     """What `Store.verify` found: where to go on, with the chain CRC to link from."""
 
@@ -308,8 +313,9 @@ class Store:
             await self._write(batch)
         return AppendResult(batch.first_index, batch.positions)
 
-    async def append_as_follower(self, data: bytes | memoryview) -> int:
-        """Append raw entries exactly as another replica stored them; returns the new end index.
+    async def append_as_follower(self, data: bytes | memoryview) -> FollowerAppend:
+        """Append raw entries exactly as another replica stored them; returns the new end index
+        and the configuration entries among them.
 
         All or nothing: the whole batch is validated (see
         `validate_follower_batch`) before a byte is written.
@@ -322,7 +328,7 @@ class Store:
                                             self._write_pos, self._end_chain,
                                             self.config.data_file_size)
             await self._write(batch)
-            return self.end_index
+            return FollowerAppend(self.end_index, batch.config_indices)
 
     def _check_writable(self) -> None:
         if self._failed is not None:

@@ -25,19 +25,31 @@ from raft.election import (
 )
 from raft.messages import Code, HeartbeatRequest, ParseResult, VoteRequest, VoteResult
 
-VOTERS = frozenset({"n0", "n1", "n2"})
-ME = LocalView(self_id="n0", voters=VOTERS, current_term=5, voted_for=None, leader_id=None,
+ME = LocalView(self_id="n0", current_term=5, voted_for=None, leader_id=None,
                ledger_end_term=4, ledger_end_index=100)
 
 
-def ask(term: int = 5, end_term: int = 4, end_index: int = 100, who: str = "n1") -> VoteRequest:
-    return VoteRequest("g", who, term, end_term, end_index)
+def ask(term: int = 5, end_term: int = 4, end_index: int = 100, who: str = "n1",
+        transfer: bool = False) -> VoteRequest:
+    return VoteRequest("g", who, term, end_term, end_index, transfer)
+
+
+HEARING = replace(ME, leader_id="n2", hears_leader=True)
 
 
 @pytest.mark.parametrize(
     ("view", "request_", "from_self", "expected"),
     [
-        (ME, ask(who="n9"), False, VoteResult.REJECT_UNKNOWN_LEADER),
+        # a candidate this member does not know as a voter yet: configurations change (thesis 4.1)
+        (ME, ask(who="n9"), False, VoteResult.ACCEPT),
+        # while it hears from a leader, another candidate is ignored, even one with a larger term
+        # (the disruptive-server rule); the leader itself standing again, or a transfer's target, is heard
+        (HEARING, ask(who="n9"), False, VoteResult.REJECT_ALREADY_HAS_LEADER),
+        (HEARING, ask(who="n1", term=9), False, VoteResult.REJECT_ALREADY_HAS_LEADER),
+        (HEARING, ask(who="n2", term=6), False, VoteResult.REJECT_TERM_NOT_READY),
+        (HEARING, ask(who="n1", transfer=True), False, VoteResult.ACCEPT),
+        (replace(HEARING, leader_id="n0"), ask(who="n1", term=6), False, VoteResult.REJECT_ALREADY_HAS_LEADER),
+        (replace(ME, leader_id="n2"), ask(who="n1", term=6), False, VoteResult.REJECT_TERM_NOT_READY),
         (ME, ask(who="n0"), False, VoteResult.REJECT_UNEXPECTED_LEADER),
         (ME, ask(who="n0"), True, VoteResult.ACCEPT),
         (ME, ask(end_term=3, end_index=500), False, VoteResult.REJECT_EXPIRED_LEDGER_TERM),
@@ -104,7 +116,7 @@ def beat(term: int = 5, leader: str = "n1") -> HeartbeatRequest:
 @pytest.mark.parametrize(
     ("view", "request_", "expected"),
     [
-        (ME, beat(leader="n9"), (Code.UNKNOWN_MEMBER, HeartbeatAction.NONE)),
+        (ME, beat(leader="n9"), (Code.SUCCESS, HeartbeatAction.FOLLOW)),  # a leader it does not know yet
         (ME, beat(leader="n0"), (Code.UNEXPECTED_MEMBER, HeartbeatAction.NONE)),
         (ME, beat(term=4), (Code.EXPIRED_TERM, HeartbeatAction.NONE)),
         (ME, beat(term=6), (Code.TERM_NOT_READY, HeartbeatAction.STEP_UP_TERM)),

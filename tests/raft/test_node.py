@@ -114,7 +114,7 @@ async def test_learners_receive_the_log_but_never_vote_or_count() -> None:
     try:
         leader = await stable(cluster)
         learner = cluster.members["n3"].node
-        assert learner is not None and learner.config.is_learner
+        assert learner is not None and not learner.is_voter
         await leader.append([b"to everyone"])
         assert await run_until(cluster, cluster.converged, 5.0)
         assert bytes(learner.store.get(leader.store.end_index).body) == b"to everyone"
@@ -276,17 +276,21 @@ async def test_a_vote_is_on_disk_before_it_is_granted() -> None:
         candidate = next(m for m in cluster.members if m not in (leader.config.self_id, follower_id))
         term = follower.node.term
         await cluster.crash(leader.config.self_id)
-        # the follower moves to term + 1 first (TERM_NOT_READY), then grants the vote
-        request = VoteRequest("default", candidate, term + 1, leader.store.end_term,
+        request = VoteRequest("default", candidate, term + 5, leader.store.end_term,
                               leader.store.end_index + 5)
+        # while it still hears from the leader, it ignores the candidate (the disruptive-server rule) ...
+        ignored = await follower.node.handle_vote(request)
+        assert (ignored.result, follower.node.term) == (VoteResult.REJECT_ALREADY_HAS_LEADER, term)
+        assert await run_until(cluster, lambda: not follower.node.elector.hears_leader(), 1.0)
+        # ... then it moves to the candidate's term first (TERM_NOT_READY), and grants the vote
         first = await follower.node.handle_vote(request)
         assert first.result is VoteResult.REJECT_TERM_NOT_READY
-        assert await run_until(cluster, lambda: follower.node.term == term + 1, 1.0)
+        assert await run_until(cluster, lambda: follower.node.term == term + 5, 1.0)
         granted = await follower.node.handle_vote(request)
         if granted.result is VoteResult.ACCEPT:
-            assert (follower.checkpoint.current_term, follower.checkpoint.voted_for) == (term + 1, candidate)
+            assert (follower.checkpoint.current_term, follower.checkpoint.voted_for) == (term + 5, candidate)
         else:  # it voted for itself or another candidate in that term first: that vote is on disk
-            assert follower.checkpoint.current_term == term + 1
+            assert follower.checkpoint.current_term == term + 5
             assert follower.checkpoint.voted_for is not None
     finally:
         await cluster.stop()

@@ -33,6 +33,7 @@ from api.service import ApiLimits, LogService
 from raft.config import RaftConfig, parse_peers
 from raft.errors import RaftError
 from raft.inmem_transport import Fate, Network
+from raft.membership import saved_configuration
 from raft.messages import Code, Role
 from raft.node import RaftNode, trusted_commit_end
 from storage import CorruptLogError, Store, StoreConfig
@@ -266,7 +267,9 @@ class SimCluster:
         node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
                         voted_for=cp.voted_for, committed_index=committed,
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
-                        rejoining=rejoining or member.lost_data)
+                        rejoining=rejoining or member.lost_data,
+                        configuration=saved_configuration(cp.config_index, cp.config),
+                        config_scan_from=cp.committed_index + 1)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}")  # type: ignore[arg-type]
         member.node, member.last_commit = node, node.committed_index
@@ -457,8 +460,8 @@ class SimCluster:
             node = member.node
             if node is None:
                 continue
-            if node.config.is_learner and node.role is not Role.FOLLOWER:
-                self.violations.append(f"learner {member.id} is {node.role.value} in term {node.term}")
+            if not node.is_voter and node.role is Role.LEADER:
+                self.violations.append(f"{member.id}, not a voter, leads in term {node.term}")
             if node.role is Role.LEADER:
                 seen = self.history.leaders.setdefault(node.term, node.config.self_id)
                 if seen != node.config.self_id:
@@ -479,9 +482,9 @@ class SimCluster:
                     self.violations.append(f"{member.id} committed a different entry at {index}")
             member.last_commit = max(member.last_commit, committed)
             if node.role is Role.LEADER and committed >= 0 and node.store.term_at(committed) == node.term:
-                durable = sum(1 for m in self.members.values()
-                              if m.id in node.config.voters and self._holds(m, committed))
-                if durable < len(node.config.voters) // 2 + 1:
+                voters = node.configuration.voters  # the configuration in force on the leader
+                durable = sum(1 for m in self.members.values() if m.id in voters and self._holds(m, committed))
+                if durable < len(voters) // 2 + 1:
                     self.violations.append(f"{member.id} committed {committed} durable on only {durable}")
 
     def _holds(self, member: Member, index: int) -> bool:

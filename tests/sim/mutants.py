@@ -73,7 +73,7 @@ def commits_earlier_terms(original: Callable[..., Any]) -> Callable[..., Any]:
         if not self.state.is_leader:
             return
         self._watermarks[self.config.self_id] = self.store.ack_end_index
-        index = quorum_index(self._watermarks, self.config.voters)
+        index = quorum_index(self._watermarks, self.voters)
         if index > self.state.committed_index:
             self._commit(index)
 

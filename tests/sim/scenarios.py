@@ -175,7 +175,7 @@ async def _nemesis(cluster: SimCluster, rng: random.Random, kind: str) -> list[s
             if other != leader.config.self_id:
                 cluster.network.cut(leader.config.self_id, other)
     elif kind in ("transfer", "transfer-isolate") and leader is not None:
-        target = rng.choice([v for v in leader.config.voters if v != leader.config.self_id] or [None])
+        target = rng.choice([v for v in leader.voters if v != leader.config.self_id] or [None])
         if target is not None:
             await _transfer(cluster, leader, target, isolate=kind == "transfer-isolate")
     elif kind == "crash":
@@ -265,7 +265,7 @@ async def stale_leader(seed: int) -> tuple[list[str], int]:
         assert await run_until(cluster, cluster.converged, 10.0)
         old = cluster.leader()
         assert old is not None
-        target = next(v for v in old.config.voters if v != old.config.self_id)
+        target = next(v for v in old.voters if v != old.config.self_id)
         await _transfer(cluster, old, target, isolate=True)
         new = cluster.members[target].node
         assert new is not None and await run_until(cluster, lambda: new.caught_up and new.role is Role.LEADER, 2.0)

@@ -128,7 +128,7 @@ async def follow(path: Path, data: bytes, template: Template) -> None:
     try:
         before = (store.end_index, store.write_pos, store.end_chain_crc)
         try:
-            end = await store.append_as_follower(data)
+            end = (await store.append_as_follower(data)).end_index
         except AppendRejectedError:
             assert (store.end_index, store.write_pos, store.end_chain_crc) == before
             end = None
@@ -175,7 +175,7 @@ def test_named_damage(template: Template, what: str, damage: Callable[[bytes], b
             async def take() -> int:
                 store = Store.open(path / "follower", SMALL)
                 try:
-                    return await store.append_as_follower(data)
+                    return (await store.append_as_follower(data)).end_index
                 finally:
                     await store.close()
 

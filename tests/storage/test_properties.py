@@ -103,7 +103,7 @@ async def run_ops(ops: list[tuple], path: Path | None) -> None:
                 term += op[2]
                 batch = encode_leader_batch(op[1], store.end_index + 1, term, 1, 0, store.write_pos,
                                             store.end_chain_crc, F)
-                assert await store.append_as_follower(batch.data) == batch.last_index
+                assert (await store.append_as_follower(batch.data)).end_index == batch.last_index
                 model.append(op[1], term, 1)
             elif kind == "truncate":
                 at = model.begin + int(op[1] * (len(model.entries) + 1))

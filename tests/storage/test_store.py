@@ -148,7 +148,20 @@ async def test_follower_append_rejects_bad_entries_whole(store: Store, damage, r
     assert reason in failure.value.reason
     assert store.end_index == 1
     assert (file_bytes(store.data_dir / "data"), file_bytes(store.data_dir / "index")) == before
-    assert await store.append_as_follower(b"".join(entries[2:])) == 5
+    assert (await store.append_as_follower(b"".join(entries[2:]))).end_index == 5
+
+
+async def test_follower_append_names_the_configuration_entries_it_took(store: Store) -> None:
+    """A follower learns of a new group configuration from the append that brings its entry."""
+    leader = MemoryStore(SMALL)
+    await leader.append_as_leader([b"a", b"b"], term=1)
+    await leader.append_as_leader([b'{"members": []}'], term=1, magic=Magic.CONFIG_CHANGE)
+    await leader.append_as_leader([b"c"], term=2, magic=Magic.NOOP)
+    await leader.append_as_leader([b"{}"], term=2, magic=Magic.CONFIG_CHANGE)
+    taken = await store.append_as_follower(leader.read_range(0, 10, 1 << 20).data)
+    assert taken == (4, (2, 4))
+    await leader.append_as_leader([b"d"], term=2)
+    assert (await store.append_as_follower(leader.read_range(5, 10, 1 << 20).data)).config_indices == ()
 
 
 async def test_follower_rejects_entries_that_do_not_continue_the_log(store: Store) -> None:
