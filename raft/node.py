@@ -391,7 +391,9 @@ class RaftNode:
             if self.state.current_term != term or not self.state.is_leader:
                 raise NotLeaderError("leadership changed", self.state.leader_id)
         committed = self.state.committed_index
-        while True:  # a round that is not conclusive is tried again until the deadline
+        interval = self.config.heartbeat_interval_ms / 1000
+        while True:  # a round that is not conclusive is tried again, once a heartbeat interval, until the deadline
+            started = self.now()
             verdict = await self.elector.heartbeat_round(term)
             if self.state.current_term != term or not self.state.is_leader:
                 raise NotLeaderError("leadership lost while confirming", self.state.leader_id)
@@ -399,6 +401,8 @@ class RaftNode:
                 return committed
             if self.now() >= deadline:
                 raise NotLeaderError("leadership could not be confirmed by a quorum", None)
+            if verdict is not LeaderVerdict.RESEND:  # peers that failed at once (refused) fail again at once
+                await asyncio.sleep(max(0.0, min(started + interval, deadline) - self.now()))
 
     async def wait_committed(self, index: int, timeout_s: float) -> bool:
         """Wait until this member's commit index reaches `index`; False after `timeout_s`."""

@@ -30,10 +30,10 @@ from typing import Any
 
 from api.errors import ApiError
 from api.service import ApiLimits, LogService
-from raft.config import RaftConfig, parse_peers
+from raft.config import Peer, RaftConfig, parse_peers
 from raft.errors import RaftError
 from raft.inmem_transport import Fate, Network
-from raft.membership import saved_configuration
+from raft.membership import Configuration, saved_configuration
 from raft.messages import Code, Role
 from raft.node import RaftNode, trusted_commit_end
 from storage import CorruptLogError, Store, StoreConfig
@@ -141,6 +141,7 @@ class Member:
     service: LogService | None = None
     last_commit: int = -1  # in this incarnation
     lost_data: bool = False  # its store's recovery found committed entries damaged or missing
+    seed: tuple[Peer, ...] | None = None  # a member added later starts from the configuration the group gave it
     calls: set[asyncio.Task[Any]] = field(default_factory=set)  # clients' calls it is serving
 
 
@@ -262,7 +263,7 @@ class SimCluster:
     def start(self, node_id: str, rejoining: bool = False) -> None:
         member = self.members[node_id]
         cp = member.checkpoint
-        config = RaftConfig(self_id=node_id, peers=self.peers, rpc_timeout_ms=300, **self.overrides)
+        config = RaftConfig(self_id=node_id, peers=member.seed or self.peers, rpc_timeout_ms=300, **self.overrides)
         committed = min(cp.committed_index, trusted_commit_end(self.flush_mode, member.store))  # as app.node
         node = RaftNode(config, member.store, cp, self.network.transport(node_id), term=cp.current_term,
                         voted_for=cp.voted_for, committed_index=committed,
@@ -276,6 +277,19 @@ class SimCluster:
         self.network.register(node_id, Endpoint(node, member.service))
         member.store.start()
         node.start()
+
+    def add_member(self, node_id: str, configuration: Configuration) -> None:
+        """A new machine with an empty disk, started with the configuration that added it (as
+        `raftlog serve --join` is)."""
+        self.executors[node_id] = SlowDiskExecutor(FSYNC_S) if self.disk else InlineExecutor()
+        self.members[node_id] = Member(node_id, MemoryCheckpoint(), self._new_store(node_id),
+                                       seed=configuration.members)
+        self.start(node_id)
+
+    def group(self) -> tuple[str, ...]:
+        """The members of the newest leader's configuration (all of them, without a leader)."""
+        leader = self.leader()
+        return leader.configuration.ids if leader is not None else tuple(self.members)
 
     def start_all(self) -> None:
         for node_id in self.members:
@@ -525,6 +539,9 @@ class SimCluster:
             entry = store.get(index)
             if entry.magic == Magic.NOOP and not entry.body:
                 continue
+            if entry.magic == Magic.CONFIG_CHANGE:  # an operator's, not a client's
+                Configuration.decode(entry.body, index)
+                continue
             body = bytes(entry.body)
             if entry.magic != Magic.NORMAL or body not in self.history.sent:
                 self.violations.append(f"entry {index} ({Magic(entry.magic).name}) was written by no client")
@@ -538,11 +555,14 @@ class SimCluster:
                    if ack.index > store.end_index or bytes(store.get(ack.index).body) != ack.body)
 
     def converged(self) -> bool:
-        nodes = self.running
-        if len(nodes) != len(self.members):
-            return False
+        """Every member of the leader's configuration runs and holds its log, all committed (a member
+        removed and left running is not waited for)."""
         leader = self.leader()
         if leader is None:
+            return False
+        group = leader.configuration.ids
+        nodes = [n for n in self.running if n.config.self_id in group]
+        if len(nodes) != len(group):
             return False
         end = leader.store.end_index
         return all(n.store.end_index == end and n.committed_index == end

@@ -14,10 +14,12 @@ import contextlib
 import random
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from raft.config import Peer
 from raft.errors import RaftError
+from raft.membership import Configuration, MembershipError
 from raft.messages import Code, Role
 from raft.node import RaftNode
 from storage import Store
@@ -45,6 +47,7 @@ class Outcome:
     failed_reads: int = 0
     rejoins: int = 0  # restarts whose recovery found committed entries damaged or missing
     forwarded: int = 0  # acknowledged appends that a follower forwarded to the leader
+    changes: list[str] = field(default_factory=list)  # membership changes committed, in order
 
     @property
     def ok(self) -> bool:
@@ -195,13 +198,123 @@ async def _nemesis(cluster: SimCluster, rng: random.Random, kind: str) -> list[s
     return []
 
 
+MEMBERSHIP_CHANGES = ("add", "promote", "remove", "remove-leader", "replace")
+MAX_MEMBERS = 6
+
+
+async def _change(cluster: SimCluster, what: str, **change: object) -> Configuration | None:
+    """One membership change on the newest leader; None when refused or cut short (a fault, a
+    change in flight, a learner behind, a quorum at risk): never a violation by itself."""
+    leader = cluster.leader()
+    if leader is None:
+        return None
+
+    async def change_on_leader() -> Configuration | None:
+        try:
+            return await leader.change_membership(**change)  # type: ignore[arg-type]
+        except (MembershipError, RaftError):
+            return None
+
+    call = cluster.call(leader.config.self_id, change_on_leader())
+    if call is None:
+        return None
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait({call})
+    return None if call.cancelled() or call.exception() is not None else call.result()
+
+
+async def _add(cluster: SimCluster, changes: list[str]) -> str | None:
+    """A new member on an empty disk: added as a learner, then started with what the group said."""
+    node_id = f"n{len(cluster.members)}"
+    new = Peer(node_id, f"sim:{7000 + len(cluster.members)}", learner=True)
+    configuration = await _change(cluster, f"add {node_id}", add=new)
+    if configuration is None:  # refused, or its answer lost: the operator looks at the group's members
+        await run_until(cluster, lambda: False, 0.5)
+        leader = cluster.leader()
+        configuration = leader.configuration if leader is not None else None
+        if configuration is None or configuration.member(node_id) is None:
+            return None
+    changes.append(f"add {node_id}")
+    cluster.add_member(node_id, configuration)
+    return node_id
+
+
+async def _promote(cluster: SimCluster, node_id: str, changes: list[str]) -> bool:
+    node = cluster.members[node_id].node
+    leader = cluster.leader()
+    if node is not None and leader is not None:  # give it time to catch up, as an operator would
+        await run_until(cluster, lambda: node.store.end_index >= leader.store.end_index - 10, 3.0)
+    if await _change(cluster, f"promote {node_id}", promote=node_id) is None:
+        return False
+    changes.append(f"promote {node_id}")
+    return True
+
+
+async def _remove(cluster: SimCluster, node_id: str, changes: list[str]) -> bool:
+    leader = cluster.leader()
+    if leader is not None and leader.config.self_id == node_id:  # the leader hands over first
+        target = next((v for v in leader.voters if v != node_id and cluster.members[v].node is not None), None)
+        if target is None:
+            return False
+        await _transfer(cluster, leader, target, isolate=False)
+        await run_until(cluster, lambda: (cluster.leader() or leader) is not leader, 2.0)
+    if await _change(cluster, f"remove {node_id}", remove=node_id) is None:
+        return False
+    changes.append(f"remove {node_id}")
+    return True
+
+
+async def _reconfigure(cluster: SimCluster, rng: random.Random, changes: list[str]) -> None:
+    """A random membership change beside the faults: add a learner, promote one, remove a member (the
+    leader too, which hands over first), or replace a member (kill it, add a fresh one, promote it,
+    remove the dead one). Removed members are left running."""
+    leader = cluster.leader()
+    if leader is None:
+        return
+    _start_added(cluster)
+    config = leader.configuration
+    learners = [m.id for m in config.members if m.learner]
+    others = [v for v in config.voters if v != leader.config.self_id]
+    possible = {"add": len(config.members) < MAX_MEMBERS, "promote": bool(learners),
+                "remove": bool(learners) or len(config.voters) > 3, "remove-leader": len(config.voters) > 3,
+                "replace": len(config.members) < MAX_MEMBERS}
+    kind = rng.choice([k for k in MEMBERSHIP_CHANGES if possible[k]])
+    if kind == "add":
+        await _add(cluster, changes)
+    elif kind == "promote":
+        await _promote(cluster, rng.choice(learners), changes)
+    elif kind == "remove":
+        await _remove(cluster, rng.choice(learners or others), changes)
+    elif kind == "remove-leader":
+        await _remove(cluster, leader.config.self_id, changes)
+    else:
+        dead = rng.choice(others)
+        await cluster.crash(dead)
+        new = await _add(cluster, changes)
+        if new is not None and await _promote(cluster, new, changes):
+            await _remove(cluster, dead, changes)
+
+
+def _start_added(cluster: SimCluster) -> None:
+    """Members the group added though the answer was lost: the operator starts them now."""
+    leader = cluster.leader()
+    if leader is not None:
+        for member in leader.configuration.members:
+            if member.id not in cluster.members:
+                cluster.add_member(member.id, leader.configuration)
+
+
 def _calm(cluster: SimCluster) -> None:
     cluster.network.heal()
     cluster.faults.loss = cluster.faults.duplicate = cluster.faults.delay_max_s = 0.0
 
 
-async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = False) -> Outcome:
+async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = False,
+                   membership: bool = False) -> Outcome:
+    """`membership`: every phase also makes a random membership change, beside its fault."""
     rng = random.Random(seed)
+    membership_rng = random.Random(seed * 104_729 + 3)  # its own: the faults' schedule stays as it was
+    changes: list[str] = []
     cluster = new_cluster(seed, voters, "sim", learners=1 if seed % 3 == 0 else 0)
     nemeses: list[str] = []
     stop = asyncio.Event()
@@ -217,6 +330,11 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
             crashed = await _nemesis(cluster, rng, kind)
             if verbose:
                 print(f"t={asyncio.get_running_loop().time():.3f} nemesis {kind} {crashed}")
+            if membership:
+                await _reconfigure(cluster, membership_rng, changes)
+                crashed += [i for i, m in cluster.members.items() if m.node is None and i not in crashed]
+                if verbose:
+                    print(f"t={asyncio.get_running_loop().time():.3f} changes so far {changes}")
             await run_until(cluster, lambda: False, rng.uniform(0.3, 1.2))
             _calm(cluster)
             for node_id in crashed:
@@ -226,6 +344,9 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         stop.set()
         await clients
         await readers
+        if membership:
+            await run_until(cluster, lambda: cluster.leader() is not None, CONVERGE_S)
+            _start_added(cluster)
         converged = await run_until(cluster, cluster.converged, CONVERGE_S)
         cluster.check()
         cluster.check_committed_kept()
@@ -247,7 +368,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
                               "pending", sorted(d.pending)[:5])
         history = cluster.history
         return Outcome(seed, cluster.violations, converged, len(history.acks), len(history.committed), nemeses,
-                       len(history.reads), history.failed_reads, rejoins, history.forwarded)
+                       len(history.reads), history.failed_reads, rejoins, history.forwarded, changes)
     finally:
         stop.set()
         await cluster.stop()
@@ -382,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this seed only")
     parser.add_argument("--voters", type=int, default=3)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--membership", action="store_true", help="a random membership change in every phase")
     parser.add_argument("--failover", action="store_true", help="measure election time after a leader crash")
     parser.add_argument("--outage", choices=["sync", "async"],
                         help="every member loses power at once under this flush mode: count lost appends")
@@ -415,15 +537,17 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     for seed in seeds:
         with contextlib.suppress(KeyboardInterrupt):
-            outcome = run_virtual(scenario(seed, voters=args.voters, verbose=args.verbose))
+            outcome = run_virtual(scenario(seed, voters=args.voters, verbose=args.verbose,
+                                           membership=args.membership))
         outcomes.append(outcome)
         if not outcome.ok:
             failed += 1
-            print(f"seed {seed} FAILED ({outcome.nemeses}): converged={outcome.converged} "
+            print(f"seed {seed} FAILED ({outcome.nemeses}; {outcome.changes}): converged={outcome.converged} "
                   f"{outcome.violations[:3]}\n  replay: {outcome.replay()}")
     reads, failed_reads = sum(o.reads for o in outcomes), sum(o.failed_reads for o in outcomes)
     print(f"{len(seeds) - failed}/{len(seeds)} seeds passed: {sum(o.acked for o in outcomes):,} appends "
           f"acknowledged ({sum(o.forwarded for o in outcomes):,} forwarded by a follower), {reads:,} reads "
           f"answered and {failed_reads:,} failed ({reads / max(reads + failed_reads, 1):.1%} answered), "
-          f"{sum(o.rejoins for o in outcomes)} rejoins after damage")
+          f"{sum(o.rejoins for o in outcomes)} rejoins after damage, "
+          f"{sum(len(o.changes) for o in outcomes)} membership changes")
     return 1 if failed else 0

@@ -6,7 +6,8 @@ and never lost, commit indexes never falling, every commit durable on a
 quorum), keep its promises to clients (one acknowledgement per index, in
 real-time order, each in the final log; linearizable and monotonic reads,
 from stale leaders too; no entry nobody wrote), log no ERROR, leave no
-exception unhandled, and converge once the faults stop. A failure prints the
+exception unhandled, and converge once the faults stop; with membership
+changes too (add, promote, remove, replace, the leader included). A failure prints the
 command that replays the seed. `python -m tests.sim --seeds 5000` runs more.
 """
 
@@ -36,6 +37,25 @@ def test_five_members(seed: int) -> None:
     assert outcome.ok, (f"{outcome.violations[:3]} converged={outcome.converged}; "
                         f"replay: python -m tests.sim --voters 5 --seed {seed} --verbose")
     assert outcome.committed > 0 and outcome.acked > 0, "five members made no progress"
+
+
+MEMBERSHIP = range(2001, 2041)
+
+
+@pytest.mark.parametrize("seed", MEMBERSHIP)
+def test_membership_changes_beside_the_faults(seed: int) -> None:
+    """Every phase also adds, promotes, removes (the leader too) or replaces a member, removed members
+    left running: the same safety checks hold at every step, against the configuration in force."""
+    outcome = run_scenario(seed, membership=True)
+    assert outcome.ok, (f"{outcome.violations[:3]} converged={outcome.converged}; changes {outcome.changes}; "
+                        f"replay: python -m tests.sim --membership --seed {seed} --verbose")
+    assert outcome.committed > 0 and outcome.acked > 0
+
+
+def test_membership_schedules_make_every_kind_of_change() -> None:
+    """The schedules above are not vacuous: between them, members are added, promoted and removed."""
+    made = [c.split()[0] for seed in MEMBERSHIP[:12] for c in run_scenario(seed, membership=True).changes]
+    assert {"add", "promote", "remove"} <= set(made) and len(made) >= 24, made
 
 
 FAILOVER_MEDIAN_S = 0.45  # the README's figure, from `python -m tests.sim --failover --seeds 200`, is below
