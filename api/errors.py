@@ -3,6 +3,7 @@
     ApiError(code, message, leader, status)
         raised by routes, or translated from lower layers by `api_error`:
         RaftError       -> its code (NOT_LEADER, LEADER_PENDING_FULL, ...)
+        MembershipError -> the refusal's code (MEMBER_EXISTS, CHANGE_IN_FLIGHT, ...; UNKNOWN_MEMBER is 404)
         StorageError    -> DISK_FULL, INDEX_OUT_OF_RANGE, INDEX_LESS_THAN_LOCAL_BEGIN, DISK_ERROR
 
 Every error answers `{"error": {"code": "<name>", "message": "...", "leader": "n1" | null}}`.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 
 from raft.errors import RaftError
+from raft.membership import MembershipError
 from raft.messages import Code
 from storage.errors import (
     DiskFullError,
@@ -31,6 +33,12 @@ STATUS = {
     Code.PERMISSION_DENIED: 403,
     Code.INDEX_OUT_OF_RANGE: 404,
     Code.FALL_BEHIND_TOO_MUCH: 409,
+    Code.MEMBER_EXISTS: 409,
+    Code.ALREADY_VOTER: 409,
+    Code.LAST_VOTER: 409,
+    Code.CHANGE_IN_FLIGHT: 409,
+    Code.LEARNER_BEHIND: 409,
+    Code.QUORUM_AT_RISK: 409,
     Code.INDEX_LESS_THAN_LOCAL_BEGIN: 410,
     Code.INTERNAL_ERROR: 500,
     Code.DISK_ERROR: 500,
@@ -82,6 +90,9 @@ def api_error(exc: Exception, leader: str | None = None) -> ApiError:
         return exc
     if isinstance(exc, RaftError):
         return ApiError(exc.code, str(exc), exc.leader_id or leader)
+    if isinstance(exc, MembershipError):  # the refusals share their names with codes; an unknown member is 404
+        code = Code.__members__.get(exc.reason.name, Code.UNEXPECTED_ARGUMENT)
+        return ApiError(code, str(exc), leader, status=404 if code is Code.UNKNOWN_MEMBER else None)
     if isinstance(exc, DiskFullError):
         return ApiError(Code.DISK_FULL, str(exc), leader)
     if isinstance(exc, EntryTooLargeError):

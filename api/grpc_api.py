@@ -30,7 +30,8 @@ from api import log_pb2_grpc
 from api.auth import AuthFailures, Role, Tokens, bearer_credentials
 from api.errors import ApiError, api_error
 from api.follow import committed_chunks
-from api.public import EntryHandlers
+from api.public import EntryHandlers, parse_model
+from api.schemas import NewMember
 from api.service import LogService
 from raft.messages import Code
 from raft.messages import Role as RaftRole
@@ -57,10 +58,14 @@ BY_HTTP_STATUS = {
     502: grpc.StatusCode.UNKNOWN, 503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.DEADLINE_EXCEEDED,
     507: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION}
+BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
+           Code.MEMBER_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+           **dict.fromkeys((Code.ALREADY_VOTER, Code.LAST_VOTER, Code.LEARNER_BEHIND, Code.QUORUM_AT_RISK,
+                            Code.CHANGE_IN_FLIGHT), grpc.StatusCode.FAILED_PRECONDITION)}
 ENTRY_TYPES = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP, Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
-         "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN}
+         "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
+         "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN}
 
 
 def grpc_code(error: ApiError) -> grpc.StatusCode:
@@ -199,6 +204,28 @@ class LogServicer(log_pb2_grpc.LogServicer):
         return pb.TransferLeaderResponse(**await self._answer(
             context, self.service.transfer_leadership(request.target)))
 
+    async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
+        await self._authorize(context, "Members")
+        return _configuration(self.service.members())
+
+    async def AddMember(self, request: pb.AddMemberRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
+        await self._authorize(context, "AddMember")
+        fields = {"id": request.id, "peer_address": request.peer_address, "learner": not request.voter,
+                  **{name: getattr(request, name) for name in ("client_url", "grpc_address") if request.HasField(name)}}
+        try:
+            member = parse_model(NewMember, fields).as_peer()
+        except ApiError as exc:
+            await _abort(context, exc)
+        return _configuration(await self._answer(context, self.service.change_membership("add", member.id, member)))
+
+    async def PromoteMember(self, request: pb.MemberRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
+        await self._authorize(context, "PromoteMember")
+        return _configuration(await self._answer(context, self.service.change_membership("promote", request.id)))
+
+    async def RemoveMember(self, request: pb.MemberRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
+        await self._authorize(context, "RemoveMember")
+        return _configuration(await self._answer(context, self.service.change_membership("remove", request.id)))
+
     # -- tokens and errors -----------------------------------------------------------------
 
     async def _authorize(self, context: grpc.aio.ServicerContext, method: str) -> None:
@@ -320,6 +347,10 @@ async def _after(previous: asyncio.Future[Any] | None, call: Coroutine[Any, Any,
             call.close()
             raise
     return await call
+
+
+def _configuration(answer: dict[str, Any]) -> pb.Configuration:
+    return json_format.ParseDict(answer, pb.Configuration(), ignore_unknown_fields=True)
 
 
 def _entry(entry: Entry) -> pb.Entry:

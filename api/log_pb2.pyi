@@ -196,3 +196,53 @@ class TransferLeaderResponse(_message.Message):
     leader: str
     previous: str
     def __init__(self, leader: _Optional[str] = ..., previous: _Optional[str] = ...) -> None: ...
+
+class MembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AddMemberRequest(_message.Message):
+    __slots__ = ("id", "peer_address", "client_url", "grpc_address", "voter")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_URL_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    peer_address: str
+    client_url: str
+    grpc_address: str
+    voter: bool
+    def __init__(self, id: _Optional[str] = ..., peer_address: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., voter: _Optional[bool] = ...) -> None: ...
+
+class MemberRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ConfiguredMember(_message.Message):
+    __slots__ = ("id", "peer_address", "voter", "client_url", "grpc_address")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_URL_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    peer_address: str
+    voter: bool
+    client_url: str
+    grpc_address: str
+    def __init__(self, id: _Optional[str] = ..., peer_address: _Optional[str] = ..., voter: _Optional[bool] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
+
+class Configuration(_message.Message):
+    __slots__ = ("index", "version", "members", "committed")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    version: int
+    members: _containers.RepeatedCompositeFieldContainer[ConfiguredMember]
+    committed: bool
+    def __init__(self, index: _Optional[int] = ..., version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[ConfiguredMember, _Mapping]]] = ..., committed: _Optional[bool] = ...) -> None: ...

@@ -69,6 +69,26 @@ class LogStub:
                 request_serializer=raftlog_dot_v1_dot_log__pb2.TransferLeaderRequest.SerializeToString,
                 response_deserializer=raftlog_dot_v1_dot_log__pb2.TransferLeaderResponse.FromString,
                 _registered_method=True)
+        self.Members = channel.unary_unary(
+                '/raftlog.v1.Log/Members',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.MembersRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+                _registered_method=True)
+        self.AddMember = channel.unary_unary(
+                '/raftlog.v1.Log/AddMember',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.AddMemberRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+                _registered_method=True)
+        self.PromoteMember = channel.unary_unary(
+                '/raftlog.v1.Log/PromoteMember',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.MemberRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/raftlog.v1.Log/RemoveMember',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.MemberRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -126,6 +146,34 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Members(self, request, context):
+        """The configuration in force on this member (REST: GET /v1/cluster/members).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddMember(self, request, context):
+        """Membership changes, one at a time, each answered once committed (REST: POST
+        /v1/cluster/members, POST /v1/cluster/members/{id}/promote, DELETE /v1/cluster/members/{id}).
+        A new member is a learner unless `voter`; removing the leader hands leadership over first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PromoteMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -163,6 +211,26 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.TransferLeader,
                     request_deserializer=raftlog_dot_v1_dot_log__pb2.TransferLeaderRequest.FromString,
                     response_serializer=raftlog_dot_v1_dot_log__pb2.TransferLeaderResponse.SerializeToString,
+            ),
+            'Members': grpc.unary_unary_rpc_method_handler(
+                    servicer.Members,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.MembersRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Configuration.SerializeToString,
+            ),
+            'AddMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMember,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.AddMemberRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Configuration.SerializeToString,
+            ),
+            'PromoteMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.PromoteMember,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.MemberRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Configuration.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.MemberRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Configuration.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +422,114 @@ class Log:
             '/raftlog.v1.Log/TransferLeader',
             raftlog_dot_v1_dot_log__pb2.TransferLeaderRequest.SerializeToString,
             raftlog_dot_v1_dot_log__pb2.TransferLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Members(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/Members',
+            raftlog_dot_v1_dot_log__pb2.MembersRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/AddMember',
+            raftlog_dot_v1_dot_log__pb2.AddMemberRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PromoteMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/PromoteMember',
+            raftlog_dot_v1_dot_log__pb2.MemberRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/RemoveMember',
+            raftlog_dot_v1_dot_log__pb2.MemberRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
             options,
             channel_credentials,
             insecure,

@@ -126,7 +126,9 @@ class PeerClient:
                     else grpc.aio.secure_channel(address, self._credentials, options=self._options))
 
     def _close_later(self, channel: grpc.aio.Channel) -> None:
-        task = asyncio.ensure_future(channel.close(None))
+        """Close a channel once its calls in flight are answered (a change forwarded to a leader that is
+        leaving waits for its answer), or have had as long as the longest of them may take."""
+        task = asyncio.ensure_future(channel.close(self.wait_timeout_s))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -175,6 +177,15 @@ class PeerClient:
     async def transfer_leadership(self, leader_id: str, target: str) -> dict[str, Any]:
         answer = await self._api_call(leader_id, "TransferLeadership", pb.TransferLeadershipRequest(target=target),
                                       pb.JsonAnswer)
+        return _json(answer.json, leader_id)
+
+    async def change_membership(self, leader_id: str, action: str, member_id: str,
+                                new: Peer | None) -> dict[str, Any]:
+        request = pb.MembershipChange(action=action, id=member_id)
+        if new is not None:
+            request.MergeFrom(pb.MembershipChange(peer_address=new.address, client_url=new.client_url or "",
+                                                  grpc_address=new.grpc_address or "", learner=new.learner))
+        answer = await self._api_call(leader_id, "ChangeMembership", request, pb.JsonAnswer)
         return _json(answer.json, leader_id)
 
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:

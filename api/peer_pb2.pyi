@@ -202,6 +202,22 @@ class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class MembershipChange(_message.Message):
+    __slots__ = ("action", "id", "peer_address", "client_url", "grpc_address", "learner")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_URL_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    id: str
+    peer_address: str
+    client_url: str
+    grpc_address: str
+    learner: bool
+    def __init__(self, action: _Optional[str] = ..., id: _Optional[str] = ..., peer_address: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., learner: _Optional[bool] = ...) -> None: ...
+
 class JsonAnswer(_message.Message):
     __slots__ = ("error", "json")
     ERROR_FIELD_NUMBER: _ClassVar[int]

@@ -30,6 +30,7 @@ from api.errors import ApiError
 from api.peer_client import api_error_message
 from api.peer_codec import PeerMessageError, decode_message, encode_message
 from api.service import LogService
+from raft.config import Peer
 from raft.messages import Code, FetchRequest, HeartbeatRequest, PushRequest, PushResponse, TransferRequest, VoteRequest
 from raft.node import RaftNode
 
@@ -56,6 +57,7 @@ class PeerService:
             "Transfer": self._raft(TransferRequest, self.node.handle_transfer),
             "Fetch": self._fetch, "Append": self._append, "ReadIndex": self._read_index,
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
+            "ChangeMembership": self._change_membership,
         }
         methods = {name: grpc.unary_unary_rpc_method_handler(self._guarded(call)) for name, call in unary.items()}
         return grpc.method_handlers_generic_handler("raftlog.peer.v1.Peer", methods)
@@ -146,6 +148,18 @@ class PeerService:
         try:
             self._check_leader()
             return _json_answer(await self.service.transfer_leadership(target))
+        except ApiError as exc:
+            return _answer(pb.JsonAnswer(error=api_error_message(exc)))
+
+    async def _change_membership(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        change = pb.MembershipChange.FromString(request)
+        new = None
+        if change.action == "add":
+            new = Peer(change.id, change.peer_address, change.learner, change.client_url or None,
+                       change.grpc_address or None)
+        try:
+            self._check_leader()
+            return _json_answer(await self.service.change_membership(change.action, change.id, new))
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 

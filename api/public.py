@@ -43,9 +43,11 @@ from api.schemas import (
     EntryOut,
     EntryPage,
     ErrorBody,
+    GroupConfiguration,
     Health,
     NewBatch,
     NewEntry,
+    NewMember,
     Transferred,
     TransferTarget,
 )
@@ -65,6 +67,8 @@ CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
     "linearizable: what the leader has committed when the request arrives is seen (a read index round "
     "when this member has not reached the index); local: what this member has committed"))
 
+MEMBER_ID = Path(min_length=1, max_length=64, examples=["n4"], description="The member's id")
+
 DESCRIPTION = """\
 raftlog is a Raft-replicated, append-only log (DLedger's protocol). Append entries to any
 member; read committed entries back by index from any member.
@@ -72,8 +76,9 @@ member; read committed entries back by index from any member.
 Every error answers `{"error": {"code", "message", "leader"}}` where `code` is DLedger's
 response code name (or raftlog's own UNAUTHENTICATED, PERMISSION_DENIED, SERVER_BUSY).
 Statuses: 400 bad input (UNEXPECTED_ARGUMENT, REQUEST_WITH_EMPTY_BODYS, UNKNOWN_MEMBER), 401
-UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 INDEX_OUT_OF_RANGE, 408 a request that did not
-arrive within request_read_timeout_ms, 409 FALL_BEHIND_TOO_MUCH, 410
+UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 INDEX_OUT_OF_RANGE / UNKNOWN_MEMBER, 408 a request
+that did not arrive within request_read_timeout_ms, 409 FALL_BEHIND_TOO_MUCH or a membership change
+refused (MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK), 410
 INDEX_LESS_THAN_LOCAL_BEGIN (cleaned), 413 too large (UNEXPECTED_ARGUMENT), 415 unsupported
 content type, 431 headers over max_header_bytes, 500 INTERNAL_ERROR / DISK_ERROR, 502
 NETWORK_ERROR (the leader did not answer a forwarded call: the outcome is unknown), 503
@@ -89,8 +94,9 @@ ERROR_TEXT = {
     400: "Bad input: malformed JSON, a wrong encoding, an empty batch or body, a bad parameter",
     401: "UNAUTHENTICATED: no bearer token, or an unknown one (the member has tokens)",
     403: "PERMISSION_DENIED: the token's role may not call this route",
-    404: "INDEX_OUT_OF_RANGE: the index is not committed",
-    409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed",
+    404: "INDEX_OUT_OF_RANGE: the index is not committed; UNKNOWN_MEMBER: no member has this id",
+    409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed; a membership change "
+         "refused: MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
     413: "An entry over max_entry_bytes, or a request over max_request_bytes",
     415: "A content type this route does not take",
@@ -158,7 +164,7 @@ class EntryHandlers:
         async def bodies() -> list[bytes]:
             data = await self.read_body(request)
             if _is_json(request):
-                return [_decode_body(_parse(NewEntry, data))]
+                return [_decode_body(parse_model(NewEntry, data))]
             return [data]
 
         answer = await self.appending(bodies)
@@ -310,8 +316,35 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                   "schema": {"$ref": "#/components/schemas/TransferTarget"}}}}})
     async def transfer(request: Request) -> JSONResponse:
-        target = _parse(TransferTarget, await handlers.read_body(request))  # its limits answer 413/503 as such
+        target = parse_model(TransferTarget, await handlers.read_body(request))  # its limits answer 413/503 as such
         return JSONResponse(await service.transfer_leadership(target.target))
+
+    @app.get("/v1/cluster/members", tags=["cluster"], summary="The group's configuration",
+             responses={200: {"model": GroupConfiguration, "description": "The configuration in force on this "
+                              "member: the latest in its log, committed or not"}})
+    async def members() -> JSONResponse:
+        return JSONResponse(service.members())
+
+    @app.post("/v1/cluster/members", status_code=201, tags=["cluster"], summary="Add a member (a learner)",
+              responses={201: {"model": GroupConfiguration, "description": "The new configuration, committed"},
+                         **errors(400, 409, 502, 503, 504)},
+              openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                  "schema": {"$ref": "#/components/schemas/NewMember"}}}}})
+    async def add_member(request: Request) -> JSONResponse:
+        new = parse_model(NewMember, await handlers.read_body(request))
+        return JSONResponse(await service.change_membership("add", new.id, new.as_peer()), status_code=201)
+
+    @app.post("/v1/cluster/members/{member_id}/promote", tags=["cluster"], summary="Promote a learner to voter",
+              responses={200: {"model": GroupConfiguration, "description": "The new configuration, committed"},
+                         **errors(404, 409, 502, 503, 504)})
+    async def promote_member(member_id: str = MEMBER_ID) -> JSONResponse:
+        return JSONResponse(await service.change_membership("promote", member_id))
+
+    @app.delete("/v1/cluster/members/{member_id}", tags=["cluster"], summary="Remove a member",
+                responses={200: {"model": GroupConfiguration, "description": "The new configuration, committed"},
+                           **errors(404, 409, 502, 503, 504)})
+    async def remove_member(member_id: str = MEMBER_ID) -> JSONResponse:
+        return JSONResponse(await service.change_membership("remove", member_id))
 
     @app.get("/healthz", tags=["health"], summary="The process is up", response_model=Health)
     async def healthz() -> dict[str, Any]:
@@ -462,9 +495,10 @@ def _is_json(request: Request) -> bool:
     return kind == "application/json" or kind.endswith("+json")
 
 
-def _parse(model: type[Any], data: bytes) -> Any:
+def parse_model(model: type[Any], data: bytes | dict[str, Any]) -> Any:
+    """A request's model from its JSON (or, from gRPC, its fields); 400 with every problem named."""
     try:
-        return model.model_validate_json(data)
+        return model.model_validate_json(data) if isinstance(data, bytes) else model.model_validate(data)
     except ValidationError as exc:
         raise bad_request(f"{model.__name__}: {_explain(exc.errors())}") from None
 
@@ -475,7 +509,7 @@ def _json_batch_bodies(data: bytes) -> list[bytes]:
     else, an error above all, by the NewBatch model, whose answer stays the route's."""
     bodies = _plain_batch_bodies(data)
     if bodies is None:
-        return [_decode_body(e) for e in _parse(NewBatch, data).entries]
+        return [_decode_body(e) for e in parse_model(NewBatch, data).entries]
     return bodies
 
 

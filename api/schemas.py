@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from raft.config import Peer
+
 Encoding = Literal["utf-8", "base64"]
 Consistency = Literal["linearizable", "local"]
 
@@ -118,6 +120,42 @@ class Transferred(BaseModel):
 
     leader: str
     previous: str
+
+
+class NewMember(BaseModel):
+    """A member to add: a learner (it receives the log, and votes once promoted) unless `learner` is false."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"id": "n4", "peer_address": "127.0.0.1:9004", "client_url": "http://127.0.0.1:8004",
+         "grpc_address": "127.0.0.1:7004", "learner": True}]})
+
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.]+$",
+                    description="Letters, digits, _ and . (a `-` would not fit the peers setting)")
+    peer_address: str = Field(min_length=3, max_length=255, pattern=r"^\S+:[0-9]{1,5}$",
+                              description="host:port of its peer port")
+    client_url: str | None = Field(default=None, max_length=255, pattern=r"^https?://\S+$")
+    grpc_address: str | None = Field(default=None, max_length=255, pattern=r"^\S+:[0-9]{1,5}$")
+    learner: bool = True
+
+    def as_peer(self) -> Peer:
+        return Peer(self.id, self.peer_address, self.learner, self.client_url, self.grpc_address)
+
+
+class ConfiguredMember(BaseModel):
+    id: str
+    peer_address: str
+    voter: bool
+    client_url: str | None
+    grpc_address: str | None
+
+
+class GroupConfiguration(BaseModel):
+    """The group's members as a CONFIG_CHANGE entry (at `index`; -1: from the `peers` setting) sets them."""
+
+    index: int
+    version: int = Field(description="The configuration format's version")
+    members: list[ConfiguredMember]
+    committed: bool = Field(description="Whether the answering member knows the configuration committed")
 
 
 class ErrorDetail(BaseModel):

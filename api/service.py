@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,7 +22,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from api.errors import ApiError, api_error, bad_request, too_large
 from api.follow import ByteBudget
 from api.peer_client import PeerClient
+from raft.config import Peer
 from raft.errors import NotLeaderError
+from raft.membership import Configuration
 from raft.messages import Code, Role
 from raft.node import RaftNode
 from raft.waiting import consume, wait_event
@@ -272,6 +275,72 @@ class LogService:
                            status=None if code in (Code.UNKNOWN_MEMBER, Code.FALL_BEHIND_TOO_MUCH) else 409)
         return {"leader": target, "previous": self.node.config.self_id}
 
+    # -- membership (raft.membership) --------------------------------------------------------
+
+    def members(self) -> dict[str, Any]:
+        """The configuration in force on this member, and whether it knows it committed."""
+        configuration = self.node.configuration
+        return {**configuration_json(configuration),
+                "committed": configuration.index <= self.node.committed_index}
+
+    async def change_membership(self, action: str, member_id: str, new: Peer | None = None) -> dict[str, Any]:
+        """Add (`new`, a learner unless said otherwise), promote or remove a member, through the leader;
+        the new configuration once committed. The leader's own removal hands leadership over first."""
+        node = self.node
+        if action not in ("add", "promote", "remove") or (action == "add") != (new is not None):
+            raise bad_request(f"no membership change {action!r}")
+        if action == "remove" and member_id == node.config.self_id and node.role is Role.LEADER:
+            await self._hand_over(member_id)
+            return await self._forward_change(action, member_id, new, retry_in_flight=True)
+        if node.role is not Role.LEADER:
+            return await self._forward_change(action, member_id, new)
+        change: dict[str, Any] = {"add": new} if action == "add" else {action: member_id}
+        try:
+            configuration = await node.change_membership(**change)
+        except Exception as exc:
+            raise api_error(exc, node.leader_id) from None
+        return {**configuration_json(configuration), "committed": True}
+
+    async def _forward_change(self, action: str, member_id: str, new: Peer | None, *,
+                              retry_in_flight: bool = False) -> dict[str, Any]:
+        """The change, made by the leader. Just after a hand-over, the new leader refuses changes until
+        its first entry commits (CHANGE_IN_FLIGHT): then it is asked again as this member's commit moves."""
+        deadline = time.monotonic() + self.node.config.max_wait_ack_ms / 1000
+        while True:
+            moved = self.node.commit_moved.current()
+            leader = self.node.leader_id
+            if leader is None or leader == self.node.config.self_id:
+                raise ApiError(Code.NOT_LEADER, "no leader is known; retry later")
+            try:
+                return await self.peers.change_membership(leader, action, member_id, new)
+            except ApiError as exc:
+                left = deadline - time.monotonic()
+                if not (retry_in_flight and exc.code is Code.CHANGE_IN_FLIGHT and left > 0):
+                    raise
+            await wait_event(moved, left)
+
+    async def _hand_over(self, leaving: str) -> None:
+        """Hand leadership to the most caught-up voter that answers, and wait until it leads."""
+        node = self.node
+        term = node.term
+        candidates = [v for v in node.voters if v != leaving and node.elector.peer_alive.get(v)]
+        if not candidates:
+            raise ApiError(Code.QUORUM_AT_RISK, f"no other voter answers: {leaving} cannot hand leadership over")
+        target = max(candidates, key=lambda v: node.watermark(term, v))
+        try:
+            code = await node.transfer_leadership(target)
+        except Exception as exc:
+            raise api_error(exc, node.leader_id) from None
+        if code is not Code.SUCCESS:
+            raise ApiError(code, f"handing leadership to {target} before removing {leaving} failed: {code.name}",
+                           node.leader_id, status=409)
+        deadline = time.monotonic() + node.config.max_wait_ack_ms / 1000
+        while node.leader_id in (None, leaving):
+            changed = node.state.changed
+            changed.clear()
+            if not await wait_event(changed, deadline - time.monotonic()) and time.monotonic() >= deadline:
+                raise ApiError(Code.TIMEOUT, f"{target} did not take leadership in time; {leaving} is still a member")
+
     def own_status(self) -> dict[str, Any]:
         """What this member says about itself (the peer port's Status), with its followers if it leads."""
         node, store = self.node, self.store
@@ -339,6 +408,12 @@ class LogService:
             return await self.peers.status(peer_id, STATUS_TIMEOUT_S)
         except ApiError:
             return None
+
+
+def configuration_json(configuration: Configuration) -> dict[str, Any]:
+    """A configuration as the API shows it, and `raftlog serve --join` reads it back
+    (`Configuration.decode_with_index`): its entry's index and the members."""
+    return json.loads(configuration.encode_with_index())
 
 
 class SharedRounds(Generic[T]):

@@ -5,6 +5,7 @@
     raftlog append [BODY ...] [--batch]                     append (stdin when no BODY)
     raftlog get INDEX [--raw]                               read a committed entry
     raftlog status                                          cluster status
+    raftlog members list|add|promote|remove ...             the group's members (changes: admin)
     raftlog pipeline export|audit|stats ...                 Spark jobs (the `spark` extra)
 
 Clients talk to --url (default $RAFTLOG_URL, else http://127.0.0.1:8001).
@@ -76,15 +77,31 @@ def _parser() -> argparse.ArgumentParser:
 
     add_pipeline_commands(commands)
 
+    members = commands.add_parser("members", help="list the group's members, or change them (admin)",
+                                  description=MEMBERS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    member_commands = members.add_subparsers(dest="members_command", required=True)
+    clients = [member_commands.add_parser("list", help="members, roles and lag")]
+    clients[0].set_defaults(run=_members_list)
+    add = member_commands.add_parser("add", help="add a learner (or, with --voter, a voter)")
+    add.add_argument("id")
+    add.add_argument("--peer-address", required=True, metavar="HOST:PORT", help="its peer port")
+    add.add_argument("--client-url", help="where its clients go, e.g. http://host:8004")
+    add.add_argument("--grpc-address", metavar="HOST:PORT", help="its gRPC API")
+    add.add_argument("--voter", action="store_true", help="a voter at once (default: a learner, promoted later)")
+    add.set_defaults(run=_members_add)
+    for name, help_ in (("promote", "make a caught-up learner a voter"),
+                        ("remove", "remove a member (the leader hands leadership over first)")):
+        change = member_commands.add_parser(name, help=help_)
+        change.add_argument("id")
+        change.set_defaults(run=_members_change, action=name)
+        clients.append(change)
+    clients.append(add)
+
     for name, run, help_ in (("append", _append, "append entries"), ("get", _get, "read an entry"),
                              ("status", _status, "show the cluster status")):
         client = commands.add_parser(name, help=help_)
-        client.add_argument("--url", default=os.environ.get("RAFTLOG_URL", DEFAULT_URL))
-        client.add_argument("--token", default=os.environ.get("RAFTLOG_TOKEN"),
-                            help="an API token, when the cluster has tokens (default: $RAFTLOG_TOKEN)")
-        client.add_argument("--ca", type=Path, default=os.environ.get("RAFTLOG_CA"),
-                            help="the CA file that signs the nodes' HTTPS certificates (default: $RAFTLOG_CA)")
         client.set_defaults(run=run)
+        clients.append(client)
         if name == "append":
             client.add_argument("bodies", nargs="*", help="entry bodies (default: stdin)")
             client.add_argument("--batch", action="store_true", help="stdin: one entry per line, one batch")
@@ -92,10 +109,28 @@ def _parser() -> argparse.ArgumentParser:
             client.add_argument("index", type=int)
             client.add_argument("--raw", action="store_true", help="write the body's bytes to stdout")
             client.add_argument("--consistency", choices=["linearizable", "local"], default="linearizable")
+    for client in clients:
+        client.add_argument("--url", default=os.environ.get("RAFTLOG_URL", DEFAULT_URL))
+        client.add_argument("--token", default=os.environ.get("RAFTLOG_TOKEN"),
+                            help="an API token, when the cluster has tokens (default: $RAFTLOG_TOKEN)")
+        client.add_argument("--ca", type=Path, default=os.environ.get("RAFTLOG_CA"),
+                            help="the CA file that signs the nodes' HTTPS certificates (default: $RAFTLOG_CA)")
     return parser
 
 
 # -- serve and cluster -------------------------------------------------------------------
+
+
+MEMBERS_HELP = """\
+Membership changes go one at a time, each answered once committed:
+
+  raftlog members list
+  raftlog members add n4 --peer-address 127.0.0.1:9004 --client-url http://127.0.0.1:8004
+  raftlog members promote n4      (refused while it lags more than max_promote_lag_entries)
+  raftlog members remove n2
+
+A new machine can also add itself:  raftlog serve --id n4 --peers n4-127.0.0.1:9004 ...
+--join http://<any member's client URL>   (then promote it)."""
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -232,6 +267,39 @@ def _status(args: argparse.Namespace) -> int:
               f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}{_dash(m['last_contact_ms']):>12}  "
               f"{m['client_url'] or '-'}")
     return 0
+
+
+def _members_list(args: argparse.Namespace) -> int:
+    status = _request(args, "GET", f"{args.url}/v1/cluster").json()
+    print(f"configuration of entry {status['configuration_index']}  leader {status['leader']}  "
+          f"term {status['term']}")
+    print(f"{'id':<6}{'kind':<9}{'role':<11}{'match':>8}{'lag':>7}  {'peer address':<22}client url")
+    for m in status["members"]:
+        print(f"{m['id']:<6}{'voter' if m['voter'] else 'learner':<9}{m['role'] or 'down':<11}"
+              f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}  {m['peer_url'].removeprefix('http://'):<22}"
+              f"{m['client_url'] or '-'}")
+    return 0
+
+
+def _members_add(args: argparse.Namespace) -> int:
+    new = {"id": args.id, "peer_address": args.peer_address, "client_url": args.client_url,
+           "grpc_address": args.grpc_address, "learner": not args.voter}
+    _print_configuration(_request(args, "POST", f"{args.url}/v1/cluster/members", json=new).json())
+    return 0
+
+
+def _members_change(args: argparse.Namespace) -> int:
+    if args.action == "promote":
+        answer = _request(args, "POST", f"{args.url}/v1/cluster/members/{args.id}/promote")
+    else:
+        answer = _request(args, "DELETE", f"{args.url}/v1/cluster/members/{args.id}")
+    _print_configuration(answer.json())
+    return 0
+
+
+def _print_configuration(configuration: dict[str, Any]) -> None:
+    members = ", ".join(f"{m['id']} ({'voter' if m['voter'] else 'learner'})" for m in configuration["members"])
+    print(f"committed: configuration of entry {configuration['index']}: {members}")
 
 
 def _dash(value: object) -> str:

@@ -45,6 +45,7 @@ class Member:
     process: subprocess.Popen[bytes] | None = None
     log_file: IO[bytes] | None = field(default=None, repr=False)
     scheme: str = "http"
+    join: str | None = None  # a member added later: the client URL it joins the group through
 
     @property
     def client_url(self) -> str:
@@ -116,10 +117,28 @@ class LocalCluster:
         """The peers string `member` starts with (fault tests route each member's links differently)."""
         return self.peers
 
+    def add_member(self, join_via: str | None = None) -> Member:
+        """A new member on free ports (not started yet): when started, it asks the group, through
+        `join_via`'s client URL (default: the first member's), to add it as a learner."""
+        number = len(self.members) + 1
+        while f"n{number}" in self.members:
+            number += 1
+        member_id = f"n{number}"
+        client_port, peer_port, grpc_port = free_ports(3)
+        first = next(iter(self.members.values()))
+        member = self.members[member_id] = Member(
+            member_id, client_port, peer_port, grpc_port, self.data_root / member_id,
+            self.data_root / f"{member_id}.log", scheme=first.scheme,
+            join=self.members[join_via].client_url if join_via else first.client_url)
+        return member
+
     def command(self, member: Member) -> list[str]:
-        args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", self.peers_for(member),
+        peers = self.peers_for(member) if member.join is None else f"{member.id}-127.0.0.1:{member.peer_port}"
+        args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", peers,
                 "--data-dir", str(member.data_dir), "--client-port", str(member.client_port),
                 "--grpc-port", str(member.grpc_port)]
+        if member.join is not None:
+            args += ["--join", member.join]
         for name, value in self.settings.items():
             if name not in SECRET_SETTINGS:
                 args += [f"--{name.replace('_', '-')}", str(value)]
@@ -127,8 +146,13 @@ class LocalCluster:
 
     def environment(self, member: Member) -> dict[str, str]:
         """Secrets go to a member in its environment: a command line is there for anyone to read (ps)."""
-        return {f"RAFTLOG_{name.upper()}": str(value) for name, value in self.settings.items()
-                if name in SECRET_SETTINGS}
+        secrets = {f"RAFTLOG_{name.upper()}": str(value) for name, value in self.settings.items()
+                   if name in SECRET_SETTINGS}
+        admin = next((entry.partition(":")[2] for entry in str(self.settings.get("tokens", "")).split(",")
+                      if entry.startswith("admin:")), None)
+        if member.join is not None and admin:
+            secrets["RAFTLOG_JOIN_TOKEN"] = admin
+        return secrets
 
     def start_member(self, member_id: str) -> Member:
         member = self.members[member_id]

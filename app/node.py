@@ -20,6 +20,7 @@ from api.peer_server import PeerService
 from api.public import EntryHandlers, create_public_app, serve_public
 from api.service import LogService
 from app.admin import install_admin_page
+from app.join import join_group
 from app.settings import NodeSettings
 from raft.membership import Configuration, describe_members, saved_configuration
 from raft.node import RaftNode, trusted_commit_end
@@ -51,7 +52,7 @@ class Node:
                              config_scan_from=saved_committed + 1)
         self.raft.add_config_listener(self.peers.set_members)
         in_force = self.raft.configuration
-        if in_force.index >= 0 and not in_force.same_members(Configuration(config.peers)):
+        if settings.join is None and in_force.index >= 0 and not in_force.same_members(Configuration(config.peers)):
             log.warning("the peers setting (%s) is not the group's configuration (entry %d: %s); the group's is used: "
                         "membership changes through `raftlog members`", settings.peers,
                         in_force.index, describe_members(in_force))
@@ -81,6 +82,13 @@ class Node:
         fresh = not (data_dir / "store.json").exists()  # the checkpoint is made before the log
         checkpoint = Checkpoint.open(data_dir / CHECKPOINT_FILE, create=fresh,
                                      interval_ms=settings.checkpoint_interval_ms)
+        if settings.join is not None and checkpoint.state.config_index < 0:  # a first start: no configuration yet
+            try:
+                joined = await join_group(settings)
+                await checkpoint.save_config(joined.index, joined.encode())
+            except BaseException:
+                await checkpoint.close()
+                raise
         committed = checkpoint.state.committed_index
         try:
             try:

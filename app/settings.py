@@ -51,6 +51,10 @@ class NodeSettings(BaseSettings):
     grpc_host: str | None = None  # ... on this host (default: client_host); TLS and tokens as the client port's
     advertise_grpc_address: str | None = None  # how gRPC clients reach this member, host:port (default: from above)
     preferred_leaders: str = ""  # DLedger's preferredLeaderIds, ';'-separated
+    # a member's client URL: on its first start (no configuration in its checkpoint) this member asks the group
+    # to add it as a learner, and starts from the configuration the group answers; `peers` names only itself
+    join: str | None = None
+    join_token: SecretStr | None = None  # an admin token for the join, where the group has tokens
     checkpoint_interval_ms: int = 3000  # how often committed/applied indices are written to SQLite
     # a committed entry found damaged or missing on open: cut it away and get it again from the peers (the
     # member neither votes nor stands until it has); false: refuse to start, for an operator to decide
@@ -110,9 +114,13 @@ class NodeSettings(BaseSettings):
     @property
     def peer_address(self) -> tuple[str, int]:
         """Where this member's peer port listens."""
-        address = next(p.address for p in parse_peers(self.peers) if p.id == self.id)
-        host, _, port = address.rpartition(":")
+        host, _, port = self.advertised_peer_address.rpartition(":")
         return self.peer_host or host, int(port)
+
+    @property
+    def advertised_peer_address(self) -> str:
+        """How the other members reach this one's peer port: its address in `peers`."""
+        return next(p.address for p in parse_peers(self.peers) if p.id == self.id)
 
     @property
     def client_url(self) -> str:
@@ -275,6 +283,8 @@ class NodeSettings(BaseSettings):
             port = peer.address.rpartition(":")[2]
             if not port.isdigit() or not 0 < int(port) < 65536:
                 raise SettingsError(f"peer {peer.id}: {port!r} in {peer.address!r} is not a TCP port number")
+        if self.join is not None and not self.join.startswith(("http://", "https://")):
+            raise SettingsError(f"join {self.join!r}: expected a member's client URL, http://host:port")
         if self.max_inflight_body_bytes < self.max_request_bytes:
             raise SettingsError(f"max_inflight_body_bytes {self.max_inflight_body_bytes} is below max_request_bytes "
                                 f"{self.max_request_bytes}: a request of the largest size could never be taken")

@@ -48,6 +48,13 @@ class Code(IntEnum):
     UNAUTHENTICATED = 601  # no credentials, or unknown ones
     PERMISSION_DENIED = 602  # a token whose role is too low, or a wrong cluster secret
     SERVER_BUSY = 603  # too many requests, or request bytes, in flight on this member
+    # membership changes refused (raft.membership.Refusal has the same names)
+    MEMBER_EXISTS = 604  # an id or a peer address that is already a member's
+    ALREADY_VOTER = 605  # promoting a voter
+    LAST_VOTER = 606  # removing the last voter
+    CHANGE_IN_FLIGHT = 607  # the previous change, or the leader's first entry of its term, is not committed
+    LEARNER_BEHIND = 608  # promoting a learner further behind than max_promote_lag_entries
+    QUORUM_AT_RISK = 609  # the voters answering now would be short of the new configuration's quorum
 
 
 class Role(Enum):

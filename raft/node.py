@@ -504,18 +504,26 @@ class RaftNode:
             if behind > self.config.max_promote_lag_entries:
                 raise MembershipError(Refusal.LEARNER_BEHIND, f"{promote} is {behind} entries behind the leader "
                                       f"(max_promote_lag_entries {self.config.max_promote_lag_entries})")
-        if add is None:  # etcd's strict reconfiguration check
-            answering = {self.config.self_id, *(p for p, alive in self.elector.peer_alive.items() if alive)}
-            voting = answering.intersection(planned.voters)
-            if len(voting) < planned.quorum():
-                raise MembershipError(Refusal.QUORUM_AT_RISK, f"{len(voting)} of the new configuration's "
-                                      f"{len(planned.voters)} voters answer now; it needs {planned.quorum()}")
         self._changing = True
         try:
+            if planned.voters != self.voters:
+                await self._check_answering(term, planned)
             appended = await self._append_committed([planned.encode()], term, Magic.CONFIG_CHANGE)
         finally:
             self._changing = False
         return Configuration(planned.members, appended.first_index)
+
+    async def _check_answering(self, term: int, planned: Configuration) -> None:
+        """etcd's strict reconfiguration check: the voters of the new configuration that answer a
+        heartbeat right now make a quorum of it (else the group would stall on the change itself)."""
+        await self.elector.heartbeat_round(term)
+        if not self.state.is_leader or self.state.current_term != term:
+            raise NotLeaderError("leadership lost while checking the change", self.state.leader_id)
+        answering = {self.config.self_id, *(p for p, alive in self.elector.peer_alive.items() if alive)}
+        voting = answering.intersection(planned.voters)
+        if len(voting) < planned.quorum():
+            raise MembershipError(Refusal.QUORUM_AT_RISK, f"{len(voting)} of the new configuration's "
+                                  f"{len(planned.voters)} voters answer now; it needs {planned.quorum()}")
 
     def note_config_entries(self, indices: Sequence[int]) -> None:
         """A follower took CONFIG_CHANGE entries at `indices`: the latest is in force at once."""

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from api.errors import ApiError
 from api.fast_path import EntryFastPath
-from api.public import _decode_body, _json_batch_bodies, _parse
+from api.public import _decode_body, _json_batch_bodies, parse_model
 from api.schemas import NewBatch
 from app.launcher import SMALL_FILES, free_ports
 from app.node import Node
@@ -260,7 +260,7 @@ async def test_batches_on_the_fast_path_are_counted_under_their_route(node: Node
 def by_model(data: bytes) -> list[bytes] | str:
     """What the route answered before `_json_batch_bodies`: NewBatch's bodies, or the error's message."""
     try:
-        return [_decode_body(e) for e in _parse(NewBatch, data).entries]
+        return [_decode_body(e) for e in parse_model(NewBatch, data).entries]
     except ApiError as exc:
         return f"{exc.status} {exc.code.name}: {exc.message}"
 
@@ -297,6 +297,6 @@ def test_the_json_batch_reader_reads_the_common_form_without_the_model(monkeypat
     def unused(*_args: Any) -> None:
         raise AssertionError("the model was used")
 
-    monkeypatch.setattr("api.public._parse", unused)
+    monkeypatch.setattr("api.public.parse_model", unused)
     batch = {"entries": [{"body": "a"}, {"body": "YQ==", "encoding": "base64"}, {"body": "é", "encoding": "utf-8"}]}
     assert _json_batch_bodies(json.dumps(batch).encode()) == [b"a", b"a", "é".encode()]

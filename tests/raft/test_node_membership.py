@@ -114,6 +114,10 @@ async def test_a_restarted_member_takes_its_configuration_from_its_checkpoint_an
         assert node is not None
         assert node.configuration == promoted and sorted(node.voters) == ["n0", "n1", "n2", "n3"]
         # an uncommitted change, in its log only, is in force there after a restart too
+        # it stands in a larger term first (its first round after a start): it follows the leader after that
+        assert await run_until(cluster, lambda: cluster.converged() and node.leader_id is not None, 5.0)
+        leader = cluster.leader()
+        assert leader is not None and leader.config.self_id != victim
         removed = await leader.change_membership(remove="n3")
         assert await run_until(cluster, lambda: node.configuration.index == removed.index, 2.0)
         await cluster.crash(victim)
