@@ -46,6 +46,13 @@ return [...document.querySelectorAll('#tail-rows tr')].map((row) => [Number(row.
 """
 
 
+CLICK_JS = """
+const button = document.querySelector(`.card[data-member='${arguments[0]}'] button[data-action='${arguments[1]}']`);
+if (button) setTimeout(() => button.click(), 0);  // after this script returns: the click opens a dialog
+return !!button;
+"""
+
+
 def cards(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
     """What the page shows of each member (role, reachable, indices), read in one go: the page
     redraws every second, so element handles would go stale between two reads."""
@@ -150,3 +157,69 @@ def test_with_tokens_the_page_asks_for_one_and_acts_by_its_role(make_cluster: Cl
     browser.find_element(By.ID, "transfer-button").click()
     wait.until(lambda d: d.switch_to.alert).accept()
     wait.until(lambda d: leaders(cards(d)) == [target])
+
+
+def test_with_an_admin_token_the_page_adds_promotes_and_removes_members(make_cluster: ClusterFactory,
+                                                                       browser: webdriver.Chrome) -> None:
+    writer, admin = "writer-token-for-the-page", "admin-token-for-the-page"
+    cluster = make_cluster(3, tokens=f"writer:{writer},admin:{admin}")
+    leader = cluster.wait_leader()
+    browser.get(cluster.members[leader].client_url + "/")
+    wait = WebDriverWait(browser, WAIT_S, poll_frequency=0.1)
+    wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
+    browser.find_element(By.ID, "token").send_keys(writer)
+    browser.find_element(By.ID, "token-button").click()
+    wait.until(lambda d: cards(d) and not d.find_element(By.ID, "login").is_displayed())
+
+    def add(member_id: str, peer: str) -> None:
+        for field, value in (("member-id", member_id), ("member-peer", peer)):
+            browser.find_element(By.ID, field).clear()
+            browser.find_element(By.ID, field).send_keys(value)
+        browser.find_element(By.ID, "member-add").click()
+
+    def click(member_id: str, action: str) -> str:
+        """Click a card's button; returns the confirmation's question, accepted."""
+        wait.until(lambda d: d.execute_script(CLICK_JS, member_id, action))
+        alert = wait.until(lambda d: d.switch_to.alert)
+        question = alert.text
+        alert.accept()
+        return question
+
+    def result() -> str:
+        return browser.find_element(By.ID, "members-result").text
+
+    add("n9", "127.0.0.1:1")  # a writer may not
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "PERMISSION_DENIED" in result())
+    browser.find_element(By.ID, "forget-token").click()
+    wait.until(lambda d: d.find_element(By.ID, "login").is_displayed())
+    browser.find_element(By.ID, "token").send_keys(admin)
+    browser.find_element(By.ID, "token-button").click()
+    wait.until(lambda d: cards(d) and not d.find_element(By.ID, "login").is_displayed())
+
+    said = result()
+    add("n9", "127.0.0.1:1")
+    wait.until(lambda d: d.switch_to.alert).dismiss()  # asked first: dismissed, nothing changes
+    assert "n9" not in cards(browser) and result() == said
+
+    new = cluster.add_member()  # a new machine joins by itself; the page shows it as a learner
+    cluster.start_member(new.id)
+    wait.until(lambda d: cards(d).get(new.id, {}).get("role") == "learner")
+    assert "Promote" in click(new.id, "promote")
+    wait.until(lambda d: f"{new.id} (voter)" in result())
+    wait.until(lambda d: cards(d)[new.id]["role"] == "follower")
+
+    add("n9", "127.0.0.1:1")  # added by hand, never started: a learner that is down
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "n9 (learner)" in result())
+    wait.until(lambda d: cards(d).get("n9", {}).get("role") == "down")
+    add("n9", "127.0.0.1:2")
+    wait.until(lambda d: d.switch_to.alert).accept()
+    wait.until(lambda d: "MEMBER_EXISTS" in result())  # refused with its code
+
+    assert "Remove n9" in click("n9", "remove")
+    wait.until(lambda d: "n9" not in cards(d))
+    leader = cluster.wait_leader()
+    assert "leadership goes to another voter first" in click(leader, "remove")
+    wait.until(lambda d: leader not in cards(d) and len(leaders(cards(d))) == 1)
+    assert sorted(cards(browser)) == sorted(m for m in ("n1", "n2", "n3", new.id) if m != leader)
