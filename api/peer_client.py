@@ -87,8 +87,10 @@ class PeerClient:
     def __init__(self, self_id: str, peers: Sequence[Peer], *, rpc_timeout_ms: int,
                  push_timeout_ms: int, wait_timeout_ms: int, max_message_bytes: int,
                  secret: bytes | None = None, tls: PeerTls | None = None,
-                 on_push: Callable[[str, float, int], None] | None = None) -> None:
+                 on_push: Callable[[str, float, int], None] | None = None,
+                 routes: dict[str, str] | None = None) -> None:
         self.self_id = self_id
+        self.routes = routes or {}  # where to reach some peers, over their configured address
         self.metadata = (("authorization", f"Bearer {secret.decode()}"),) if secret else ()
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
         self.rpc_timeout_s = rpc_timeout_ms / 1000
@@ -114,7 +116,7 @@ class PeerClient:
     def set_members(self, peers: Sequence[Peer]) -> None:
         """The group's members changed (raft.node's configuration listener): a channel to each new
         member or new address; those to members that left are closed."""
-        wanted = {p.id: p.address for p in peers if p.id != self.self_id}
+        wanted = {p.id: self.routes.get(p.id, p.address) for p in peers if p.id != self.self_id}
         for peer in [p for p, address in self.addresses.items() if wanted.get(p) != address]:
             del self.addresses[peer]
             self._close_later(self._channels.pop(peer))

@@ -26,7 +26,7 @@ from pydantic_settings import (
 from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential
 from api.peer_client import PeerTls
 from api.service import ApiLimits
-from raft.config import RaftConfig, parse_peers
+from raft.config import RaftConfig, parse_peers, parse_routes
 from storage.codec import HEADER_SIZE
 from storage.config import StoreConfig
 
@@ -51,6 +51,9 @@ class NodeSettings(BaseSettings):
     grpc_host: str | None = None  # ... on this host (default: client_host); TLS and tokens as the client port's
     advertise_grpc_address: str | None = None  # how gRPC clients reach this member, host:port (default: from above)
     preferred_leaders: str = ""  # DLedger's preferredLeaderIds, ';'-separated
+    # id-host:port;...: where this member reaches these peers, over the address the group's configuration
+    # gives (members that see each other at other addresses: NAT, a proxy; the fault suite's per-link proxies)
+    peer_routes: str = ""
     # a member's client URL: on its first start (no configuration in its checkpoint) this member asks the group
     # to add it as a learner, and starts from the configuration the group answers; `peers` names only itself
     join: str | None = None
@@ -95,6 +98,9 @@ class NodeSettings(BaseSettings):
         preferred = tuple(filter(None, (p.strip() for p in self.preferred_leaders.split(";"))))
         return RaftConfig(self_id=self.id, peers=parse_peers(self.peers), preferred_leader_ids=preferred,
                           **self._values_of(RaftConfig))
+
+    def peer_route_map(self) -> dict[str, str]:
+        return {p.id: p.address for p in parse_routes(self.peer_routes)}
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(**self._values_of(StoreConfig))
@@ -247,7 +253,7 @@ class NodeSettings(BaseSettings):
 
     def _remote_peers(self) -> list[str]:
         """The peers, and this member's own peer port, beyond loopback."""
-        remote = [f"{p.id}-{p.address}" for p in parse_peers(self.peers)
+        remote = [f"{p.id}-{p.address}" for p in (*parse_peers(self.peers), *parse_routes(self.peer_routes))
                   if not is_loopback(p.address.rpartition(":")[0])]
         if not is_loopback(self.peer_address[0]):
             remote.append(f"this member's peer port on {self.peer_address[0]}")
@@ -272,6 +278,7 @@ class NodeSettings(BaseSettings):
             self.store_config()
             self.api_limits()
             self.peer_address  # noqa: B018 - parses this member's peer port
+            self.peer_route_map()
         except (ValueError, StopIteration) as exc:
             raise SettingsError(str(exc) or "bad settings") from None
         for name in ("client_port", "grpc_port"):

@@ -55,6 +55,14 @@ def parse_peers(peers: str) -> tuple[Peer, ...]:
     A member whose address ends in `@learner` receives the log but never
     votes, never counts in a quorum and never becomes a candidate.
     """
+    members = parse_routes(peers)
+    if not any(not m.learner for m in members):
+        raise ValueError("a group needs at least one voting member")
+    return members
+
+
+def parse_routes(peers: str) -> tuple[Peer, ...]:
+    """`id-host:port;...` (learners marked as in `peers`), with no member required: `peer_routes`."""
     members = []
     for item in filter(None, (part.strip() for part in peers.split(";"))):
         node_id, sep, address = item.partition("-")
@@ -69,8 +77,6 @@ def parse_peers(peers: str) -> tuple[Peer, ...]:
     ids = [m.id for m in members]
     if len(set(ids)) != len(ids):
         raise ValueError(f"duplicate member ids in {peers!r}")
-    if not any(not m.learner for m in members):
-        raise ValueError("a group needs at least one voting member")
     return tuple(members)
 
 

@@ -94,7 +94,7 @@ def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str
     appends = [op for op in history.ops if op.kind == "append"]
     where = _where(reference)
     _check_appends(appends, where, verdict)
-    _check_unwritten(appends, reference, verdict)
+    _check_unwritten(appends, reference, history.membership_changes, verdict)
     _check_order(appends, verdict)
     by_index = {e.index: e for e in reference}
     reads = [op for op in history.ops if op.is_read and op.outcome == "ok"]
@@ -163,17 +163,20 @@ def _check_appends(appends: list[Op], where: dict[bytes, list[int]], verdict: Ve
                          f"({describe(op)})", op)
 
 
-def _check_unwritten(appends: list[Op], log: list[Stored], verdict: Verdict) -> None:
-    """Every entry is a NOOP (with no body) or a NORMAL entry with a body some client sent."""
+def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, verdict: Verdict) -> None:
+    """Every entry is a NOOP (with no body), a CONFIG_CHANGE entry of a membership change asked for, or a
+    NORMAL entry with a body some client sent."""
     sent = {body for op in appends for body in op.bodies}
     for e in log:
         if e.kind == "noop":
             if e.body:
                 verdict.wrong_type += 1
                 verdict.note(f"NOOP entry {e.index} has a body {e.body[:40]!r}")
+        elif e.kind == "config_change" and changes > 0:
+            changes -= 1
         elif e.kind != "normal":
             verdict.wrong_type += 1
-            verdict.note(f"entry {e.index} is a {e.kind} entry, and nobody changed the membership")
+            verdict.note(f"entry {e.index} is a {e.kind} entry, and no membership change was asked for it")
         elif e.body not in sent:
             verdict.unwritten += 1
             verdict.note(f"entry {e.index} holds {e.body[:40]!r}, which no client sent")

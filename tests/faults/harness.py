@@ -12,19 +12,28 @@ import httpx
 from app.launcher import LocalCluster, Member
 from tests.faults.proxy import Network
 
+SPARES = 3  # fresh machines a run may add to replace a member
+
 
 class FaultCluster(LocalCluster):
-    """A LocalCluster in which member A reaches member B at the proxy of the link A->B."""
+    """A LocalCluster in which member A reaches member B at the proxy of the link A->B (A's `peer_routes`;
+    the group's configuration holds every member's own peer port). Spare members, with proxies of their
+    own links from the start, can join to replace a member; a removed member may be left running."""
 
     def __init__(self, data_root: Path, nodes: int, settings: dict[str, Any]) -> None:
         super().__init__(data_root, nodes, settings=settings)
-        self.network = Network({m.id: m.peer_port for m in self.members.values()})
+        spare = LocalCluster(data_root, nodes + SPARES)  # its members n{nodes+1}... on free ports
+        self.spares = [member for member_id, member in spare.members.items() if member_id not in self.members]
+        self.removed: set[str] = set()  # members removed from the group, perhaps still running
+        self.network = Network({m.id: m.peer_port for m in [*self.members.values(), *self.spares]})
         self.paused: set[str] = set()
         self.overrides: dict[str, dict[str, Any]] = {}  # settings of one member's next start
         self.stopping: set[str] = set()  # members being stopped on purpose: their exit is no crash
 
     def command(self, member: Member) -> list[str]:
         args = super().command(member)
+        others = [m for m in [*self.members.values(), *self.spares] if m.id != member.id]
+        args += ["--peer-routes", ";".join(f"{m.id}-127.0.0.1:{self.network.port(member.id, m.id)}" for m in others)]
         for name, value in self.overrides.get(member.id, {}).items():
             args += [f"--{name.replace('_', '-')}", str(value)]
         return args
@@ -35,9 +44,17 @@ class FaultCluster(LocalCluster):
         self.overrides[member_id] = settings
         self.start_member(member_id)
 
-    def peers_for(self, member: Member) -> str:
-        return ";".join(f"{m.id}-127.0.0.1:{m.peer_port if m.id == member.id else self.network.port(member.id, m.id)}"
-                        for m in self.members.values())
+    def join_spare(self, via: str) -> Member:
+        """A spare machine, empty, started to join the group through `via`'s client URL."""
+        member = self.spares.pop(0)
+        member.join = self.members[via].client_url
+        self.members[member.id] = member
+        self.start_member(member.id)
+        return member
+
+    def group(self) -> list[str]:
+        """The members of the group: not those removed from it."""
+        return [m for m in self.members if m not in self.removed]
 
     def stop_member(self, member_id: str, sig: int = signal.SIGTERM) -> int | None:
         self.stopping.add(member_id)
@@ -68,7 +85,7 @@ class FaultCluster(LocalCluster):
         self.paused.discard(member_id)
 
     def running_ids(self) -> list[str]:
-        return [m for m, member in self.members.items() if member.running]
+        return [m for m in self.group() if self.members[m].running]
 
     # -- what the members say ------------------------------------------------------------------------
 

@@ -31,7 +31,9 @@ DISK_FULL = {"disk_space_ratio_to_check_expired": 0.01, "disk_space_ratio_to_for
 CHANNEL_BITS = (32 * 8, 36 * 8)  # the channel field's bits in an entry header
 
 KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "refuse_leader", "halves", "ring",
-         "one_way", "slow", "disk_full", "tail_cut", "bit_flip", "isolated_tail_cut"]
+         "one_way", "slow", "disk_full", "tail_cut", "bit_flip", "isolated_tail_cut", "replace_member"]
+RETRY_CHANGE = frozenset({"LEARNER_BEHIND", "CHANGE_IN_FLIGHT", "NOT_LEADER", "LEADER_TRANSFERRING", "SERVER_BUSY",
+                          "NETWORK_ERROR", "WAIT_QUORUM_ACK_TIMEOUT", "TERM_CHANGED", "TIMEOUT"})
 OPENED = re.compile(rb" opened \S+: log (-?\d+)\.\.(-?\d+),")  # app.node's line once the log is recovered
 REPAIRED = (b"repaired from", b"cutting the log there")  # a damaged entry repaired, or cut away by recovery
 
@@ -77,7 +79,7 @@ class Nemesis:
         self.cluster.start_member(leader)
 
     def kill_random(self, hold_s: float) -> None:
-        victim = self.rng.choice(list(self.cluster.members))
+        victim = self.rng.choice(self.cluster.group())
         self.log(f"  SIGKILL {victim}")
         self._kill("kill_random", victim)
         time.sleep(hold_s)
@@ -104,7 +106,7 @@ class Nemesis:
 
     def _cut_off_leader(self, kind: str, what: str, cut: Callable[[set[str], set[str]], None], hold_s: float) -> None:
         leader = self._leader()
-        rest = set(self.cluster.members) - {leader}
+        rest = set(self.cluster.group()) - {leader}
         self.log(f"  {what} {{{leader}}} | {sorted(rest)}")
         before = self.cluster.network.effect()
         cut({leader}, rest)
@@ -115,7 +117,7 @@ class Nemesis:
         self._held(kind, before)
 
     def halves(self, hold_s: float) -> None:
-        members = list(self.cluster.members)
+        members = self.cluster.group()
         self.rng.shuffle(members)
         cut = len(members) // 2
         a, b = set(members[:cut]), set(members[cut:])
@@ -128,7 +130,7 @@ class Nemesis:
     def ring(self, hold_s: float) -> None:
         """Each member reaches only its ring neighbours (5 members: every member sees a majority, no two
         the same); with 3 members, one pair is cut and the third bridges them."""
-        members = list(self.cluster.members)
+        members = self.cluster.group()
         self.rng.shuffle(members)
         n = len(members)
         if n >= 5:
@@ -144,7 +146,7 @@ class Nemesis:
 
     def one_way(self, hold_s: float) -> None:
         leader = self._leader()
-        other = self.rng.choice([m for m in self.cluster.members if m != leader])
+        other = self.rng.choice([m for m in self.cluster.group() if m != leader])
         src, dst = (leader, other) if self.rng.random() < 0.5 else (other, leader)
         self.log(f"  everything {src} sends {dst} is lost")
         before = self.cluster.network.effect()
@@ -154,7 +156,7 @@ class Nemesis:
 
     def slow(self, hold_s: float) -> None:
         delay = self.rng.choice([0.02, 0.1, 0.3])
-        members = list(self.cluster.members)
+        members = self.cluster.group()
         pairs = [(a, b) for i, a in enumerate(members) for b in members[i + 1:]]
         self.log(f"  every link {delay * 1000:.0f} ms slower per chunk")
         before = self.cluster.network.effect()
@@ -163,7 +165,7 @@ class Nemesis:
         self._held("slow", before)
 
     def disk_full(self, hold_s: float) -> None:
-        victim = self.rng.choice(list(self.cluster.members))
+        victim = self.rng.choice(self.cluster.group())
         self.log(f"  {victim} restarted with a full disk")
         self.cluster.restart_with(victim, DISK_FULL)
         self._shown("disk_full", self._until(lambda: self._disk_full(victim)), f"{victim} never said its disk is full")
@@ -173,7 +175,7 @@ class Nemesis:
     def tail_cut(self, hold_s: float) -> None:
         """SIGKILL a member and cut its last data file at a random byte within its last few entries (zeros
         after it): recovery must truncate the log there."""
-        victim = self.rng.choice(list(self.cluster.members))
+        victim = self.rng.choice(self.cluster.group())
         self.cluster.kill_member(victim)
         last = self._cut_tail(victim)
         time.sleep(hold_s)
@@ -182,8 +184,8 @@ class Nemesis:
     def isolated_tail_cut(self, hold_s: float) -> None:
         """Two faults at once: a member cut off from the rest is killed, its tail cut, and restarted while
         still cut off; it must recover and catch up once the partition heals."""
-        victim = self.rng.choice(list(self.cluster.members))
-        rest = set(self.cluster.members) - {victim}
+        victim = self.rng.choice(self.cluster.group())
+        rest = set(self.cluster.group()) - {victim}
         self.log(f"  partition {{{victim}}} | {sorted(rest)}, then {victim} killed with its tail cut")
         before = self.cluster.network.effect()
         self.cluster.network.partition({victim}, rest)
@@ -193,6 +195,68 @@ class Nemesis:
         self._restart_truncated("isolated_tail_cut", victim, last)
         time.sleep(hold_s / 2)
         self._held("isolated_tail_cut", before)
+
+    def replace_member(self, hold_s: float) -> None:
+        """A member's machine dies; a fresh one (new ports, empty disk) joins as a learner, catches up, is
+        promoted, and the dead one is removed, all under the writers' load. Then the dead one comes back
+        with its old disk: removed while down, it never learned it, and stands for election again and
+        again; the group must not notice."""
+        if not self.cluster.spares:
+            self._shown("replace_member", False, "no spare machine left")
+            return
+        leader = self._leader()
+        victim = self.rng.choice([m for m in self.cluster.group() if m != leader])
+        self._kill("replace_member", victim)
+        new = self.cluster.join_spare(via=leader)
+        self.history.membership_changes += 1  # it asks to be added
+        self.log(f"  SIGKILL {victim}; {new.id} joins in its place")
+        joined = self._until(lambda: self._configured(new.id), RECOVERY_BOUND_S)
+        promoted = joined and self._until(
+            lambda: self._change("POST", f"/v1/cluster/members/{new.id}/promote", "ALREADY_VOTER"), RECOVERY_BOUND_S)
+        removed = promoted and self._until(
+            lambda: self._change("DELETE", f"/v1/cluster/members/{victim}", "UNKNOWN_MEMBER"), RECOVERY_BOUND_S)
+        self._shown("replace_member", removed, f"{new.id} did not join, was not promoted, or {victim} not removed")
+        if removed:
+            self.cluster.removed.add(victim)
+        time.sleep(hold_s / 2)
+        if not removed:
+            self.cluster.start_member(victim)
+            return
+        leader = self._leader()
+        before = self.cluster.status(leader)
+        self.log(f"  {victim}, removed, runs again")
+        self.cluster.start_member(victim)
+        stood = self._until(lambda: (self.cluster.status(victim) or {}).get("role") == "candidate")
+        time.sleep(hold_s / 2)
+        after = self.cluster.status(leader)
+        held = before and after and (after["leader"], after["term"]) == (leader, before["term"])
+        self._shown("replace_member", stood, f"{victim}, removed and running again, never stood for election")
+        if stood and not held:
+            self.problems.append(f"{victim}, removed and running again, disturbed the group: leader {leader} in term "
+                                 f"{before and before['term']}, then {after and (after['leader'], after['term'])}")
+
+    def _configured(self, member_id: str) -> bool:
+        """The group's configuration, as a running member of it says, holds `member_id`."""
+        url = self.cluster.members[self.rng.choice(self.cluster.running_ids())].client_url
+        try:
+            said = httpx.get(f"{url}/v1/cluster/members", timeout=2).json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        return any(m["id"] == member_id for m in said.get("members", []))
+
+    def _change(self, method: str, path: str, done_already: str) -> bool:
+        """A membership change through a running member of the group: True once made (or found made: an
+        answer lost before), False while the group cannot take it yet; any other refusal is a problem."""
+        member = self.rng.choice(self.cluster.running_ids())
+        self.history.membership_changes += 1
+        try:
+            answer = httpx.request(method, f"{self.cluster.members[member].client_url}{path}", timeout=15)
+        except httpx.HTTPError:
+            return False
+        code = answer.json().get("error", {}).get("code") if answer.status_code != 200 else None
+        if code is not None and code not in RETRY_CHANGE | {done_already}:
+            self.problems.append(f"{method} {path} refused: {answer.text[:300]}")
+        return answer.status_code == 200 or code == done_already
 
     def _cut_tail(self, victim: str) -> int | None:
         """Cut the newest data file that holds entries inside its last entry; the index of that entry."""
@@ -223,7 +287,7 @@ class Nemesis:
         files recovery finds it on open, in older ones the scrub or a read does, and the entry is repaired
         from a replica's copy (or cut away and fetched again). Not in the channel field, the one that
         DLedger's format covers by no CRC and no index record (raftlog writes 0)."""
-        victim = self.rng.choice(list(self.cluster.members))
+        victim = self.rng.choice(self.cluster.group())
         self.cluster.kill_member(victim)
         member = self.cluster.members[victim]
         committed = read_checkpoint(member.data_dir / "checkpoint.db").committed_index
@@ -310,7 +374,7 @@ class Nemesis:
         """Time from now until a write through the other members succeeds (a new leader serves);
         the write, acknowledged."""
         started = time.monotonic()
-        urls = {m: member.client_url for m, member in self.cluster.members.items() if m not in exclude}
+        urls = {m: self.cluster.members[m].client_url for m in self.cluster.group() if m not in exclude}
         with httpx.Client(timeout=1.0) as http:
             while time.monotonic() - started < FAILOVER_BOUND_S:
                 for member, url in urls.items():

@@ -114,14 +114,14 @@ def _schedule(nemesis: Nemesis, kinds: list[str], rng: random.Random, seconds: f
 
 def _converge(cluster: FaultCluster, log: Callable[[str], None]) -> list[str]:
     """Wait until every member has committed the same log end; a liveness violation if they do not."""
-    for member_id, member in cluster.members.items():
-        if not member.running:  # it exited on its own: the observer has said so
+    for member_id in cluster.group():
+        if not cluster.members[member_id].running:  # it exited on its own: the observer has said so
             cluster.stop_member(member_id)
             cluster.start_member(member_id)
     deadline = time.monotonic() + CONVERGE_S
     said: list[dict[str, Any] | None] = []
     while time.monotonic() < deadline:
-        said = [cluster.status(m) for m in cluster.members]
+        said = [cluster.status(m) for m in cluster.group()]
         ends = {(s["end_index"], s["committed_index"]) for s in said if s}
         if all(said) and len(ends) == 1 and len({e for pair in ends for e in pair}) == 1:
             log(f"converged at index {ends.pop()[0]}")

@@ -71,6 +71,7 @@ class History:
         self.faults: list[FaultWindow] = []
         self.lock = threading.Lock()
         self.acked: list[tuple[int, float]] = []  # (index, complete time) of ok appends, for readers
+        self.membership_changes = 0  # asked for: each may have written one CONFIG_CHANGE entry
 
     def add(self, op: Op) -> None:
         with self.lock:
@@ -232,7 +233,7 @@ class Observer(threading.Thread):
                 self.look(http)
 
     def look(self, http: httpx.Client) -> None:
-        for member_id, member in self.cluster.members.items():
+        for member_id, member in list(self.cluster.members.items()):  # a spare may join meanwhile
             process = member.process
             if process is None or member_id in self.cluster.paused:
                 continue
