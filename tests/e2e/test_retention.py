@@ -102,3 +102,52 @@ def test_cleaning_keeps_what_is_not_applied_and_a_follower_left_behind_is_reinst
     assert logs[0].count("\n") >= last - begin and len(set(logs)) == 1
     gone = httpx.get(f"{cluster.members[lagging].client_url}/v1/entries/0", timeout=5)
     assert gone.status_code == 410 and gone.json()["error"]["code"] == "INDEX_LESS_THAN_LOCAL_BEGIN"
+
+
+def members(cluster: LocalCluster, member_id: str) -> dict[str, Any]:
+    return httpx.get(f"{cluster.members[member_id].client_url}/v1/cluster/members", timeout=5).json()
+
+
+def test_after_cleaning_a_restarted_member_and_a_new_one_still_know_the_configuration(
+        make_cluster: ClusterFactory) -> None:
+    """The entries that set the group's configuration are cleaned away: a restarted member takes it from
+    its checkpoint, and a new member (added first, then started with the group in its `peers`), installed
+    from the leader's first kept entry, gets it with the install and keeps it across a restart."""
+    cluster = make_cluster(3, **SETTINGS)
+    leader = cluster.wait_leader()
+    url = cluster.members[leader].client_url
+    new = cluster.add_member()
+    new.join = None  # added by the operator, then started with the group's members in its `peers`
+    cluster.peers += f";{new.id}-127.0.0.1:{new.peer_port}@learner"
+    assert httpx.post(f"{url}/v1/cluster/members", json={"id": "n9", "peer_address": "127.0.0.1:1"},
+                      timeout=15).status_code == 201
+    assert httpx.delete(f"{url}/v1/cluster/members/n9", timeout=15).status_code == 200
+    configured = httpx.post(f"{url}/v1/cluster/members", timeout=15, json={
+        "id": new.id, "peer_address": f"127.0.0.1:{new.peer_port}", "client_url": new.client_url}).json()
+    written = post_batch(url, "filler", 60)
+    assert written.status_code == 201, written.text
+    for member_id in ("n1", "n2", "n3"):
+        expire(cluster, member_id)
+    eventually(lambda: all(status(cluster, m)["begin_index"] > configured["index"] for m in ("n1", "n2", "n3")),
+               "every member to clean the configuration's entries away")
+
+    follower = next(m for m in ("n1", "n2", "n3") if m != leader)
+    cluster.stop_member(follower)
+    cluster.start_member(follower)
+    cluster.wait_healthy(follower)
+    assert members(cluster, follower)["index"] == configured["index"]  # from its checkpoint
+
+    cluster.start_member(new.id)
+    cluster.wait_healthy(new.id)
+    last = written.json()["last_index"]
+    eventually(lambda: status(cluster, new.id)["committed_index"] >= last, f"{new.id} to be installed and catch up")
+    assert status(cluster, new.id)["begin_index"] > configured["index"]  # it never held those entries
+    said = members(cluster, new.id)
+    assert said["index"] == configured["index"] and said["members"] == configured["members"]  # from the install
+    cluster.stop_member(new.id)
+    cluster.start_member(new.id)
+    cluster.wait_healthy(new.id)
+    assert members(cluster, new.id)["index"] == configured["index"]  # the install's, checkpointed
+    promoted = httpx.post(f"{cluster.members[cluster.wait_leader(among=['n1', 'n2', 'n3'])].client_url}"
+                          f"/v1/cluster/members/{new.id}/promote", timeout=15)
+    assert promoted.status_code == 200, promoted.text
