@@ -261,11 +261,7 @@ def _status(args: argparse.Namespace) -> int:
     status = _request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"group {status['group']}  term {status['term']}  leader {status['leader']}  "
           f"committed {status['committed_index']}  log {status['begin_index']}..{status['end_index']}")
-    print(f"{'id':<6}{'role':<11}{'voter':<7}{'match':>8}{'lag':>7}{'contact ms':>12}  client url")
-    for m in status["members"]:
-        print(f"{m['id']:<6}{m['role'] or 'down':<11}{'yes' if m['voter'] else 'no':<7}"
-              f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}{_dash(m['last_contact_ms']):>12}  "
-              f"{m['client_url'] or '-'}")
+    _print_members(status)
     return 0
 
 
@@ -273,12 +269,16 @@ def _members_list(args: argparse.Namespace) -> int:
     status = _request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"configuration of entry {status['configuration_index']}  leader {status['leader']}  "
           f"term {status['term']}")
-    print(f"{'id':<6}{'kind':<9}{'role':<11}{'match':>8}{'lag':>7}  {'peer address':<22}client url")
+    _print_members(status)
+    return 0
+
+
+def _print_members(status: dict[str, Any]) -> None:
+    print(f"{'id':<6}{'kind':<9}{'role':<11}{'match':>8}{'lag':>7}{'contact ms':>12}  {'peer address':<22}client url")
     for m in status["members"]:
         print(f"{m['id']:<6}{'voter' if m['voter'] else 'learner':<9}{m['role'] or 'down':<11}"
-              f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}  {m['peer_url'].removeprefix('http://'):<22}"
-              f"{m['client_url'] or '-'}")
-    return 0
+              f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}{_dash(m['last_contact_ms']):>12}  "
+              f"{m['peer_url'].removeprefix('http://'):<22}{m['client_url'] or '-'}")
 
 
 def _members_add(args: argparse.Namespace) -> int:

@@ -1,15 +1,15 @@
 """Membership changes on a local cluster: what adding a member to a long log takes, what a change costs
 the writers, and how long writes stop when the leader removes itself.
 
-    python bench/membership_bench.py [--log-mib 1024] [--rounds 5] [--json]
+    python bench/membership_bench.py [--log-mib 1024] [--rounds 5] [--load-eps 20000] [--json]
 
 - add and promote: a 3-node cluster holds --log-mib of log (bodies of 1000 bytes, in batches of 1000).
   A fresh member starts with `--join` (an empty disk): seconds until the group lists it as a learner,
   until it holds the leader's log (the first promote accepted: lag within max_promote_lag_entries), and
   until the promotion commits.
 - the write rate before, during and after: BATCH_CLIENTS clients append batches of 1000 bodies of 100
-  bytes to the leader the whole time; entries/s over the 10 s before the join, while the learner
-  catches up, and over the 10 s after the promotion.
+  bytes to the leader the whole time, at --load-eps together; entries/s acknowledged over the 10 s
+  before the join, while the learner catches up, and over the 10 s after the promotion.
 - the leader removes itself: on a fresh 3-node cluster under load (wrk, single appends), DELETE
   /v1/cluster/members/<the leader> sent to the leader (it hands leadership to a caught-up voter first);
   ms from the request to the first append acknowledged through the members that stay, and the request's
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import shutil
@@ -69,11 +70,14 @@ def fill(url: str, mib: int) -> int:
 
 
 class Load(threading.Thread):
-    """BATCH_CLIENTS clients appending batches to the leader, each acknowledged batch timed."""
+    """BATCH_CLIENTS clients appending batches to the leader at `eps` entries/s together (a steady load
+    the leader has room beside: a saturating one outruns peer_push_quota, and a new member far behind
+    would never catch up), each acknowledged batch timed."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, eps: int) -> None:
         super().__init__(daemon=True)
         self.url = url
+        self.interval_s = BATCH * BATCH_CLIENTS / eps  # each client's time per batch
         self.acked: list[tuple[float, int]] = []  # (when, entries)
         self.stopping = threading.Event()
 
@@ -81,11 +85,12 @@ class Load(threading.Thread):
         send = raftlog_batch(self.url, BATCH)
 
         async def client(http: httpx.AsyncClient) -> None:
+            next_at = time.monotonic()
             while not self.stopping.is_set():
-                try:
+                with contextlib.suppress(httpx.HTTPError):  # refused while the group changes: not counted
                     self.acked.append((time.monotonic(), await send(http)))
-                except httpx.HTTPError:
-                    await asyncio.sleep(0.05)
+                next_at += self.interval_s
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
         async def run() -> None:
             async with httpx.AsyncClient(timeout=30) as http:
@@ -101,7 +106,7 @@ def get(url: str, path: str) -> dict[str, Any]:
     return httpx.get(f"{url}{path}", timeout=5).json()
 
 
-def add_and_promote(root: Path, log_mib: int, log: Any) -> dict[str, Any]:
+def add_and_promote(root: Path, log_mib: int, load_eps: int, log: Any) -> dict[str, Any]:
     cluster = LocalCluster(root, 3)
     try:
         cluster.start()
@@ -109,7 +114,7 @@ def add_and_promote(root: Path, log_mib: int, log: Any) -> dict[str, Any]:
         started = time.monotonic()
         last = fill(leader, log_mib)
         log(f"  {log_mib} MiB of log ({last + 1:,} entries) written in {time.monotonic() - started:.1f} s")
-        load = Load(leader)
+        load = Load(leader, load_eps)
         load.start()
         time.sleep(WINDOW_S)
         new = cluster.add_member()
@@ -204,12 +209,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--load-eps", type=int, default=20_000, help="the writers' steady rate, entries/s")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     log = (lambda _line: None) if args.json else functools.partial(print, flush=True)
     with tempfile.TemporaryDirectory(prefix="raftlog-membership-bench-") as tmp:
         log(f"add a member and promote it, {args.log_mib} MiB of log:")
-        added = add_and_promote(Path(tmp) / "add", args.log_mib, log)
+        added = add_and_promote(Path(tmp) / "add", args.log_mib, args.load_eps, log)
         log(f"the leader removes itself, {args.rounds} rounds:")
         removal = leader_removes_itself(Path(tmp) / "remove", args.rounds, log)
     result = {**added, "removal_unavailable_ms_p50": statistics.median(removal["unavailable_ms"]),

@@ -197,6 +197,11 @@ class LeaderElector:
         self.last_vote_cost = self.node.now() - started
         tally = tally_votes(term, answers)
         result, backoff = parse_votes(tally, self._quorum())
+        if result is ParseResult.PASSED and self.state.known_max_term > term:
+            # A leader that stepped down for a larger term asks again in its own term first, and may win it
+            # with the votes it had (a round ends at a quorum, before the member of the larger term answers);
+            # it would step down at its first heartbeat, again and again: it stands in the larger term next.
+            result, backoff = ParseResult.WAIT_TO_VOTE_NEXT, Backoff.VOTE_INTERVAL
         async with self.state.lock:
             if not self.state.is_candidate or self.state.current_term != term:
                 return
@@ -286,6 +291,10 @@ class LeaderElector:
                     result = VoteResult.UNKNOWN
             term = (self.node.store.end_term if result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
                     else self.state.current_term)
+            if not from_self:
+                log.debug("%s answers %s's vote request in term %d (its log ends %d/%d, mine %d/%d): %s",
+                          self.config.self_id, request.leader_id, request.term, request.ledger_end_index,
+                          request.ledger_end_term, self.node.store.end_index, self.node.store.end_term, result.value)
             return VoteResponse(term, result)
 
     async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:

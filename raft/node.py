@@ -228,8 +228,6 @@ class RaftNode:
         return await self._append_committed(bodies, self.state.current_term, Magic.NORMAL)
 
     async def _append_committed(self, bodies: Sequence[bytes], term: int, magic: int) -> Appended:
-        if self.state.transferee is not None:
-            raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
         if len(self._pending) >= self.config.max_pending_requests:
             raise PendingFullError(f"{len(self._pending)} appends are waiting for a quorum")
         appended = await self._append_local(bodies, term, magic)
@@ -242,6 +240,10 @@ class RaftNode:
         async with self.state.lock:
             if not self.state.is_leader or self.state.current_term != term:
                 raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
+            if self.state.transferee is not None and magic != Magic.NOOP:
+                # checked here, under the lock: an append queued on it when a transfer began would land after
+                # the transferee was found caught up, and a log behind loses the transferee its vote round
+                raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
             result = await self.store.append_as_leader(bodies, term, magic)
             if magic == Magic.CONFIG_CHANGE:  # in force from now on, committed or not
                 self.members.append(Configuration.decode(bodies[0], result.first_index))
@@ -614,6 +616,7 @@ class RaftNode:
         if behind > self.config.max_leadership_transfer_wait_index:
             return Code.FALL_BEHIND_TOO_MUCH
         self.state.transferee = transferee
+        accepted = False
         deadline = self.now() + self.config.leadership_transfer_wait_timeout_ms / 1000
         try:
             while True:
@@ -629,10 +632,21 @@ class RaftNode:
                 response = await self.transport.transfer(transferee, request)
             except PeerUnavailable:
                 return Code.NETWORK_ERROR
+            if response.code is Code.SUCCESS:
+                # Appends stay refused while the target stands (one more here would put its log behind, and
+                # lose it the round), until this member steps down, or for the wait timeout if it never does
+                # (the thesis, 3.10: the transfer is aborted after an election timeout).
+                accepted = True
+                asyncio.get_running_loop().call_later(self.config.leadership_transfer_wait_timeout_ms / 1000,
+                                                      self._end_transfer, term, transferee)
             return response.code
         finally:
-            if self.state.current_term == term and self.state.transferee == transferee:
-                self.state.transferee = None
+            if not accepted:
+                self._end_transfer(term, transferee)
+
+    def _end_transfer(self, term: int, transferee: str) -> None:
+        if self.state.current_term == term and self.state.transferee == transferee:
+            self.state.transferee = None
 
     def check_preferred_leader(self) -> None:
         """Give leadership back to a preferred member that is alive and caught up."""
