@@ -1,12 +1,13 @@
 """Membership changes on a local cluster: what adding a member to a long log takes, what a change costs
 the writers, and how long writes stop when the leader removes itself.
 
-    python bench/membership_bench.py [--log-mib 1024] [--rounds 5] [--load-eps 20000] [--json]
+    python bench/membership_bench.py [--log-mib 1024] [--rounds 5] [--load-eps 20000] [--set NAME=VALUE] [--json]
 
 - add and promote: a 3-node cluster holds --log-mib of log (bodies of 1000 bytes, in batches of 1000).
   A fresh member starts with `--join` (an empty disk): seconds until the group lists it as a learner,
   until it holds the leader's log (the first promote accepted: lag within max_promote_lag_entries), and
-  until the promotion commits.
+  until the promotion commits. A member more than peer_push_throttle_point behind is fed at
+  peer_push_quota (DLedger's 20 MiB/s): that bounds the catch-up; --set changes them.
 - the write rate before, during and after: BATCH_CLIENTS clients append batches of 1000 bodies of 100
   bytes to the leader the whole time, at --load-eps together; entries/s acknowledged over the 10 s
   before the join, while the learner catches up, and over the 10 s after the promotion.
@@ -106,8 +107,8 @@ def get(url: str, path: str) -> dict[str, Any]:
     return httpx.get(f"{url}{path}", timeout=5).json()
 
 
-def add_and_promote(root: Path, log_mib: int, load_eps: int, log: Any) -> dict[str, Any]:
-    cluster = LocalCluster(root, 3)
+def add_and_promote(root: Path, log_mib: int, load_eps: int, settings: dict[str, str], log: Any) -> dict[str, Any]:
+    cluster = LocalCluster(root, 3, settings=settings)
     try:
         cluster.start()
         leader = cluster.members[cluster.wait_leader()].client_url
@@ -210,12 +211,15 @@ def main() -> None:
     parser.add_argument("--log-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--load-eps", type=int, default=20_000, help="the writers' steady rate, entries/s")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for every node of the add phase, e.g. --set peer_push_quota=209715200")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     log = (lambda _line: None) if args.json else functools.partial(print, flush=True)
     with tempfile.TemporaryDirectory(prefix="raftlog-membership-bench-") as tmp:
         log(f"add a member and promote it, {args.log_mib} MiB of log:")
-        added = add_and_promote(Path(tmp) / "add", args.log_mib, args.load_eps, log)
+        settings = dict(item.split("=", 1) for item in args.set)
+        added = add_and_promote(Path(tmp) / "add", args.log_mib, args.load_eps, settings, log)
         log(f"the leader removes itself, {args.rounds} rounds:")
         removal = leader_removes_itself(Path(tmp) / "remove", args.rounds, log)
     result = {**added, "removal_unavailable_ms_p50": statistics.median(removal["unavailable_ms"]),
