@@ -154,7 +154,7 @@ class Disk(_message.Message):
     def __init__(self, data_dir: _Optional[str] = ..., usage_ratio: _Optional[float] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class ClusterResponse(_message.Message):
-    __slots__ = ("group", "self", "role", "term", "leader", "members", "begin_index", "end_index", "committed_index", "applied_index", "uptime_s", "flush_mode", "disk")
+    __slots__ = ("group", "self", "role", "term", "leader", "members", "begin_index", "end_index", "committed_index", "applied_index", "uptime_s", "flush_mode", "disk", "configuration_index")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SELF_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,7 @@ class ClusterResponse(_message.Message):
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURATION_INDEX_FIELD_NUMBER: _ClassVar[int]
     group: str
     self: str
     role: str
@@ -181,7 +182,8 @@ class ClusterResponse(_message.Message):
     uptime_s: float
     flush_mode: str
     disk: Disk
-    def __init__(self_, group: _Optional[str] = ..., self: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., uptime_s: _Optional[float] = ..., flush_mode: _Optional[str] = ..., disk: _Optional[_Union[Disk, _Mapping]] = ...) -> None: ...
+    configuration_index: int
+    def __init__(self_, group: _Optional[str] = ..., self: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., uptime_s: _Optional[float] = ..., flush_mode: _Optional[str] = ..., disk: _Optional[_Union[Disk, _Mapping]] = ..., configuration_index: _Optional[int] = ...) -> None: ...
 
 class TransferLeaderRequest(_message.Message):
     __slots__ = ("target",)

@@ -100,6 +100,8 @@ class ClusterStatus(BaseModel):
     term: int
     leader: str | None
     members: list[Member]
+    configuration_index: int = Field(description="The entry of the configuration in force on this member "
+                                     "(-1: the `peers` setting's)")
     begin_index: int
     end_index: int
     committed_index: int

@@ -153,6 +153,7 @@ def test_membership_through_the_grpc_api(cluster: LocalCluster) -> None:
         stub = log_pb2_grpc.LogStub(channel)
         listed = stub.Members(pb.MembersRequest(), metadata=admin)
         assert {m.id for m in listed.members} == {"n1", "n2", "n3"} and listed.committed
+        assert stub.Cluster(pb.ClusterRequest(), metadata=admin).configuration_index == listed.index
         added = stub.AddMember(pb.AddMemberRequest(id="n8", peer_address="127.0.0.1:2", client_url="http://x:8"),
                                metadata=admin)
         assert {m.id: m.voter for m in added.members}["n8"] is False and added.index > listed.index
