@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from raft.config import Peer
 
@@ -124,6 +125,12 @@ class Transferred(BaseModel):
     previous: str
 
 
+# a host name, an IPv4 address or a bracketed IPv6 address; with a port
+HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])"
+HOST_PORT = rf"^{HOST}:[0-9]{{1,5}}$"
+PORT = re.compile(r"^(?:https?://)?(?:[^/\[\]]+|\[[^\]]*\]):([0-9]{1,5})(?:/|$)")  # the port after the host
+
+
 class NewMember(BaseModel):
     """A member to add: a learner (it receives the log, and votes once promoted) unless `learner` is false."""
 
@@ -133,11 +140,18 @@ class NewMember(BaseModel):
 
     id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.]+$",
                     description="Letters, digits, _ and . (a `-` would not fit the peers setting)")
-    peer_address: str = Field(min_length=3, max_length=255, pattern=r"^\S+:[0-9]{1,5}$",
-                              description="host:port of its peer port")
-    client_url: str | None = Field(default=None, max_length=255, pattern=r"^https?://\S+$")
-    grpc_address: str | None = Field(default=None, max_length=255, pattern=r"^\S+:[0-9]{1,5}$")
+    peer_address: str = Field(max_length=255, pattern=HOST_PORT, description="host:port of its peer port")
+    client_url: str | None = Field(default=None, max_length=255, pattern=rf"^https?://{HOST}(?::[0-9]{{1,5}})?(?:/\S*)?$")
+    grpc_address: str | None = Field(default=None, max_length=255, pattern=HOST_PORT)
     learner: bool = True
+
+    @field_validator("peer_address", "client_url", "grpc_address")
+    @classmethod
+    def _port_in_range(cls, value: str | None) -> str | None:
+        port = PORT.search(value or "")
+        if port is not None and not 0 < int(port.group(1)) < 65536:
+            raise ValueError("the port must be 1 to 65535")
+        return value
 
     def as_peer(self) -> Peer:
         return Peer(self.id, self.peer_address, self.learner, self.client_url, self.grpc_address)
