@@ -336,13 +336,13 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
     @app.post("/v1/cluster/members/{member_id}/promote", tags=["cluster"], summary="Promote a learner to voter",
               responses={200: {"model": GroupConfiguration, "description": "The new configuration, committed"},
-                         **errors(404, 409, 502, 503, 504)})
+                         **errors(400, 404, 409, 502, 503, 504)})
     async def promote_member(member_id: str = MEMBER_ID) -> JSONResponse:
         return JSONResponse(await service.change_membership("promote", member_id))
 
     @app.delete("/v1/cluster/members/{member_id}", tags=["cluster"], summary="Remove a member",
                 responses={200: {"model": GroupConfiguration, "description": "The new configuration, committed"},
-                           **errors(404, 409, 502, 503, 504)})
+                           **errors(400, 404, 409, 502, 503, 504)})
     async def remove_member(member_id: str = MEMBER_ID) -> JSONResponse:
         return JSONResponse(await service.change_membership("remove", member_id))
 

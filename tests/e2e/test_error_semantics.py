@@ -368,6 +368,7 @@ OWN_STATUSES = {
     ("UNEXPECTED_ARGUMENT", 431): "headers over max_header_bytes (app.client_protocol)",
     ("UNSUPPORTED", 404): "a path that is no route (api.public)",
     ("UNSUPPORTED", 405): "a method the path does not take, with Allow (api.public)",
+    ("UNKNOWN_MEMBER", 404): "a membership change naming no member (api.errors.api_error)",
 }
 # What the API answers and the README's table does not list yet: each fails as soon as the table does
 NOT_IN_README: dict[object, str] = {}
