@@ -183,10 +183,9 @@ class PeerClient:
 
     async def change_membership(self, leader_id: str, action: str, member_id: str,
                                 new: Peer | None) -> dict[str, Any]:
-        request = pb.MembershipChange(action=action, id=member_id)
-        if new is not None:
-            request.MergeFrom(pb.MembershipChange(peer_address=new.address, client_url=new.client_url or "",
-                                                  grpc_address=new.grpc_address or "", learner=new.learner))
+        added = {} if new is None else {"peer_address": new.address, "client_url": new.client_url or "",
+                                        "grpc_address": new.grpc_address or "", "learner": new.learner}
+        request = pb.MembershipChange(action=action, id=member_id, **added)
         answer = await self._api_call(leader_id, "ChangeMembership", request, pb.JsonAnswer)
         return _json(answer.json, leader_id)
 
