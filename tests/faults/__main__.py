@@ -1,4 +1,4 @@
-"""python -m tests.faults [--seconds 60] [--seed N] [--nodes 3] [--json] [--verbose]"""
+"""python -m tests.faults [--seconds 60] [--seed N] [--nodes 3] [--json] [--verbose] [--mutant NAME]"""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import random
 import sys
 from pathlib import Path
 
+from tests.faults.mutants import ALL
 from tests.faults.nemesis import KINDS
 from tests.faults.run import print_summary, run
 
@@ -21,11 +22,12 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="say each fault as it happens")
     parser.add_argument("--only", help=f"these kinds of fault, comma-separated (of {', '.join(KINDS)})")
     parser.add_argument("--keep", type=Path, help="keep the nodes' data and logs in this directory")
+    parser.add_argument("--mutant", choices=sorted(ALL), help="plant this bug in every node process started")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else (lambda _: None)
     kinds = args.only.split(",") if args.only else None
-    summary = run(seed, args.seconds, args.nodes, root=args.keep, kinds=kinds, log=log)
+    summary = run(seed, args.seconds, args.nodes, root=args.keep, kinds=kinds, mutant=args.mutant, log=log)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,13 @@ from typing import Any
 import httpx
 
 from app.launcher import LocalCluster, Member
+from tests.faults.mutants import ENV, MARKER
 from tests.faults.proxy import Network
 
 SPARES = 3  # fresh machines a run may add to replace a member
+NODE_MODULE = ["-m", "app.cli"]
+PLANTED_NODE_MODULE = ["-m", "tests.faults.node"]  # app.cli's main, with a bug planted first
+STOPPED = "T"  # a process stopped by a signal, in /proc/PID/stat
 
 
 class FaultCluster(LocalCluster):
@@ -20,8 +25,10 @@ class FaultCluster(LocalCluster):
     the group's configuration holds every member's own peer port). Spare members, with proxies of their
     own links from the start, can join to replace a member; a removed member may be left running."""
 
-    def __init__(self, data_root: Path, nodes: int, settings: dict[str, Any]) -> None:
+    def __init__(self, data_root: Path, nodes: int, settings: dict[str, Any], mutant: str | None = None) -> None:
         super().__init__(data_root, nodes, settings=settings)
+        self.mutant = mutant  # a bug of tests.faults.mutants planted in every node process started
+        self.pids: dict[str, list[int]] = {}  # every process started, by member
         spare = LocalCluster(data_root, nodes + SPARES)  # its members n{nodes+1}... on free ports
         self.spares = [member for member_id, member in spare.members.items() if member_id not in self.members]
         self.removed: set[str] = set()  # members removed from the group, perhaps still running
@@ -32,11 +39,35 @@ class FaultCluster(LocalCluster):
 
     def command(self, member: Member) -> list[str]:
         args = super().command(member)
+        if self.mutant is not None:
+            assert args[1:3] == NODE_MODULE, args
+            args[1:3] = PLANTED_NODE_MODULE
         others = [m for m in [*self.members.values(), *self.spares] if m.id != member.id]
         args += ["--peer-routes", ";".join(f"{m.id}-127.0.0.1:{self.network.port(member.id, m.id)}" for m in others)]
         for name, value in self.overrides.get(member.id, {}).items():
             args += [f"--{name.replace('_', '-')}", str(value)]
         return args
+
+    def environment(self, member: Member) -> dict[str, str]:
+        return {**super().environment(member), **({ENV: self.mutant} if self.mutant is not None else {})}
+
+    def start_member(self, member_id: str) -> Member:
+        member = super().start_member(member_id)
+        assert member.process is not None
+        self.pids.setdefault(member_id, []).append(member.process.pid)
+        return member
+
+    def unplanted(self) -> list[str]:
+        """The processes started with a mutant whose log has no line that says it was planted."""
+        if self.mutant is None:
+            return []
+        missing = []
+        for member_id, pids in self.pids.items():
+            path = self.members[member_id].log_path
+            text = path.read_text(errors="replace") if path.exists() else ""
+            planted = {int(pid) for pid in re.findall(MARKER.format(name=re.escape(self.mutant), pid=r"(\d+)"), text)}
+            missing += [f"{member_id} (pid {pid})" for pid in pids if pid not in planted]
+        return missing
 
     def restart_with(self, member_id: str, settings: dict[str, Any]) -> None:
         """Stop a member (SIGTERM) and start it again with these settings on top of the cluster's."""
@@ -78,6 +109,11 @@ class FaultCluster(LocalCluster):
             os.kill(process.pid, signal.SIGSTOP)
             self.paused.add(member_id)
 
+    def stopped(self, member_id: str) -> bool:
+        """The member's process is stopped (SIGSTOP took effect), as the kernel says."""
+        process = self.members[member_id].process
+        return process is not None and process_state(process.pid) == STOPPED
+
     def resume(self, member_id: str) -> None:
         process = self.members[member_id].process
         if process is not None and process.poll() is None:
@@ -101,3 +137,12 @@ class FaultCluster(LocalCluster):
         said = [s for m in self.running_ids() if m not in self.paused and (s := self.status(m, 0.5))]
         leaders = {s["leader"] for s in said if s.get("leader")}
         return leaders.pop() if len(leaders) == 1 else None
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T, Z, ...); None for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]  # after the command's name, which may hold spaces
+    except (FileNotFoundError, IndexError):
+        return None

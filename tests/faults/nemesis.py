@@ -1,13 +1,16 @@
 """The faults, each applied for a while and then healed, on a seeded schedule.
 
-Each fault shows that it took effect (a killed process's exit status, the
-proxy's counts of what it held, delayed or refused, a member's own word on
-its disk, recovery's truncation, the repair of a flipped bit); one that did
-nothing is a problem of the run, not a pass.
+Each fault shows that it took effect (a killed process's exit status, a
+stopped process's state, the proxy's counts of what it held, delayed or
+refused, a member's own word on its disk, recovery's truncation, the repair
+of the flipped entry, by its index); one that did nothing is a problem of the
+run, not a pass. The damage it did to a member's files is recorded, so that
+only that member's word on it, after it, is excused in the node logs.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import signal
@@ -32,11 +35,38 @@ CHANNEL_BITS = (32 * 8, 36 * 8)  # the channel field's bits in an entry header
 
 KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "refuse_leader", "halves", "ring",
          "one_way", "slow", "disk_full", "tail_cut", "bit_flip", "isolated_tail_cut", "replace_member"]
-DISTURBANCE_WINDOWS = 3  # a removed member standing disturbs every window; the group's own hiccup, one
+DISTURBANCE_WINDOWS = 3  # a removed member standing must disturb none of them
+STOP_SHOWN_S = 2.0  # how long a SIGSTOP may take to show in /proc
 RETRY_CHANGE = frozenset({"LEARNER_BEHIND", "CHANGE_IN_FLIGHT", "NOT_LEADER", "LEADER_TRANSFERRING", "SERVER_BUSY",
                           "NETWORK_ERROR", "WAIT_QUORUM_ACK_TIMEOUT", "TERM_CHANGED", "TIMEOUT"})
 OPENED = re.compile(rb" opened \S+: log (-?\d+)\.\.(-?\d+),")  # app.node's line once the log is recovered
-REPAIRED = (b"repaired from", b"cutting the log there")  # a damaged entry repaired, or cut away by recovery
+# a member's word on a damaged entry (the group's name for the index): a read or the scrub found it, recovery
+# cut the log there; and its repair from a replica's copy
+DAMAGE_SAID = (re.compile(rb"entry (\d+) is damaged on this member"),
+               re.compile(rb"corrupt entry (\d+) .*cutting the log there"))
+REPAIR_SAID = (re.compile(rb"entry (\d+) repaired from"), DAMAGE_SAID[1])
+
+
+@dataclass(frozen=True)
+class Damage:
+    """Entries first..last of a member's files damaged by a fault, before its log reached `offset` bytes."""
+
+    member: str
+    offset: int
+    first: int
+    last: float  # math.inf: every index from first on (a cut tail)
+
+    def explains(self, member: str, offset: int, line: bytes) -> bool:
+        """Whether this damage explains a line at `offset` of `member`'s log."""
+        if member != self.member or offset < self.offset:
+            return False
+        said = next((m for pattern in DAMAGE_SAID if (m := pattern.search(line))), None)
+        return said is not None and self.first <= int(said.group(1)) <= self.last
+
+
+def said_of(patterns: tuple[re.Pattern[bytes], ...], index: int, text: bytes) -> bool:
+    """Whether a line of `text` matches one of `patterns` for entry `index`."""
+    return any(int(m.group(1)) == index for pattern in patterns for m in pattern.finditer(text))
 
 
 @dataclass
@@ -49,6 +79,7 @@ class Nemesis:
     effective: dict[str, int] = field(default_factory=dict)  # faults that showed every effect, by kind
     failovers_ms: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    damage: list[Damage] = field(default_factory=list)  # what the faults did to members' files
     _probe: int = 0
 
     def apply(self, kind: str, hold_s: float) -> None:
@@ -90,6 +121,8 @@ class Nemesis:
         leader = self._leader()
         self.log(f"  SIGSTOP leader {leader}")
         self.cluster.pause(leader)
+        self._shown("pause_leader", self._until(lambda: self.cluster.stopped(leader), STOP_SHOWN_S),
+                    f"{leader} was sent SIGSTOP, and /proc does not say it stopped")
         probe = self._failover(exclude={leader})
         self._shown("pause_leader", probe is not None, f"no other member took a write while {leader} was stopped")
         time.sleep(hold_s)
@@ -178,9 +211,9 @@ class Nemesis:
         after it): recovery must truncate the log there."""
         victim = self.rng.choice(self.cluster.group())
         self.cluster.kill_member(victim)
-        last = self._cut_tail(victim)
+        cut = self._cut_tail(victim)
         time.sleep(hold_s)
-        self._restart_truncated("tail_cut", victim, last)
+        self._restart_truncated("tail_cut", victim, cut)
 
     def isolated_tail_cut(self, hold_s: float) -> None:
         """Two faults at once: a member cut off from the rest is killed, its tail cut, and restarted while
@@ -192,8 +225,8 @@ class Nemesis:
         self.cluster.network.partition({victim}, rest)
         time.sleep(hold_s / 2)
         self.cluster.kill_member(victim)
-        last = self._cut_tail(victim)
-        self._restart_truncated("isolated_tail_cut", victim, last)
+        cut = self._cut_tail(victim)
+        self._restart_truncated("isolated_tail_cut", victim, cut)
         time.sleep(hold_s / 2)
         self._held("isolated_tail_cut", before)
 
@@ -228,9 +261,10 @@ class Nemesis:
         stood = self._until(lambda: (self.cluster.status(victim) or {}).get("role") == "candidate")
         self._shown("replace_member", stood, f"{victim}, removed and running again, never stood for election")
         windows = [self._leadership_held(victim, hold_s / 2) for _ in range(DISTURBANCE_WINDOWS)] if stood else []
-        if stood and not any(held for held, _ in windows):  # an election of the group's own may fall in one
-            self.problems.append(f"{victim}, removed and running again, disturbed the group: "
-                                 f"{'; '.join(said for _, said in windows)}")
+        disturbed = [said for held, said in windows if not held]
+        if disturbed:
+            self.problems.append(f"{victim}, removed and running again, disturbed the group in {len(disturbed)} of "
+                                 f"{len(windows)} windows: {'; '.join(disturbed)}")
 
     def _leadership_held(self, stander: str, seconds: float) -> tuple[bool, str]:
         """Whether the group keeps its leader and term for `seconds` while `stander` keeps standing."""
@@ -266,8 +300,9 @@ class Nemesis:
             self.problems.append(f"{method} {path} refused: {answer.text[:300]}")
         return answer.status_code == 200 or code == done_already
 
-    def _cut_tail(self, victim: str) -> int | None:
-        """Cut the newest data file that holds entries inside its last entry; the index of that entry."""
+    def _cut_tail(self, victim: str) -> tuple[int, int] | None:
+        """Cut the newest data file that holds entries inside its last entry; the indices of the first
+        entry the cut reaches and of that last one."""
         for path in sorted((self.cluster.members[victim].data_dir / "data").iterdir(), reverse=True):
             data = path.read_bytes()
             entries = _entries(data)
@@ -277,13 +312,17 @@ class Nemesis:
                 cut = self.rng.randint(max(0, written - 4096), written - 1)
                 self.log(f"  {victim} killed, {path.name} cut at byte {cut} of {written} written (last entry {index})")
                 path.write_bytes(data[:cut] + bytes(len(data) - cut))
-                return index
+                return next(i for i, at, length in entries if at + length > cut), index
         self.log(f"  {victim} killed; it holds no entry to cut")
         return None
 
-    def _restart_truncated(self, kind: str, victim: str, last: int | None) -> None:
+    def _restart_truncated(self, kind: str, victim: str, cut: tuple[int, int] | None) -> None:
         """Start the victim; recovery must say its log now ends before the entry that was cut."""
         offset = self._log_size(victim)
+        last = None
+        if cut is not None:
+            self.damage.append(Damage(victim, offset, cut[0], math.inf))
+            last = cut[1]
         self.cluster.start_member(victim)
         opened = self._until(lambda: OPENED.search(self._log_since(victim, offset)))
         end = int(opened.group(2)) if opened else None
@@ -316,8 +355,9 @@ class Nemesis:
         self.log(f"  {victim} killed, bit {bit} of committed entry {index} flipped ({path.name})")
         time.sleep(hold_s)
         offset = self._log_size(victim)
+        self.damage.append(Damage(victim, offset, index, index))
         self.cluster.start_member(victim)
-        self._shown("bit_flip", self._until(lambda: any(m in self._log_since(victim, offset) for m in REPAIRED)),
+        self._shown("bit_flip", self._until(lambda: said_of(REPAIR_SAID, index, self._log_since(victim, offset))),
                     f"the flipped bit in {victim}'s entry {index} was never found and repaired")
 
     # -- helpers -----------------------------------------------------------------------------------

@@ -1,12 +1,15 @@
 """One run of the fault suite: a cluster, clients, a seeded schedule of faults, then the checker.
 
-    python -m tests.faults --seconds 60 --seed 7 [--nodes 5] [--json] [--verbose]
+    python -m tests.faults --seconds 60 --seed 7 [--nodes 5] [--json] [--verbose] [--mutant NAME]
 
 The verdict covers safety (the checker, on the logs read from the stopped
 members' files), liveness (a group that stops making progress ends the run
 with a violation, not a crash of the harness), crashes (a member that exits
-when no fault stopped it, a traceback or an unexpected ERROR in a node's log)
-and faults that did nothing.
+when no fault stopped it, a traceback or an ERROR in a node's log that no
+fault explains), faults that did nothing, and a vacuous run (no write
+acknowledged, no read answered, a kind of fault that never took effect).
+With a mutant (tests.faults.mutants), every node process the run started
+must say it was planted there.
 """
 
 from __future__ import annotations
@@ -28,39 +31,42 @@ from pipeline.entries import CorruptDataError
 from pipeline.options import PipelineError
 from tests.faults.checker import COUNTS, MemberLog, Verdict, check, history_around, read_availability, read_logs
 from tests.faults.harness import FaultCluster
-from tests.faults.nemesis import KINDS, Nemesis
-from tests.faults.workload import History, Observer, Reader, Writer
+from tests.faults.nemesis import KINDS, Damage, Nemesis
+from tests.faults.workload import GrpcWriter, History, Observer, Reader, Writer
 
 # 64 KiB data files: a run writes many, so damage lands both where recovery rescans and below; a scrub
 # every second finds a flipped bit in the older files
 SETTINGS = {**SMALL_FILES, "data_file_size": 64 << 10, "max_entry_bytes": 16 << 10, "checkpoint_interval_ms": 200,
             "scrub_interval_ms": 1000}
 CONVERGE_S = 60.0
-# ERROR lines a node writes when a fault of the suite's own making is found (a flipped bit, a cut log)
-EXPECTED_ERRORS = (re.compile(rb"entry \d+ is damaged on this member"), re.compile(rb"cutting the log there"))
 PROBLEM = re.compile(rb"\d (?:ERROR|CRITICAL) |\[(?:ERROR|CRITICAL)\]|^(?:ERROR|CRITICAL):")
 LOG_LINE = re.compile(rb"^(?:\d{4}-\d\d-\d\d |\[\d{4}-|INFO: |WARNING: |ERROR: )", re.MULTILINE)  # a new record
 LEADS = re.compile(rb" (\S+) is leader in term (\d+) ")  # raft.member_state's line on becoming leader
 
 
 def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, writers: int = 3, readers: int = 2,
-        kinds: list[str] | None = None, log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Run faults for about `seconds` (each kind at least once) and check the outcome; returns the summary."""
+        kinds: list[str] | None = None, mutant: str | None = None,
+        log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run faults for about `seconds` (each kind at least once) and check the outcome; returns the summary.
+    The last of the writers appends through the gRPC API, the others through REST."""
     rng = random.Random(seed)
+    kinds = list(kinds or KINDS)
     with tempfile.TemporaryDirectory(prefix="raftlog-faults-") as tmp:
-        cluster = FaultCluster(root or Path(tmp), nodes, SETTINGS)
+        cluster = FaultCluster(root or Path(tmp), nodes, SETTINGS, mutant)
         history = History()
         try:
             cluster.start()
             cluster.wait_leader(60)
             urls = {m: member.client_url for m, member in cluster.members.items()}
-            clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(writers)]
+            addresses = {m: member.grpc_address for m, member in cluster.members.items()}
+            clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(writers - 1)]
+                       + [GrpcWriter(f"g{i}", addresses, history, seed * 100 + i) for i in range(writers - 1, writers)]
                        + [Reader(f"r{i}", urls, history, seed * 100 + 50 + i) for i in range(readers)])
             observer = Observer(cluster)
             for thread in [*clients, observer]:
                 thread.start()
             nemesis = Nemesis(cluster, history, rng, log)
-            liveness = _schedule(nemesis, list(kinds or KINDS), rng, seconds, log)
+            liveness = _schedule(nemesis, list(kinds), rng, seconds, log)
             for client in clients:
                 client.stop()
             for client in clients:
@@ -73,13 +79,21 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
                 observer.look(http)  # a member that exited since the last look
             for member_id in cluster.members:
                 cluster.stop_member(member_id)
-            crashes = _scan_node_logs(cluster, observer)
+            crashes = _scan_node_logs(cluster, observer, nemesis.damage)
+            unplanted = [f"mutant {mutant} not planted in {', '.join(missing)}"
+                         for missing in [cluster.unplanted()] if missing]
             logs, unreadable = _read_final_logs(cluster)
-            verdict = check(history, logs, [*observer.violations, *liveness, *crashes, *unreadable,
+            verdict = check(history, logs, [*unplanted, *observer.violations, *liveness, *crashes, *unreadable,
                                             *nemesis.problems])
+            for problem in vacuous(verdict.acked, _reads_answered(history), kinds, nemesis.effective):
+                verdict.note(problem)
             summary = _summary(seed, seconds, nodes, history, nemesis, verdict, liveness)
-            if kinds:
+            summary["mutant"] = mutant
+            summary["planted"] = sum(map(len, cluster.pids.values())) if mutant and not unplanted else 0
+            if kinds != KINDS:
                 summary["replay"] += f" --only {','.join(kinds)}"
+            if mutant:
+                summary["replay"] += f" --mutant {mutant}"
             if summary["violations"]:
                 summary["node_logs"] = {m: cluster.tail(m, 60) for m in cluster.members}
                 if verdict.suspects:
@@ -112,6 +126,18 @@ def _schedule(nemesis: Nemesis, kinds: list[str], rng: random.Random, seconds: f
     return []
 
 
+def vacuous(acked: int, reads_answered: int, kinds: list[str], effective: dict[str, int]) -> list[str]:
+    """Why the run proves nothing: no write acknowledged, no read answered, a kind of fault that never
+    took effect."""
+    problems = [f"vacuous: {what}" for what, none in (("no write was acknowledged", not acked),
+                                                      ("no read was answered", not reads_answered)) if none]
+    return problems + [f"vacuous: {kind} never took effect" for kind in kinds if not effective.get(kind)]
+
+
+def _reads_answered(history: History) -> int:
+    return sum(op.is_read and op.outcome == "ok" and op.client != "nemesis" for op in history.ops)
+
+
 def _converge(cluster: FaultCluster, log: Callable[[str], None]) -> list[str]:
     """Wait until every member has committed the same log end; a liveness violation if they do not."""
     for member_id in cluster.group():
@@ -131,32 +157,35 @@ def _converge(cluster: FaultCluster, log: Callable[[str], None]) -> list[str]:
     return [f"liveness: the members did not converge within {CONVERGE_S:.0f} s of the last fault: {seen}"]
 
 
-def _scan_node_logs(cluster: FaultCluster, observer: Observer) -> list[str]:
+def _scan_node_logs(cluster: FaultCluster, observer: Observer, damage: list[Damage]) -> list[str]:
     problems = []
     for member_id, member in cluster.members.items():
         text = member.log_path.read_bytes() if member.log_path.exists() else b""
-        problems += scan_log(member_id, text, observer)
+        problems += scan_log(member_id, text, observer, damage)
     return problems[:10]
 
 
-def scan_log(member_id: str, text: bytes, observer: Observer) -> list[str]:
-    """Tracebacks and ERROR lines no fault explains, and every leader the log names (no polling gaps)."""
+def scan_log(member_id: str, text: bytes, observer: Observer, damage: list[Damage] | None = None) -> list[str]:
+    """Tracebacks and ERROR lines no fault explains (a member's word on the damage a fault did to its
+    files, after the fault), and every leader the log names (no polling gaps)."""
     for match in LEADS.finditer(text):
         observer.saw(int(match.group(2)), match.group(1).decode())
     problems = []
-    for record in _records(text):
+    for offset, record in _records(text):
         first, *rest = record.splitlines()
         if (PROBLEM.search(first) or b"Traceback" in record) and not any(
-                expected.search(first) for expected in EXPECTED_ERRORS):
+                fault.explains(member_id, offset, first) for fault in damage or ()):
             said = first + (b" ... " + rest[-1].strip() if rest else b"")  # the exception, if any
             problems.append(f"{member_id} logged: {said.decode(errors='replace')[:600]}")
     return problems
 
 
-def _records(text: bytes) -> list[bytes]:
-    """A node's log cut into records: a line that starts one, and the lines (a traceback) that follow it."""
+def _records(text: bytes) -> list[tuple[int, bytes]]:
+    """A node's log cut into records, each at its offset: a line that starts one, and the lines (a
+    traceback) that follow it."""
     starts = [m.start() for m in LOG_LINE.finditer(text)]
-    return [text[a:b].strip() for a, b in zip([0, *starts], [*starts, len(text)], strict=True) if text[a:b].strip()]
+    return [(a, text[a:b].strip()) for a, b in zip([0, *starts], [*starts, len(text)], strict=True)
+            if text[a:b].strip()]
 
 
 def _read_final_logs(cluster: FaultCluster) -> tuple[dict[str, MemberLog], list[str]]:
@@ -197,6 +226,8 @@ def _summary(seed: int, seconds: float, nodes: int, history: History, nemesis: N
 
 def print_summary(summary: dict[str, Any], out: Any = sys.stdout) -> None:
     print(f"seed {summary['seed']}, {summary['nodes']} nodes, {summary['seconds']:g} s of faults", file=out)
+    if summary.get("mutant"):
+        print(f"mutant {summary['mutant']}: planted in {summary['planted']} node processes", file=out)
     print(f"operations {summary['ops']:,} (appends {summary['appends']:,}, reads {summary['reads']:,}); "
           f"entries acknowledged {summary['acked']:,}, unknown {summary['unknown']:,}, "
           f"refused {summary['failed']:,}", file=out)

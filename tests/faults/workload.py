@@ -3,6 +3,8 @@
 An append is `ok` (with its index), `fail` (certainly not appended: the request
 never arrived, or the answer says it was refused before it was written), or
 `unknown` (a timeout, a lost connection, or an answer that leaves it open).
+Writers append through REST or through the gRPC API (`raftlog.v1.Log`), whose
+errors name the same codes.
 
 A read is `ok` with what it saw, or `fail`. Reads come in three shapes, all
 linearizable: one index (`get`), a JSON page of a range (`page`), and an
@@ -19,8 +21,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import grpc
 import httpx
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
+from api import log_pb2 as pb
+from api import log_pb2_grpc
 from tests.faults.harness import FaultCluster
 
 # answers that mean "not appended": refused before anything was written
@@ -117,6 +124,32 @@ def send_append(http: httpx.Client, url: str, op: Op) -> None:
         op.outcome = "fail"
 
 
+def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op) -> None:
+    """Append the op's bodies through the gRPC API (Append, or AppendBatch) and set its outcome."""
+    try:
+        if len(op.bodies) == 1:
+            op.index = stub.Append(pb.AppendRequest(body=op.bodies[0]), timeout=TIMEOUT_S).index
+        else:
+            op.index = stub.AppendBatch(pb.AppendBatchRequest(bodies=op.bodies), timeout=TIMEOUT_S).first_index
+        op.outcome = "ok"
+    except grpc.RpcError as exc:
+        op.code = _grpc_code(exc)
+        if op.code in DEFINITE:
+            op.outcome = "fail"
+    finally:
+        op.complete = time.monotonic()
+
+
+def _grpc_code(exc: grpc.RpcError) -> str:
+    """The DLedger code's name from the status's ErrorInfo; else gRPC's own code (no outcome known)."""
+    status = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    for detail in status.details if status else ():
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return info.reason
+    return f"grpc {exc.code().name}"  # type: ignore[attr-defined]
+
+
 def send_read(http: httpx.Client, url: str, op: Op) -> None:
     """Read what the op asks for, linearizably, and record what came back."""
     try:
@@ -178,15 +211,40 @@ class Writer(Client):
         seq = 0
         with httpx.Client(timeout=TIMEOUT_S) as http:
             while not self.stopping.is_set():
-                member = self.random.choice(list(self.urls))
-                count = 1 if self.random.random() < 0.7 else self.random.randint(2, 5)
-                op = Op("append", self.name, member, time.monotonic(),
-                        [f"{self.name}-{seq}-{k}".encode() for k in range(count)])
+                op = self.next_append(seq)
                 seq += 1
                 send_append(http, self.urls[op.member], op)
-                self.history.add(op)
-                if op.outcome != "ok":
-                    self.stopping.wait(0.05)  # do not spin against a member that is down
+                self.record(op)
+
+    def next_append(self, seq: int) -> Op:
+        """Unique bodies, one or a small batch, through a member picked at random."""
+        member = self.random.choice(list(self.urls))
+        count = 1 if self.random.random() < 0.7 else self.random.randint(2, 5)
+        bodies = [f"{self.name}-{seq}-{k}".encode() for k in range(count)]
+        return Op("append", self.name, member, time.monotonic(), bodies)
+
+    def record(self, op: Op) -> None:
+        self.history.add(op)
+        if op.outcome != "ok":
+            self.stopping.wait(0.05)  # do not spin against a member that is down
+
+
+class GrpcWriter(Writer):
+    """A Writer through the gRPC API: `urls` are the members' gRPC addresses."""
+
+    def run(self) -> None:
+        channels = {m: grpc.insecure_channel(address) for m, address in self.urls.items()}
+        stubs = {m: log_pb2_grpc.LogStub(channel) for m, channel in channels.items()}
+        try:
+            seq = 0
+            while not self.stopping.is_set():
+                op = self.next_append(seq)
+                seq += 1
+                send_grpc_append(stubs[op.member], op)
+                self.record(op)
+        finally:
+            for channel in channels.values():
+                channel.close()
 
 
 class Reader(Client):

@@ -1,0 +1,112 @@
+"""Bugs planted into every node process of a fault run (`python -m tests.faults --mutant NAME`), to show
+that the suite catches them; `python -m tests.faults.mutants` (make mutants) runs the whole table.
+
+The simulation's bugs (tests.sim.mutants) and the service layer's code that only real processes run:
+the peer port's replication stream at both ends, the gRPC API, the client port's fast path. Each is
+(owner, attribute, make) as there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m
+tests.faults.node` plants it before the node starts and says so in one line of its log (MARKER).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from api.errors import ApiError
+from api.fast_path import ENTRY_PREFIX, EntryFastPath
+from api.grpc_api import LogServicer
+from api.peer_server import PeerService
+from api.peer_stream import H2PushStream
+from raft.messages import Code, PushRequest, PushResponse, PushType
+from tests.sim.mutants import MUTANTS
+
+ENV = "RAFTLOG_TEST_MUTANT"
+MARKER = "mutant {name} planted in process {pid}"
+UNKNOWN_OUTCOME = frozenset({Code.NETWORK_ERROR, Code.TIMEOUT, Code.WAIT_QUORUM_ACK_TIMEOUT})
+
+log = logging.getLogger("tests.faults.mutants")
+
+
+def acks_pushes_before_handling(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The peer port answers an append push SUCCESS as it arrives; the node handles it after."""
+
+    def take_push(self: PeerService, request: PushRequest) -> asyncio.Future[PushResponse]:
+        handling = original(self, request)
+        if request.type is not PushType.APPEND or request.count <= 0:
+            return handling
+        answer: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        answer.set_result(PushResponse(Code.SUCCESS, self.node.state.current_term, request.first_index,
+                                       end_index=request.last_index, end_term=request.term,
+                                       ack_index=request.last_index))
+        return answer
+
+    return take_push
+
+
+def drops_push_on_reconnect(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A leader's new stream to a follower it was connected to before loses the first push queued
+    while it connected (its answer is still awaited)."""
+    connected: set[str] = set()
+
+    def connection_made(self: H2PushStream, transport: asyncio.BaseTransport) -> None:
+        if self.peer_id in connected and len(self._outbox) >= 2:
+            self._outbox.popleft()  # the message's prefix
+            self._outbox.popleft()  # and the message
+        connected.add(self.peer_id)
+        original(self, transport)
+
+    return connection_made
+
+
+def retries_grpc_forwarded_appends(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The gRPC API appends again when a forwarded append's outcome is unknown."""
+
+    async def append(self: LogServicer, bodies: list[bytes]) -> dict[str, Any]:
+        try:
+            return await original(self, bodies)
+        except ApiError as exc:
+            if exc.code not in UNKNOWN_OUTCOME:
+                raise
+            return await original(self, bodies)
+
+    return append
+
+
+def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The client port's fast path answers a get of any index its member's log holds, committed or not."""
+
+    async def call(self: EntryFastPath, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        digits = path[len(ENTRY_PREFIX):]
+        if scope["type"] == "http" and scope["method"] == "GET" and path.startswith(ENTRY_PREFIX) and digits.isdigit():
+            service = self.handlers.service
+            index = int(digits)
+            if service.node.committed_index < index <= service.store.end_index:
+                await Response(bytes(service.store.get(index).body), media_type="application/octet-stream")(
+                    scope, receive, send)
+                return
+        await original(self, scope, receive, send)
+
+    return call
+
+
+FAULT_MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
+    "acks-pushes-before-handling": (PeerService, "take_push", acks_pushes_before_handling),
+    "drops-push-on-reconnect": (H2PushStream, "connection_made", drops_push_on_reconnect),
+    "retries-grpc-forwarded-appends": (LogServicer, "_append", retries_grpc_forwarded_appends),
+    "fast-path-reads-past-commit": (EntryFastPath, "__call__", fast_path_reads_past_commit),
+}
+ALL = {**MUTANTS, **FAULT_MUTANTS}
+
+
+def plant(name: str) -> str:
+    """Replace the attribute `name` names with its buggy version; the marker line to log."""
+    owner, attribute, make = ALL[name]
+    setattr(owner, attribute, make(getattr(owner, attribute)))
+    return MARKER.format(name=name, pid=os.getpid())
