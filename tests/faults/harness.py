@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import httpx
 
 from app.launcher import LocalCluster, Member
-from tests.faults.mutants import ENV, MARKER
+from tests.faults.mutants import ENV, planted_pids
 from tests.faults.proxy import Network
 
 SPARES = 3  # fresh machines a run may add to replace a member
@@ -65,7 +64,7 @@ class FaultCluster(LocalCluster):
         for member_id, pids in self.pids.items():
             path = self.members[member_id].log_path
             text = path.read_text(errors="replace") if path.exists() else ""
-            planted = {int(pid) for pid in re.findall(MARKER.format(name=re.escape(self.mutant), pid=r"(\d+)"), text)}
+            planted = planted_pids(self.mutant, text)
             missing += [f"{member_id} (pid {pid})" for pid in pids if pid not in planted]
         return missing
 

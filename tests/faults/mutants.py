@@ -10,8 +10,8 @@ tests.faults.node` plants it before the node starts and says so in one line of i
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +29,6 @@ from tests.sim.mutants import MUTANTS
 ENV = "RAFTLOG_TEST_MUTANT"
 MARKER = "mutant {name} planted in process {pid}"
 UNKNOWN_OUTCOME = frozenset({Code.NETWORK_ERROR, Code.TIMEOUT, Code.WAIT_QUORUM_ACK_TIMEOUT})
-
-log = logging.getLogger("tests.faults.mutants")
 
 
 def acks_pushes_before_handling(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -110,3 +108,8 @@ def plant(name: str) -> str:
     owner, attribute, make = ALL[name]
     setattr(owner, attribute, make(getattr(owner, attribute)))
     return MARKER.format(name=name, pid=os.getpid())
+
+
+def planted_pids(name: str, log: str) -> set[int]:
+    """The processes whose log lines say `name` was planted in them."""
+    return {int(pid) for pid in re.findall(MARKER.format(name=re.escape(name), pid=r"(\d+)"), log)}

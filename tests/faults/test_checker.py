@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -14,7 +15,9 @@ import pytest
 from storage import Store, StoreConfig
 from storage.codec import Magic
 from tests.faults.checker import MemberLog, Stored, check, history_around, read_availability, read_logs
-from tests.faults.run import scan_log
+from tests.faults.harness import STOPPED, process_state
+from tests.faults.nemesis import REPAIR_SAID, Damage, said_of
+from tests.faults.run import scan_log, vacuous
 from tests.faults.workload import FaultWindow, History, Observer, Op
 
 
@@ -204,10 +207,58 @@ INFO:     Shutting down
 """
     observer = Observer(_Cluster({}))  # type: ignore[arg-type]
     observer.saw(3, "n2")
-    problems = scan_log("n1", text, observer)
+    problems = scan_log("n1", text, observer, [Damage("n1", 0, 7, 7)])  # a bit flipped in entry 7
     assert problems == [
         "n1 logged: 2026-11-25 06:00:00,003 ERROR raftlog.raft.node: n1: task <coroutine> died ... "
         "AssertionError: the commit index never falls",
         "n1 logged: 2026-11-25 06:00:00,004 INFO raftlog.raft: n1 is follower in term 4 (leader n2) ... "
         "RuntimeError: died at exit"]
     assert observer.violations == ["two leaders in term 3: ['n1', 'n2']"]
+
+
+DAMAGE_SAID = (
+    b"2026-11-25 06:00:00,001 INFO raftlog.node: n1 opened data: log 0..20\n"
+    b"2026-11-25 06:00:00,002 ERROR raftlog.raft.repair: entry 7 is damaged on this member: reads of it fail\n"
+    b"2026-11-25 06:00:00,003 ERROR raftlog.node: corrupt entry 12 in data/00000000000000000000 at file offset 4096: "
+    b"body CRC mismatch; it is at or below the committed index, so it must be repaired from a peer; cutting the log "
+    b"there and getting the rest from the peers\n")
+
+
+@pytest.mark.parametrize(("damage", "unexplained"), [
+    ([], [7, 12]),
+    ([Damage("n1", 0, 7, 7), Damage("n1", 0, 12, math.inf)], []),  # a flipped bit in 7, a tail cut from 12 on
+    ([Damage("n2", 0, 7, 7), Damage("n2", 0, 12, math.inf)], [7, 12]),  # another member's damage
+    ([Damage("n1", len(DAMAGE_SAID), 7, 7), Damage("n1", len(DAMAGE_SAID), 12, math.inf)], [7, 12]),  # said before
+    ([Damage("n1", 0, 8, 8), Damage("n1", 0, 13, math.inf)], [7, 12]),  # other entries
+])
+def test_damage_is_excused_only_on_the_member_a_fault_damaged_after_it(damage: list[Damage],
+                                                                         unexplained: list[int]) -> None:
+    problems = scan_log("n1", DAMAGE_SAID, Observer(_Cluster({})), damage)  # type: ignore[arg-type]
+    assert [next(i for i in (7, 12) if f"entry {i} " in p) for p in problems] == unexplained
+
+
+def test_a_flipped_bit_is_repaired_only_by_a_line_that_names_its_entry() -> None:
+    assert said_of(REPAIR_SAID, 7, b"x WARNING raftlog.raft.repair: entry 7 repaired from n2's copy\n")
+    assert not said_of(REPAIR_SAID, 7, b"x WARNING raftlog.raft.repair: entry 17 repaired from n2's copy\n")
+    assert said_of(REPAIR_SAID, 12, DAMAGE_SAID)  # recovery cut the log at it, to fetch it again
+    assert not said_of(REPAIR_SAID, 7, DAMAGE_SAID)  # found, not repaired
+
+
+def test_a_run_that_proves_nothing_fails() -> None:
+    kinds = ["kill_leader", "halves"]
+    assert vacuous(10, 10, kinds, {"kill_leader": 1, "halves": 2}) == []
+    assert vacuous(0, 0, kinds, {"kill_leader": 1}) == [
+        "vacuous: no write was acknowledged", "vacuous: no read was answered", "vacuous: halves never took effect"]
+
+
+def test_a_stopped_process_shows_state_t() -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert process_state(sleeper.pid) != STOPPED
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        os.waitpid(sleeper.pid, os.WUNTRACED)  # returns once it has stopped
+        assert process_state(sleeper.pid) == STOPPED
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert process_state(sleeper.pid) is None
