@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -96,6 +97,17 @@ class Tokens:
 def is_credential(value: str) -> bool:
     """Long enough not to be guessed, and fit for an HTTP header as it is."""
     return len(value) >= TOKEN_CHARS_MIN and value.isascii() and value.isprintable() and " " not in value
+
+
+def is_loopback(host: str) -> bool:
+    """A host only this machine reaches: security may be off there, and only there."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name other than localhost may resolve anywhere
 
 
 def required_role(method: str, path: str) -> Role | None:

@@ -18,6 +18,10 @@ class BatchFormatError(ValueError):
     """A binary batch whose lengths do not add up to its size."""
 
 
+class BatchTooLargeError(BatchFormatError):
+    """A binary batch of more entries than the caller takes."""
+
+
 def encode_bodies(bodies: Sequence[bytes]) -> bytes:
     parts = []
     for body in bodies:
@@ -26,14 +30,17 @@ def encode_bodies(bodies: Sequence[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def decode_bodies(data: bytes) -> list[bytes]:
-    """The bodies of a binary batch: a slice of `data` each (lengths read in place, no view per entry)."""
+def decode_bodies(data: bytes, max_entries: int | None = None) -> list[bytes]:
+    """The bodies of a binary batch: a slice of `data` each (lengths read in place, no view per entry).
+    Reading stops at the entry after `max_entries`: 64 MiB of empty bodies would be 16 million."""
     data = bytes(data)  # the same object when it is bytes already
     bodies = []
     unpack_from = LENGTH.unpack_from
     end = len(data)
     offset = 0
     while offset < end:
+        if len(bodies) == max_entries:
+            raise BatchTooLargeError(f"batch: more than {max_entries} entries (max_batch_entries)")
         if offset + LENGTH_SIZE > end:
             raise BatchFormatError(f"batch: a length prefix is cut off at byte {offset}")
         (size,) = unpack_from(data, offset)

@@ -7,9 +7,15 @@
         StorageError    -> DISK_FULL, INDEX_OUT_OF_RANGE, INDEX_LESS_THAN_LOCAL_BEGIN, DISK_ERROR
 
 Every error answers `{"error": {"code": "<name>", "message": "...", "leader": "n1" | null}}`.
+An unexpected exception answers INTERNAL_ERROR with an incident id that the
+member logs beside the exception: its text may name files, addresses or data
+that are no client's business.
 """
 
 from __future__ import annotations
+
+import logging
+import secrets
 
 from starlette.responses import JSONResponse
 
@@ -31,6 +37,7 @@ STATUS = {
     Code.UNKNOWN_MEMBER: 400,
     Code.UNAUTHENTICATED: 401,
     Code.PERMISSION_DENIED: 403,
+    Code.ORIGIN_NOT_ALLOWED: 403,
     Code.INDEX_OUT_OF_RANGE: 404,
     Code.FALL_BEHIND_TOO_MUCH: 409,
     Code.MEMBER_EXISTS: 409,
@@ -39,7 +46,9 @@ STATUS = {
     Code.CHANGE_IN_FLIGHT: 409,
     Code.LEARNER_BEHIND: 409,
     Code.QUORUM_AT_RISK: 409,
+    Code.SECRET_REQUIRED: 409,
     Code.INDEX_LESS_THAN_LOCAL_BEGIN: 410,
+    Code.HOST_NOT_ALLOWED: 421,
     Code.INTERNAL_ERROR: 500,
     Code.DISK_ERROR: 500,
     Code.NETWORK_ERROR: 502,
@@ -54,6 +63,8 @@ STATUS = {
 }
 RETRY_LATER = frozenset(code for code, status in STATUS.items() if status == 503)
 RETRY_AFTER_S = 1
+
+log = logging.getLogger("raftlog.api")
 
 
 class ApiError(Exception):
@@ -103,4 +114,7 @@ def api_error(exc: Exception, leader: str | None = None) -> ApiError:
         return ApiError(Code.INDEX_OUT_OF_RANGE, str(exc), leader)
     if isinstance(exc, StorageError):
         return ApiError(Code.DISK_ERROR, str(exc), leader)
-    return ApiError(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", leader)
+    incident = secrets.token_hex(6)
+    log.error("incident %s: an unexpected error answering a request", incident, exc_info=exc)
+    return ApiError(Code.INTERNAL_ERROR, f"an unexpected error on this member (incident {incident}: its log "
+                    "has the details)", leader)

@@ -15,21 +15,16 @@ This sits inside the request counter, the limits and the token check
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import ApiError, api_error, error_response
-from raft.errors import RaftError
-from storage.errors import StorageError
+from api.errors import api_error, error_response
 
 if TYPE_CHECKING:
     from api.public import EntryHandlers
-
-log = logging.getLogger("raftlog.api")
 
 ENTRIES = "/v1/entries"
 BATCH = "/v1/entries/batch"
@@ -71,10 +66,8 @@ class EntryFastPath:
     async def _answer(handling: Any, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             response = await handling
-        except Exception as exc:  # every error has one shape, as in FastAPI's handlers
-            if not isinstance(exc, ApiError | RaftError | StorageError):
-                log.exception("unexpected error answering a request")  # as uvicorn logs FastAPI's
-            response = error_response(api_error(exc))
+        except Exception as exc:  # every error has one shape, as in FastAPI's handlers (api_error logs
+            response = error_response(api_error(exc))  # an unexpected one with its incident id)
         await response(scope, receive, send)
 
     def _route(self, scope: Scope, template: str) -> None:

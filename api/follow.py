@@ -11,8 +11,10 @@ chunk of `follow_chunk_bytes` of log beyond what its connection's buffer holds
 (the server waits for the client to take what was sent before it reads more),
 and the chunks of all streams together hold at most `follow_buffer_bytes_max`:
 a stream whose next chunk would pass it waits until others are sent. A reader
-that takes nothing for `follow_stall_ms` while a chunk waits for it is cut off,
-so stalled readers cannot hold that buffer, and the others, for ever.
+that takes nothing for `follow_stall_ms` while a chunk waits for it is cut off
+by the server (app.client_protocol), so stalled readers cannot hold that
+buffer, and the others, for ever. A stream that does not follow is bounded the
+same way.
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.responses import StreamingResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from raft.waiting import Signal
 
 log = logging.getLogger("raftlog.api")
 
+ABORTED_WAIT_S = 5.0  # for the server to see a cut connection gone
 ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: cuts the request's connection (app.client_protocol)
 
 if TYPE_CHECKING:
@@ -85,21 +88,14 @@ async def committed_chunks(service: LogService, first: RawRead | None, start: in
                 yield None
 
 
-class FollowStream(StreamingResponse):
-    """A streamed answer that may stay open and idle for long: it watches for the client leaving (an
-    idle stream writes nothing that would notice), and cuts off a client that takes nothing for
-    `stall_s` while a chunk waits to be sent, through the server's `raftlog.abort` extension."""
-
-    def __init__(self, content: AsyncIterator[bytes], stall_s: float, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self.stall_s = stall_s
+class LogStream(StreamingResponse):
+    """A streamed answer of the log, one that follows it or not. It watches for the client leaving
+    (an idle stream writes nothing that would notice), and cuts the connection when the stream fails
+    after its 200 where the format has no room to say so, through the server's `raftlog.abort`
+    extension. A client that takes nothing is the server's to cut (app.client_protocol)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def bounded_send(message: Message) -> None:
-            async with asyncio.timeout(self.stall_s):
-                await send(message)
-
-        streaming = asyncio.ensure_future(self.stream_response(bounded_send))
+        streaming = asyncio.ensure_future(self.stream_response(send))
         leaving = asyncio.ensure_future(self.listen_for_disconnect(receive))
         try:
             await asyncio.wait((streaming, leaving), return_when=asyncio.FIRST_COMPLETED)
@@ -108,13 +104,9 @@ class FollowStream(StreamingResponse):
                 abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
                 if abort is None:
                     raise error
-                if isinstance(error, TimeoutError):
-                    log.info("cut off a follow stream to %s: it took nothing for %.0f s (follow_stall_ms)",
-                             _client(scope), self.stall_s)
-                else:
-                    log.warning("ended a follow stream to %s: %s", _client(scope), error)
+                log.warning("ended a stream of the log to %s: %s", _client(scope), error)
                 abort()  # at once, its unsent bytes dropped: the reader sees the stream cut
-                await asyncio.wait((leaving,), timeout=self.stall_s)  # the server sees it gone
+                await asyncio.wait((leaving,), timeout=ABORTED_WAIT_S)  # the server sees it gone
         finally:
             for task in (streaming, leaving):
                 task.cancel()

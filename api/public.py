@@ -10,16 +10,18 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib.metadata import version
 from typing import Any
 
 from fastapi import FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -28,10 +30,11 @@ from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from api.auth import AuthFailures, ClientAuth, Tokens, required_role
-from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, decode_bodies
-from api.errors import ApiError, api_error, bad_request, error_response
+from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
+from api.browser import BrowserGuard, page_policy
+from api.errors import ApiError, api_error, bad_request, error_response, too_large
 from api.fast_path import INDEX_DIGITS_MAX, EntryFastPath
-from api.follow import FollowStream, committed_chunks
+from api.follow import LogStream, committed_chunks
 from api.limits import EXEMPT_PATHS, RequestLimits
 from api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
 from api.schemas import (
@@ -55,6 +58,7 @@ from api.service import LogService, entry_json, entry_type
 from raft.messages import Code
 from storage.codec import iter_entries
 
+SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
 OCTETS = "application/octet-stream"
 ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
@@ -62,6 +66,8 @@ SSE = "text/event-stream"
 SSE_KEEPALIVE_S = 15.0  # a comment line on an idle event stream, so proxies keep it open
 DEFAULT_PAGE = 100
 SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
+ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
 CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
     "linearizable: what the leader has committed when the request arrives is seen (a read index round "
@@ -74,17 +80,19 @@ raftlog is a Raft-replicated, append-only log (DLedger's protocol). Append entri
 member; read committed entries back by index from any member.
 
 Every error answers `{"error": {"code", "message", "leader"}}` where `code` is DLedger's
-response code name (or raftlog's own UNAUTHENTICATED, PERMISSION_DENIED, SERVER_BUSY).
+response code name (or raftlog's own UNAUTHENTICATED, PERMISSION_DENIED, SERVER_BUSY, ...).
 Statuses: 400 bad input (UNEXPECTED_ARGUMENT, REQUEST_WITH_EMPTY_BODYS, UNKNOWN_MEMBER), 401
-UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 INDEX_OUT_OF_RANGE / UNKNOWN_MEMBER, 408 a request
-that did not arrive within request_read_timeout_ms, 409 FALL_BEHIND_TOO_MUCH or a membership change
-refused (MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK), 410
-INDEX_LESS_THAN_LOCAL_BEGIN (cleaned), 413 too large (UNEXPECTED_ARGUMENT), 415 unsupported
-content type, 431 headers over max_header_bytes, 500 INTERNAL_ERROR / DISK_ERROR, 502
-NETWORK_ERROR (the leader did not answer a forwarded call: the outcome is unknown), 503
-NOT_LEADER / LEADER_PENDING_FULL / LEADER_TRANSFERRING / SERVER_BUSY with `Retry-After`
-(nothing was done), 504 WAIT_QUORUM_ACK_TIMEOUT / TERM_CHANGED / TIMEOUT (the entry may still
-commit), 507 DISK_FULL.
+UNAUTHENTICATED, 403 PERMISSION_DENIED or ORIGIN_NOT_ALLOWED (a state-changing request from a page
+of another origin), 404 INDEX_OUT_OF_RANGE / UNKNOWN_MEMBER, 408 a request that did not arrive
+within request_read_timeout_ms, 409 FALL_BEHIND_TOO_MUCH or a membership change refused
+(MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK,
+SECRET_REQUIRED), 410 INDEX_LESS_THAN_LOCAL_BEGIN (cleaned), 413 too large (UNEXPECTED_ARGUMENT),
+415 unsupported content type, 421 HOST_NOT_ALLOWED (on plaintext, a Host header that is not one of
+the member's names), 431 headers over max_header_bytes, 500 INTERNAL_ERROR (with an incident id the
+member's log has) / DISK_ERROR, 502 NETWORK_ERROR (the leader did not answer a forwarded call: the
+outcome is unknown), 503 NOT_LEADER / LEADER_PENDING_FULL / LEADER_TRANSFERRING / SERVER_BUSY with
+`Retry-After` (nothing was done), 504 WAIT_QUORUM_ACK_TIMEOUT / TERM_CHANGED / TIMEOUT (the entry
+may still commit), 507 DISK_FULL.
 
 When the member has API tokens, every route but the health checks, metrics and documentation
 needs `Authorization: Bearer <token>` of a role that may call it (see each route).
@@ -93,13 +101,16 @@ needs `Authorization: Bearer <token>` of a role that may call it (see each route
 ERROR_TEXT = {
     400: "Bad input: malformed JSON, a wrong encoding, an empty batch or body, a bad parameter",
     401: "UNAUTHENTICATED: no bearer token, or an unknown one (the member has tokens)",
-    403: "PERMISSION_DENIED: the token's role may not call this route",
+    403: "PERMISSION_DENIED: the token's role may not call this route; ORIGIN_NOT_ALLOWED: a state-changing "
+         "request from a page of another origin",
     404: "INDEX_OUT_OF_RANGE: the index is not committed; UNKNOWN_MEMBER: no member has this id",
     409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed; a membership change "
-         "refused: MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK",
+         "refused: MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK, "
+         "SECRET_REQUIRED",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
     413: "An entry over max_entry_bytes, or a request over max_request_bytes",
     415: "A content type this route does not take",
+    421: "HOST_NOT_ALLOWED: the Host header is not a name this member answers to (allowed_hosts)",
     500: "INTERNAL_ERROR or DISK_ERROR: a fault on this member",
     502: "NETWORK_ERROR: the leader did not answer a forwarded call",
     503: "No leader (NOT_LEADER), too many pending appends, a transfer in progress, or too many requests or "
@@ -145,6 +156,13 @@ class EntryHandlers:
             if not message.get("more_body", False):
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    async def read_json(self, request: Request, model: type[BaseModel]) -> Any:
+        """The body of a route that takes only JSON, as `model`. Another content type is refused before
+        the body is read: a page on another site can send text/plain without a CORS preflight."""
+        if not _is_json(request):
+            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
+        return parse_model(model, await self.read_body(request))  # the limits answer 413/503 as such
+
     async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
         metrics = self.metrics
         started = time.perf_counter()
@@ -175,12 +193,14 @@ class EntryHandlers:
         async def bodies() -> list[bytes]:
             data = await self.read_body(request)
             if _is_json(request):
-                return _json_batch_bodies(data)
+                return _json_batch_bodies(data, self.limits.max_batch_entries)
             if _content_type(request) != BATCH_CONTENT_TYPE:
                 raise ApiError(Code.UNEXPECTED_ARGUMENT, f"a batch is application/json or {BATCH_CONTENT_TYPE}",
                                status=415)
             try:
-                return decode_bodies(data)
+                return decode_bodies(data, self.limits.max_batch_entries)
+            except BatchTooLargeError as exc:
+                raise too_large(str(exc)) from None
             except BatchFormatError as exc:
                 raise bad_request(str(exc)) from None
 
@@ -200,8 +220,9 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
     """The public API's routes, documented. Serve it behind `serve_public`, which counts requests
     and answers the hottest forms without FastAPI's per-request work."""
     app = FastAPI(title="raftlog", version=version("raftlog"), description=DESCRIPTION,
-                  docs_url="/docs", redoc_url=None, generate_unique_id_function=lambda route: route.name)
+                  docs_url=None, redoc_url=None, generate_unique_id_function=lambda route: route.name)
     _install_error_handlers(app)
+    _install_docs(app)
     limits = service.limits
     handlers = EntryHandlers(service, metrics)
 
@@ -289,10 +310,7 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
                                       budget=service.follow_budget, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
             headers = {"X-Raftlog-Committed-Index": str(end), "Cache-Control": "no-store",
                        "X-Accel-Buffering": "no"}  # a proxy (nginx) passes each entry on as it comes
-            if follow:
-                return FollowStream(_rendered(chunks, stream), limits.follow_stall_ms / 1000, media_type=stream,
-                                    headers=headers)
-            return StreamingResponse(_rendered(chunks, stream), media_type=stream, headers=headers)
+            return LogStream(_rendered(chunks, stream), media_type=stream, headers=headers)
         page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
         entries, committed = await service.read(start, page, linearizable)
         if not entries and wait_ms and await service.await_entry(start, wait_ms / 1000):
@@ -312,11 +330,11 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
     @app.post("/v1/cluster/leader", tags=["cluster"], summary="Transfer leadership",
               responses={200: {"model": Transferred, "description": "The target leads"},
-                         **errors(400, 409, 502, 503, 504)},
+                         **errors(400, 409, 415, 502, 503, 504)},
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                   "schema": {"$ref": "#/components/schemas/TransferTarget"}}}}})
     async def transfer(request: Request) -> JSONResponse:
-        target = parse_model(TransferTarget, await handlers.read_body(request))  # its limits answer 413/503 as such
+        target = await handlers.read_json(request, TransferTarget)
         return JSONResponse(await service.transfer_leadership(target.target))
 
     @app.get("/v1/cluster/members", tags=["cluster"], summary="The group's configuration",
@@ -327,11 +345,11 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
     @app.post("/v1/cluster/members", status_code=201, tags=["cluster"], summary="Add a member (a learner)",
               responses={201: {"model": GroupConfiguration, "description": "The new configuration, committed"},
-                         **errors(400, 409, 502, 503, 504)},
+                         **errors(400, 409, 415, 502, 503, 504)},
               openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
                   "schema": {"$ref": "#/components/schemas/NewMember"}}}}})
     async def add_member(request: Request) -> JSONResponse:
-        new = parse_model(NewMember, await handlers.read_body(request))
+        new = await handlers.read_json(request, NewMember)
         return JSONResponse(await service.change_membership("add", new.id, new.as_peer()), status_code=201)
 
     @app.post("/v1/cluster/members/{member_id}/promote", tags=["cluster"], summary="Promote a learner to voter",
@@ -368,12 +386,14 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
     return app
 
 
-def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens: Tokens | None) -> ASGIApp:
+def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens: Tokens | None, *,
+                 allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = ()) -> ASGIApp:
     """The ASGI app the client port serves: `app` behind the fast path, the token check (when there
-    are tokens), the limits and the request counter."""
+    are tokens), the limits, the Host and Origin checks and the request counter."""
     served: ASGIApp = EntryFastPath(app, EntryHandlers(service, metrics))
+    failures = AuthFailures(metrics.auth_failures, "client")
     if tokens is not None:
-        served = ClientAuth(served, tokens, AuthFailures(metrics.auth_failures, "client"),
+        served = ClientAuth(served, tokens, failures,
                             lambda scope: next((r for r in app.routes if r.matches(scope)[0] is Match.FULL), None))
     limits = service.limits
     bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
@@ -382,19 +402,28 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
                             max_followers=limits.max_followers)
     metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes,
                          lambda: bounded.followers, lambda: service.follow_budget.held)
-    return CountRequests(bounded, metrics)
+    return CountRequests(BrowserGuard(bounded, allowed_hosts, allowed_origins, failures), metrics)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The generated schema, plus the request models the routes parse by hand."""
+    """The generated schema, plus the request models the routes parse by hand: their openapi_extra
+    names each by a `$ref` that FastAPI leaves dangling, so every dangling name is looked up in
+    api.schemas (no list to keep up to date), and a `$ref` that still resolves to nothing raises."""
     if app.openapi_schema is None:
+        from api import schemas  # the models, by the names the `$ref`s use
+
+        prefix = "#/components/schemas/"
+
+        def named(document: dict[str, Any]) -> set[str]:  # the components the document's `$ref`s name
+            return {part.split('"', 1)[0] for part in json.dumps(document).split(f'"$ref": "{prefix}')[1:]}
+
         schema = get_openapi(title=app.title, version=app.version, description=app.description,
                              routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in (NewEntry, NewBatch, TransferTarget):
-            defs = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name in sorted(named(schema) - components.keys()):
+            defs = getattr(schemas, name).model_json_schema(ref_template=prefix + "{model}")
             components.update(defs.pop("$defs", {}))
-            components[model.__name__] = defs
+            components[name] = defs
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
         schema["components"]["securitySchemes"] = {"token": {
@@ -416,8 +445,21 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     responses.setdefault("503", _error_response(503))
                 if method == "post":
                     responses.setdefault("413", _error_response(413))
+        dangling = named(schema) - components.keys()
+        assert not dangling, f"$refs to no component: {sorted(dangling)}"
         app.openapi_schema = schema
     return app.openapi_schema
+
+
+def _install_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs, as FastAPI serves it, with a Content-Security-Policy that lets its scripts
+    and styles load from their CDN and run its own inline script."""
+    html = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI").body.decode()
+    headers = {"Content-Security-Policy": page_policy(html, sources=SWAGGER_SOURCES)}
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(html, headers=headers)
 
 
 def _methods_of(request: Request, literal_only: bool = False) -> set[str]:
@@ -503,14 +545,28 @@ def parse_model(model: type[Any], data: bytes | dict[str, Any]) -> Any:
         raise bad_request(f"{model.__name__}: {_explain(exc.errors())}") from None
 
 
-def _json_batch_bodies(data: bytes) -> list[bytes]:
+def _json_batch_bodies(data: bytes, max_entries: int) -> list[bytes]:
     """The bodies of a JSON batch. The common form is read by `_plain_batch_bodies`, without a
     pydantic model per entry (they cost a third of the leader's CPU per appended entry); anything
     else, an error above all, by the NewBatch model, whose answer stays the route's."""
+    _check_json_values(data, max_entries)
     bodies = _plain_batch_bodies(data)
     if bodies is None:
         return [_decode_body(e) for e in parse_model(NewBatch, data).entries]
     return bodies
+
+
+def _check_json_values(data: bytes, max_entries: int) -> None:
+    """413 for a JSON batch that holds more than `max_entries` entries, before it is decoded: 64 MiB of
+    `{"body":""}` would be millions of objects. A batch of n entries has at most 3n + 1 objects,
+    arrays and commas outside its strings; counted with its strings' first (at least as many), and
+    only when that passes the bound, again without them."""
+    bound = 3 * max_entries + 1
+    if data.count(b"{") + data.count(b"[") + data.count(b",") <= bound:
+        return
+    structure = JSON_STRING.sub(b"", data)
+    if structure.count(b"{") + structure.count(b"[") + structure.count(b",") > bound:
+        raise too_large(f"the batch holds more values than {max_entries} entries (max_batch_entries) can")
 
 
 def _plain_batch_bodies(data: bytes) -> list[bytes] | None:
@@ -552,7 +608,10 @@ def _decode_body(entry: NewEntry) -> bytes:
 
 
 def _explain(errors: Any) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}" for e in errors)
+    """The first ERRORS_SHOWN_MAX problems, and how many more there are."""
+    shown = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}"
+                      for e in errors[:ERRORS_SHOWN_MAX])
+    return shown + (f"; and {len(errors) - ERRORS_SHOWN_MAX} more" if len(errors) > ERRORS_SHOWN_MAX else "")
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from api.auth import is_loopback
 from api.errors import ApiError, api_error, bad_request, too_large
 from api.follow import ByteBudget
 from api.peer_client import PeerClient
@@ -52,7 +53,7 @@ class ApiLimits:
     max_followers: int = 1024  # follow streams and long-polls at once (not counted in max_inflight_requests)
     follow_chunk_bytes: int = 256 << 10  # log bytes a follow stream reads at a time (at least one entry)
     follow_buffer_bytes_max: int = 64 << 20  # log bytes held by all follow streams' unsent chunks together
-    follow_stall_ms: int = 30_000  # a follow stream whose client takes nothing this long is cut off
+    follow_stall_ms: int = 30_000  # a client that takes nothing of an answer (a stream) this long is cut off
 
 
 class RawRead(NamedTuple):
@@ -63,13 +64,15 @@ class RawRead(NamedTuple):
 
 class LogService:
     def __init__(self, node: RaftNode, peers: PeerClient, limits: ApiLimits, *, client_url: str,
-                 grpc_address: str | None = None, describe: Callable[[], dict[str, Any]] = dict) -> None:
+                 grpc_address: str | None = None, describe: Callable[[], dict[str, Any]] = dict,
+                 remote_members: bool = True) -> None:
         self.node = node
         self.peers = peers
         self.limits = limits
         self.client_url = client_url
         self.grpc_address = grpc_address
         self.describe = describe  # node facts beyond raft: flush mode, disk
+        self.remote_members = remote_members  # members beyond loopback may join (a cluster secret, or insecure)
         self.started = time.monotonic()
         self.closing = False  # the member is stopping: readers following the log end
         self.follow_budget = ByteBudget(limits.follow_buffer_bytes_max)  # shared by REST and gRPC streams
@@ -289,6 +292,10 @@ class LogService:
         node = self.node
         if action not in ("add", "promote", "remove") or (action == "add") != (new is not None):
             raise bad_request(f"no membership change {action!r}")
+        if new is not None and not self.remote_members and not is_loopback(new.address.rpartition(":")[0]):
+            raise ApiError(Code.SECRET_REQUIRED, f"{new.id} at {new.address} is beyond loopback, and this group "
+                           "has no cluster secret: anyone could join its peer calls (set cluster_secret on every "
+                           "member, or insecure=true)")
         if action == "remove" and member_id == node.config.self_id and node.role is Role.LEADER:
             await self._hand_over(member_id)
             return await self._forward_change(action, member_id, new, retry_in_flight=True)

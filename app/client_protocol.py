@@ -13,8 +13,11 @@ it takes any number of connections, and headers of any size. Here:
 - a request line and headers over `max_header_bytes` answer 431 and close: the
   parser is fed at most that many bytes of a header section, however they come.
 
-A route may cut its connection at once through the `raftlog.abort` ASGI
-extension: a follow stream whose reader stalled (api.follow).
+An answer the client stops taking (a stream of the log, a large page) holds
+the member's memory for as long as its connection stays: once the transport's
+buffer is full, the client has `write_stall_s` (follow_stall_ms) to take some,
+else the connection is cut and its buffer dropped. A route may cut its
+connection at once through the `raftlog.abort` ASGI extension.
 
 Every write goes through CorkedTransport, so an answer's head and body leave
 in one send: uvicorn writes them apart, a system call and a packet more for
@@ -46,7 +49,8 @@ CORK_BYTES_MAX = 64 * 1024  # held for the end of the turn; more is written at o
 LINGER_S = 1.0  # after an answer that ends a connection, what the client still sends is read this long
 
 
-def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int) -> type[asyncio.Protocol]:
+def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int,
+                     write_stall_s: float) -> type[asyncio.Protocol]:
     """The protocol class to give uvicorn.Config(http=...)."""
     refused_logged = [float("-inf")]  # when a refused connection was last logged
 
@@ -60,6 +64,7 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
             self._mid_message = False  # a request has begun and not fully arrived
             self._lingering = False  # answered and closing: what arrives is dropped
+            self._stalled: asyncio.TimerHandle | None = None  # the client has not taken what was sent
             if len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refused_logged[0] >= REFUSAL_LOG_INTERVAL_S:  # a flood of them is one line a second
@@ -74,7 +79,26 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self.resume_writing()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            """The transport's buffer is full: the client has this long to take some of it."""
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(write_stall_s, self._reader_stalled)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+        def _reader_stalled(self) -> None:
+            self._stalled = None
+            log.info("cut off the connection from %s: it took nothing of its answer for %.0f s (follow_stall_ms)",
+                     self._peer(), write_stall_s)
+            self.transport.abort()  # its unsent bytes dropped; the route's next send fails
 
         def data_received(self, data: bytes) -> None:
             """Header bytes are counted as they arrive, before the parser buffers them."""

@@ -62,11 +62,13 @@ class Node:
         store.on_flush = self.metrics.flush_seconds.observe
         self.cleaner = CleanService(store, safe_index=self._safe_index)
         self.service = LogService(self.raft, self.peers, settings.api_limits(), client_url=settings.client_url,
-                                  grpc_address=settings.grpc_address, describe=self._describe)
+                                  grpc_address=settings.grpc_address, describe=self._describe,
+                                  remote_members=secret is not None or settings.insecure)
         self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
         install_admin_page(self.public_app)
         self.public_asgi = serve_public(self.public_app, self.service, self.metrics,  # what the client port serves
-                                        settings.client_tokens())
+                                        settings.client_tokens(), allowed_hosts=settings.client_hosts(),
+                                        allowed_origins=settings.client_origins())
         self.handlers = EntryHandlers(self.service, self.metrics)  # the gRPC API's appends, as REST's
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"))

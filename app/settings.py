@@ -10,10 +10,10 @@ all together and raises SettingsError with one line that says what is wrong.
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import ssl
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
+from urllib.parse import urlsplit
 
 from pydantic import SecretStr, ValidationError, create_model
 from pydantic_settings import (
@@ -23,7 +23,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential
+from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential, is_loopback
+from api.browser import LOOPBACK_NAMES, host_name
 from api.peer_client import PeerTls
 from api.service import ApiLimits
 from raft.config import RaftConfig, parse_peers, parse_routes
@@ -58,6 +59,7 @@ class NodeSettings(BaseSettings):
     # to add it as a learner, and starts from the configuration the group answers; `peers` names only itself
     join: str | None = None
     join_token: SecretStr | None = None  # an admin token for the join, where the group has tokens
+    join_ca: Path | None = None  # the CA that signs the group's client certificates (default: peer_tls_ca)
     checkpoint_interval_ms: int = 3000  # how often committed/applied indices are written to SQLite
     # a committed entry found damaged or missing on open: cut it away and get it again from the peers (the
     # member neither votes nor stands until it has); false: refuse to start, for an operator to decide
@@ -70,6 +72,10 @@ class NodeSettings(BaseSettings):
     tokens: SecretStr | None = None  # client API tokens: role:token, comma-separated (role: reader/writer/admin)
     tokens_file: Path | None = None  # ... or one role:token per line in this file
     insecure: bool = False  # start without a secret or tokens on non-loopback addresses
+    # the host names the client port answers to on plaintext (Host header; `*`: any), comma-separated, beside
+    # the loopback names, client_host and the host of advertise_client_url: against DNS rebinding
+    allowed_hosts: str = ""
+    allowed_origins: str = ""  # web origins beside the member's own that may change state: https://ops.example
     client_tls_cert: Path | None = None  # HTTPS on the client port: certificate chain (PEM)
     client_tls_key: Path | None = None  # ... and its private key
     client_tls_ca: Path | None = None  # ... and, to require client certificates, the CA that signs them
@@ -153,6 +159,22 @@ class NodeSettings(BaseSettings):
         return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
 
     # -- security --------------------------------------------------------------------------
+
+    def client_hosts(self) -> list[str] | None:
+        """The names the client port answers to (api.browser); None: any."""
+        extra = [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
+        if "*" in extra:
+            return None
+        own = [self.client_host] if self.client_host not in ("0.0.0.0", "::", "") else []
+        return [*LOOPBACK_NAMES, *own, host_name(urlsplit(self.client_url).netloc), *extra]
+
+    def client_origins(self) -> list[str]:
+        return [o.strip() for o in self.allowed_origins.split(",") if o.strip()]
+
+    def join_tls(self) -> ssl.SSLContext | bool:
+        """How a join checks the member it asks: the group's CA (join_ca, else peer_tls_ca), else the system's."""
+        ca = self.join_ca or self.peer_tls_ca
+        return ssl.create_default_context(cafile=str(ca)) if ca is not None else True
 
     def secret(self) -> bytes | None:
         """The cluster secret, from the setting or its file; None: peer calls are not checked."""
@@ -299,16 +321,6 @@ class NodeSettings(BaseSettings):
         if self.max_entry_bytes + HEADER_SIZE > self.store_config().max_entry_size:
             raise SettingsError(f"max_entry_bytes {self.max_entry_bytes} does not fit in a data file "
                                 f"of data_file_size {self.data_file_size}")
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a name other than localhost may resolve anywhere
 
 
 def _read(path: Path, setting: str) -> str:

@@ -55,6 +55,10 @@ class Code(IntEnum):
     CHANGE_IN_FLIGHT = 607  # the previous change, or the leader's first entry of its term, is not committed
     LEARNER_BEHIND = 608  # promoting a learner further behind than max_promote_lag_entries
     QUORUM_AT_RISK = 609  # the voters answering now would be short of the new configuration's quorum
+    # raftlog's own: what a web page or a change of the group may not do (api.browser, api.service)
+    HOST_NOT_ALLOWED = 610  # a Host header that is not one of this member's names (DNS rebinding)
+    ORIGIN_NOT_ALLOWED = 611  # a state-changing request from a page of another origin
+    SECRET_REQUIRED = 612  # a member beyond loopback added to a group without a cluster secret
 
 
 class Role(Enum):

@@ -33,5 +33,5 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 
 @pytest.fixture
 async def client(node: Node) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=node.public_asgi), base_url="http://n1") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=node.public_asgi), base_url="http://127.0.0.1") as c:
         yield c

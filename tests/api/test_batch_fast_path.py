@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from api.bodies import BATCH_CONTENT_TYPE, BatchTooLargeError, decode_bodies, encode_bodies
 from api.errors import ApiError
 from api.fast_path import EntryFastPath
 from api.public import _decode_body, _json_batch_bodies, parse_model
@@ -78,7 +78,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 async def both(node: Node) -> AsyncIterator[Callable[..., Any]]:
     """`await both(**request)`: the answers of the fast path and of FastAPI to the same request."""
     stack = Stack(node)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stack.outer), base_url="http://n1") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stack.outer), base_url="http://127.0.0.1") as client:
 
         async def send(fast: bool, headers: dict[str, str] | None = None, **request: Any) -> httpx.Response:
             stack.use(fast)
@@ -196,7 +196,8 @@ BAD = [
     ("a BOM", {"content": b'\xef\xbb\xbf{"entries": [{"body": "a"}]}', "headers": AS_JSON}, 400,
      "UNEXPECTED_ARGUMENT"),
     ("NaN beside", bad_json('{"entries": [{"body": "a"}], "x": NaN}'), 400, "UNEXPECTED_ARGUMENT"),
-    ("nested past json's recursion limit", bad_json('{"entries": ' + "[" * 5000 + "]" * 5000 + "}"), 400,
+    ("nested arrays", bad_json('{"entries": ' + "[" * 120 + "]" * 120 + "}"), 400, "UNEXPECTED_ARGUMENT"),
+    ("more arrays than 50 entries may hold", bad_json('{"entries": ' + "[" * 5000 + "]" * 5000 + "}"), 413,
      "UNEXPECTED_ARGUMENT"),
 ]
 
@@ -226,7 +227,7 @@ TOKEN_CASES = [
 async def test_a_batch_needs_a_writers_token(node: Node, case: str, token: str | None, status: int, code: str) -> None:
     stack = Stack(node)
     answers = []
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stack.outer), base_url="http://n1") as client:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=stack.outer), base_url="http://127.0.0.1") as client:
         for fast in (True, False):
             stack.use(fast)
             headers = {"authorization": f"Bearer {token}"} if token else {}
@@ -244,7 +245,7 @@ async def test_batches_on_the_fast_path_are_counted_under_their_route(node: Node
     for request in ({"json": {"entries": [{"body": "a"}]}}, {"json": {"entries": []}},
                     {"content": encode_bodies([b"a"]), "headers": AS_BATCH}):
         await both(**request)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=node.public_asgi), base_url="http://n1") as c:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=node.public_asgi), base_url="http://127.0.0.1") as c:
         await c.post(BATCH, json={"entries": [{"body": "a"}]})  # no token
         text = (await c.get("/metrics")).text
     route = 'raftlog_http_requests_total{method="POST",route="/v1/entries/batch",status="%s"} %s'
@@ -257,6 +258,9 @@ async def test_batches_on_the_fast_path_are_counted_under_their_route(node: Node
 # -- the JSON batch reader: json.loads for the common form, NewBatch for the rest --------------
 
 
+MAX_ENTRIES = 10_000  # the default max_batch_entries: no document here reaches it
+
+
 def by_model(data: bytes) -> list[bytes] | str:
     """What the route answered before `_json_batch_bodies`: NewBatch's bodies, or the error's message."""
     try:
@@ -267,7 +271,7 @@ def by_model(data: bytes) -> list[bytes] | str:
 
 def by_reader(data: bytes) -> list[bytes] | str:
     try:
-        return _json_batch_bodies(data)
+        return _json_batch_bodies(data, MAX_ENTRIES)
     except ApiError as exc:
         return f"{exc.status} {exc.code.name}: {exc.message}"
 
@@ -299,4 +303,65 @@ def test_the_json_batch_reader_reads_the_common_form_without_the_model(monkeypat
 
     monkeypatch.setattr("api.public.parse_model", unused)
     batch = {"entries": [{"body": "a"}, {"body": "YQ==", "encoding": "base64"}, {"body": "é", "encoding": "utf-8"}]}
-    assert _json_batch_bodies(json.dumps(batch).encode()) == [b"a", b"a", "é".encode()]
+    assert _json_batch_bodies(json.dumps(batch).encode(), 3) == [b"a", b"a", "é".encode()]
+
+
+# -- limits while decoding: a batch stops at max_batch_entries + 1 entries ---------------------------
+
+
+VALID_ENTRY = st.fixed_dictionaries({"body": st.text(min_size=1, max_size=8)},
+                                    optional={"encoding": st.just("utf-8")})
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.lists(VALID_ENTRY, min_size=1, max_size=20), st.booleans())
+def test_a_json_batch_of_max_batch_entries_is_taken_whatever_its_bodies_hold(entries: list[Any],
+                                                                           spaced: bool) -> None:
+    data = json.dumps({"entries": entries}, indent=1 if spaced else None).encode()
+    assert _json_batch_bodies(data, len(entries)) == [e["body"].encode() for e in entries]
+    if len(entries) > 1:
+        with pytest.raises(ApiError) as refused:
+            _json_batch_bodies(data, len(entries) - 1 - len(entries) // 2)  # the bound leaves no room for half
+        assert refused.value.status == 413
+
+
+@pytest.mark.parametrize("doc", [b'{"entries": [' + b",".join([b'{"body": ""}'] * 200_000) + b"]}",
+                                 b'{"entries": [' + b",".join([b"1"] * 200_000) + b"]}",
+                                 b"[" * 10 + b"[]," * 200_000 + b"]" * 10])
+def test_a_json_batch_over_the_limit_is_refused_before_it_is_decoded(monkeypatch: pytest.MonkeyPatch,
+                                                                    doc: bytes) -> None:
+    def unused(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the batch was decoded")
+
+    monkeypatch.setattr("api.public.json.loads", unused)
+    monkeypatch.setattr("api.public.parse_model", unused)
+    with pytest.raises(ApiError) as refused:
+        _json_batch_bodies(doc, 10_000)
+    assert (refused.value.status, refused.value.code.name) == (413, "UNEXPECTED_ARGUMENT")
+    assert "max_batch_entries" in refused.value.message
+
+
+def test_a_batch_nested_past_jsons_recursion_limit_answers_as_the_model_does() -> None:
+    doc = b'{"entries": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert by_reader(doc) == by_model(doc)
+    assert str(by_reader(doc)).startswith("400 UNEXPECTED_ARGUMENT")
+
+
+def test_a_400_names_the_first_problems_and_counts_the_rest() -> None:
+    doc = json.dumps({"entries": [{"body": i} for i in range(1000)]}).encode()
+    with pytest.raises(ApiError) as refused:
+        _json_batch_bodies(doc, 10_000)
+    assert refused.value.status == 400
+    assert refused.value.message.count("Input should be a valid string") == 10
+    assert refused.value.message.endswith("; and 990 more")
+
+
+def test_a_binary_batch_stops_at_the_entry_after_max_batch_entries(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = bytes(4) * 1_000_000  # a million empty bodies
+    assert len(decode_bodies(encode_bodies([b"a"] * 50), 50)) == 50
+    taken = []
+    monkeypatch.setattr("api.bodies.LENGTH", type("Counted", (), {"unpack_from": staticmethod(
+        lambda data, offset: taken.append(offset) or (0,))}))
+    with pytest.raises(BatchTooLargeError):
+        decode_bodies(data, 50)
+    assert len(taken) == 50  # no length read beyond the 51st entry's

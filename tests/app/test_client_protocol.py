@@ -18,6 +18,7 @@ from app.launcher import free_ports
 from app.server import bind
 
 DEADLINE_S = 0.3
+BIG_ANSWER_MB = 64
 
 
 class Echo:
@@ -25,6 +26,7 @@ class Echo:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.gone = asyncio.Event()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -37,6 +39,13 @@ class Echo:
                 break
         if scope["path"] == "/slow":
             await self.release.wait()
+        if scope["path"] == "/big":  # more than the socket buffers hold, then the end of the connection seen
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            for _ in range(BIG_ANSWER_MB):
+                await send({"type": "http.response.body", "body": bytes(1 << 20), "more_body": True})
+            if (await receive())["type"] == "http.disconnect":
+                self.gone.set()
+            return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -47,7 +56,8 @@ async def serving(app: Echo, max_header_bytes: int = 4096, max_connections: int 
     (port,) = free_ports(1)
     sock = bind("127.0.0.1", port, "client")
     server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning",
-                                           http=guarded_protocol(DEADLINE_S, max_header_bytes, max_connections)))
+                                           http=guarded_protocol(DEADLINE_S, max_header_bytes, max_connections,
+                                                                 write_stall_s=DEADLINE_S)))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)
@@ -77,6 +87,16 @@ async def test_a_request_waiting_behind_a_slow_answer_is_not_cut_off() -> None:
         app.release.set()
         assert (await answer(reader))[0] == 200
         assert (await answer(reader))[::2] == (200, b"abcde")
+        writer.close()
+
+
+async def test_a_client_that_takes_nothing_of_its_answer_is_cut_off() -> None:
+    """Without a write deadline the answer's unsent bytes, and the route, would wait for ever."""
+    app = Echo()
+    async with serving(app) as port:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /big HTTP/1.1\r\nhost: x\r\n\r\n")  # and never read
+        await asyncio.wait_for(app.gone.wait(), 20)
         writer.close()
 
 
