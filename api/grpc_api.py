@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import grpc.aio
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
@@ -28,8 +29,9 @@ from grpc_status import rpc_status
 from api import log_pb2 as pb
 from api import log_pb2_grpc
 from api.auth import AuthFailures, Role, Tokens, bearer_credentials
-from api.errors import ApiError, api_error
+from api.errors import ApiError, api_error, bad_request, too_large
 from api.follow import committed_chunks
+from api.limits import InflightBytes, batch_entries
 from api.public import EntryHandlers, parse_model
 from api.schemas import NewMember
 from api.service import LogService
@@ -49,6 +51,8 @@ KEEPALIVE_TIMEOUT_MS = 10_000  # ... and closes it when the ping is not answered
 MIN_CLIENT_PING_MS = 10_000  # clients that ping more often are told to go away (keepalive enforcement)
 BODY_FRAMING_MAX = 6  # a repeated bytes field's tag and varint length, per body
 READINESS_S = 1.0  # how often Watch subscribers of `raftlog.v1.Log` get readiness anew
+HANDSHAKE_TIMEOUT_MS = 10_000  # a connection's TLS and HTTP/2 handshakes must be done by then
+BUDGETED = frozenset({"Append", "AppendBatch"})  # unary calls that carry bodies: their bytes draw on the budget
 
 # gRPC's status for each HTTP status of a code (api.errors.STATUS); a few codes are told apart below
 BY_HTTP_STATUS = {
@@ -82,24 +86,21 @@ def error_status(error: ApiError) -> grpc.Status:
 
 
 class LogServicer(log_pb2_grpc.LogServicer):
-    def __init__(self, service: LogService, handlers: EntryHandlers, tokens: Tokens | None,
-                 failures: AuthFailures | None) -> None:
+    """The methods, for calls that CallGuard let through (tokens and bounds are its concern)."""
+
+    def __init__(self, service: LogService, handlers: EntryHandlers) -> None:
         self.service = service
         self.handlers = handlers
-        self.tokens = tokens
-        self.failures = failures
 
     # -- appends ---------------------------------------------------------------------------
 
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
-        await self._authorize(context, "Append")
         answer = await self._answer(context, self._append([request.body]))
         return pb.AppendResponse(index=answer["first_index"], term=answer["term"], pos=answer["positions"][0],
                                  leader=answer["leader"])
 
     async def AppendBatch(self, request: pb.AppendBatchRequest,
                           context: grpc.aio.ServicerContext) -> pb.AppendBatchResponse:
-        await self._authorize(context, "AppendBatch")
         return pb.AppendBatchResponse(**await self._answer(context, self._append(list(request.bodies))))
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
@@ -107,7 +108,6 @@ class LogServicer(log_pb2_grpc.LogServicer):
         """Batches are appended as they arrive, up to APPEND_STREAM_WINDOW ahead of their answers.
         On the leader they go into the log in arrival order (its append lock is first come, first
         served); a follower forwards one batch at a time, so that order holds there too."""
-        await self._authorize(context, "AppendStream")
         window: asyncio.Queue[asyncio.Future[dict[str, Any]] | None] = asyncio.Queue(APPEND_STREAM_WINDOW)
 
         async def take() -> None:
@@ -115,6 +115,9 @@ class LogServicer(log_pb2_grpc.LogServicer):
             forwarded = False  # the previous batch went to the leader through the peer port
             try:
                 async for request in requests:
+                    if isinstance(request, Refused):  # a batch over max_batch_entries, or garbage
+                        await window.put(asyncio.ensure_future(_fail(request.error)))
+                        break
                     bodies = list(request.bodies)
                     if self.service.node.role is RaftRole.LEADER and not (forwarded and not previous.done()):
                         previous, forwarded = asyncio.ensure_future(self._append(bodies)), False
@@ -144,7 +147,6 @@ class LogServicer(log_pb2_grpc.LogServicer):
     # -- reads -----------------------------------------------------------------------------
 
     async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Entry:
-        await self._authorize(context, "Get")
         linearizable = request.consistency == pb.LINEARIZABLE
         service = self.service
 
@@ -159,7 +161,6 @@ class LogServicer(log_pb2_grpc.LogServicer):
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> None:
         """Entries written one by one with context.write, each within follow_stall_ms: a reader
         that takes nothing that long is cut off (api.follow)."""
-        await self._authorize(context, "Read")
         service, limits = self.service, self.service.limits
         linearizable = request.consistency == pb.LINEARIZABLE
         if request.limit < 0:
@@ -194,22 +195,18 @@ class LogServicer(log_pb2_grpc.LogServicer):
     # -- the group -------------------------------------------------------------------------
 
     async def Cluster(self, request: pb.ClusterRequest, context: grpc.aio.ServicerContext) -> pb.ClusterResponse:
-        await self._authorize(context, "Cluster")
         status = await self._answer(context, self.service.cluster_status())
         return json_format.ParseDict(status, pb.ClusterResponse(), ignore_unknown_fields=True)
 
     async def TransferLeader(self, request: pb.TransferLeaderRequest,
                              context: grpc.aio.ServicerContext) -> pb.TransferLeaderResponse:
-        await self._authorize(context, "TransferLeader")
         return pb.TransferLeaderResponse(**await self._answer(
             context, self.service.transfer_leadership(request.target)))
 
     async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
-        await self._authorize(context, "Members")
         return _configuration(self.service.members())
 
     async def AddMember(self, request: pb.AddMemberRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
-        await self._authorize(context, "AddMember")
         fields = {"id": request.id, "peer_address": request.peer_address, "learner": not request.voter,
                   **{name: getattr(request, name) for name in ("client_url", "grpc_address") if request.HasField(name)}}
         try:
@@ -219,34 +216,12 @@ class LogServicer(log_pb2_grpc.LogServicer):
         return _configuration(await self._answer(context, self.service.change_membership("add", member.id, member)))
 
     async def PromoteMember(self, request: pb.MemberRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
-        await self._authorize(context, "PromoteMember")
         return _configuration(await self._answer(context, self.service.change_membership("promote", request.id)))
 
     async def RemoveMember(self, request: pb.MemberRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
-        await self._authorize(context, "RemoveMember")
         return _configuration(await self._answer(context, self.service.change_membership("remove", request.id)))
 
-    # -- tokens and errors -----------------------------------------------------------------
-
-    async def _authorize(self, context: grpc.aio.ServicerContext, method: str) -> None:
-        if self.tokens is None:
-            return
-        needed = ROLES[method]
-        token = _bearer(context)
-        role = None if token is None else self.tokens.role_of(token)
-        if role is not None and role >= needed:
-            return
-        if role is None:
-            reason = "missing" if token is None else "invalid"
-            error = ApiError(Code.UNAUTHENTICATED, "no bearer token" if token is None else
-                             "the bearer token is not valid")
-        else:
-            reason = "forbidden"
-            error = ApiError(Code.PERMISSION_DENIED, f"{method} needs the {needed.name.lower()} role; this token "
-                             f"is a {role.name.lower()}")
-        if self.failures is not None:
-            self.failures.note(reason, f"{SERVICE}/{method}", context.peer())
-        await _abort(context, error)
+    # -- errors ----------------------------------------------------------------------------
 
     async def _answer(self, context: grpc.aio.ServicerContext, call: Awaitable[Any]) -> Any:
         """What `call` returns; its error ends the call with that error's status."""
@@ -257,6 +232,118 @@ class LogServicer(log_pb2_grpc.LogServicer):
             if not isinstance(exc, ApiError) and error.code is Code.INTERNAL_ERROR:
                 log.exception("unexpected error answering a gRPC call")
             await _abort(context, error)
+
+
+class Refused:
+    """What CallGuard's decoder gives the method instead of a request: the call ends with `error`."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ApiError) -> None:
+        self.error = error
+
+
+class CallGuard(grpc.aio.ServerInterceptor):
+    """Every call of raftlog.v1.Log passes here before its message is read.
+
+    The token comes from the call's metadata, with the role each method needs (ROLES). A call
+    without one gets a handler that reads no message and ends the call: grpc.aio receives a
+    request for a unary call before its handler runs, and for a client-streaming one only when the
+    handler asks, so the refusing handler is a client-streaming one, whatever the method is.
+    Whatever the client sends then is never taken from the connection, let alone decoded.
+
+    A call let through is bounded while its message is decoded: its bytes draw on the member's
+    request budget (InflightBytes, shared with the client and peer ports) until it ends, and an
+    AppendBatch's bodies are counted on the wire, up to max_batch_entries + 1, before protobuf
+    builds an object for each. Reflection and health checks are open, as on REST.
+    """
+
+    def __init__(self, tokens: Tokens | None, failures: AuthFailures | None, budget: InflightBytes,
+                 max_batch_entries: int) -> None:
+        self.tokens = tokens
+        self.failures = failures
+        self.budget = budget
+        self.max_batch_entries = max_batch_entries
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        service, _, method = details.method[1:].rpartition("/")
+        if service != SERVICE:
+            return await continuation(details)
+        if self.tokens is not None:
+            refusal = self.refusal(method, details.invocation_metadata)
+            if refusal is not None:
+                return self._refusing(method, *refusal)
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        if method in BUDGETED:
+            return self._bounded(handler, method == "AppendBatch")
+        if method == "AppendStream":
+            return handler._replace(request_deserializer=self._decoder(handler.request_deserializer, True))
+        return handler
+
+    def refusal(self, method: str, metadata: Any) -> tuple[str, ApiError] | None:
+        """Why a call of `method` with this metadata is refused (the reason counted, the error), or None."""
+        assert self.tokens is not None
+        needed = ROLES.get(method, Role.ADMIN)
+        token = _bearer(metadata)
+        role = None if token is None else self.tokens.role_of(token)
+        if role is not None and role >= needed:
+            return None
+        if role is None:
+            if token is None:
+                return "missing", ApiError(Code.UNAUTHENTICATED, "no bearer token")
+            return "invalid", ApiError(Code.UNAUTHENTICATED, "the bearer token is not valid")
+        return "forbidden", ApiError(Code.PERMISSION_DENIED, f"{method} needs the {needed.name.lower()} role; "
+                                                             f"this token is a {role.name.lower()}")
+
+    def _refusing(self, method: str, reason: str, error: ApiError) -> grpc.RpcMethodHandler:
+        failures = self.failures
+
+        async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> None:
+            if failures is not None:
+                failures.note(reason, f"{SERVICE}/{method}", context.peer())
+            await _abort(context, error)
+
+        return grpc.stream_unary_rpc_method_handler(refuse)
+
+    def _bounded(self, handler: Any, batch: bool) -> grpc.RpcMethodHandler:
+        """A unary call whose message's bytes are held in the budget from its decoding to its end."""
+        budget, held = self.budget, 0
+        decode = self._decoder(handler.request_deserializer, batch)
+        behaviour = handler.unary_unary
+
+        def deserialize(raw: bytes) -> Any:
+            nonlocal held
+            if not budget.take(len(raw)):
+                return Refused(budget.refusal())
+            held = len(raw)
+            return decode(raw)
+
+        async def bounded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:  # reached from deserialize without a pause: what it took is given back here
+                if isinstance(request, Refused):
+                    await _abort(context, request.error)
+                return await behaviour(request, context)
+            finally:
+                budget.give(held)
+
+        return handler._replace(request_deserializer=deserialize, unary_unary=bounded)
+
+    def _decoder(self, decode: Any, batch: bool) -> Any:
+        """`decode`, for a message that is not refused first: a batch of too many bodies, or garbage."""
+        stop = self.max_batch_entries + 1
+
+        def deserialize(raw: bytes) -> Any:
+            if batch and len(raw) >= 2 * stop and batch_entries(raw, stop) >= stop:  # a body takes 2 bytes or more
+                return Refused(too_large(f"over {self.max_batch_entries} entries in one batch: "
+                                         f"max_batch_entries"))
+            try:
+                return decode(raw)
+            except DecodeError:
+                return Refused(bad_request("the message does not decode"))
+
+        return deserialize
 
 
 class Readiness(health_aio.HealthServicer):
@@ -289,7 +376,7 @@ class GrpcApi:
 
     def __init__(self, service: LogService, handlers: EntryHandlers, tokens: Tokens | None,
                  failures: AuthFailures | None, address: str,
-                 credentials: grpc.ServerCredentials | None = None) -> None:
+                 credentials: grpc.ServerCredentials | None = None, budget: InflightBytes | None = None) -> None:
         limits = service.limits
         # a batch of max_request_bytes of bodies, with each body's tag and length (at most 6 bytes)
         message_max = limits.max_request_bytes + BODY_FRAMING_MAX * limits.max_batch_entries + 1024
@@ -297,6 +384,10 @@ class GrpcApi:
             ("grpc.max_receive_message_length", message_max),
             ("grpc.max_send_message_length", max(message_max, limits.range_bytes_max + (1 << 20))),
             ("grpc.max_concurrent_streams", STREAMS_MAX),
+            ("grpc.max_allowed_incoming_connections", limits.grpc_connections_max),  # counted before handshakes
+            ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+            ("grpc.max_metadata_size", limits.max_header_bytes),
+            ("grpc.absolute_max_metadata_size", limits.max_header_bytes),
             ("grpc.keepalive_time_ms", KEEPALIVE_MS),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 1),
@@ -304,10 +395,13 @@ class GrpcApi:
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.so_reuseport", 0),
         ]
-        self.server = grpc.aio.server(options=options,  # beyond the calls at once: RESOURCE_EXHAUSTED
+        self.guard = CallGuard(tokens, failures, budget or InflightBytes(limits.max_inflight_body_bytes),
+                               limits.max_batch_entries)
+        self.server = grpc.aio.server(options=options, interceptors=(self.guard,),
+                                      # beyond the calls at once: RESOURCE_EXHAUSTED
                                       maximum_concurrent_rpcs=limits.max_inflight_requests + limits.max_followers)
         self.readiness = Readiness(service)
-        log_pb2_grpc.add_LogServicer_to_server(LogServicer(service, handlers, tokens, failures), self.server)
+        log_pb2_grpc.add_LogServicer_to_server(LogServicer(service, handlers), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.readiness, self.server)
         reflection.enable_server_reflection((SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                              reflection.SERVICE_NAME), self.server)
@@ -328,14 +422,18 @@ class GrpcApi:
         await self.server.stop(grace_s)
 
 
-def _bearer(context: grpc.aio.ServicerContext) -> bytes | None:
-    value = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
+def _bearer(metadata: Any) -> bytes | None:
+    value = next((v for k, v in metadata or () if k == "authorization"), None)
     return bearer_credentials(value.encode("latin-1") if isinstance(value, str) else value)
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: ApiError) -> None:
     status = error_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+async def _fail(error: ApiError) -> Any:
+    raise error
 
 
 async def _after(previous: asyncio.Future[Any] | None, call: Coroutine[Any, Any, Any]) -> Any:

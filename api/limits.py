@@ -11,7 +11,9 @@ counter:
   Content-Length says so, else when the bytes received pass the limit;
 - all bodies being received at once share `max_inflight_body_bytes`; a request
   that would pass it is refused with 503 SERVER_BUSY, so memory stays bounded
-  however many large requests arrive together.
+  however many large requests arrive together. The budget (InflightBytes) is one
+  object per member: the gRPC port's appends and the peer port's calls of the
+  public API draw on it too.
 
 Refusals raised while a route reads its body are ApiErrors: the routes' error
 handlers answer them like any other. Slow clients are app.server's concern
@@ -29,20 +31,52 @@ from api.errors import ApiError, bad_request, error_response, too_large
 from raft.messages import Code
 
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+BODIES_KEY = 0x0A  # field 1, length-delimited: the key before each body of a batch's protobuf message
 FOLLOWED_PATH = "/v1/entries"
+
+
+class InflightBytes:
+    """Request bytes held at once on all of a member's ports together (`max_inflight_body_bytes`):
+    a request that would pass it is refused, not queued, so memory stays bounded."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        """Hold `size` more bytes; False (nothing held) when that would pass the bound."""
+        if self.held + size > self.max_bytes:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+        assert self.held >= 0
+
+    def refusal(self) -> ApiError:
+        return busy(f"request bodies in flight on this member are at max_inflight_body_bytes ({self.max_bytes})")
 
 
 class RequestLimits:
     def __init__(self, app: ASGIApp, *, max_inflight_requests: int, max_request_bytes: int,
-                 max_inflight_body_bytes: int, max_followers: int) -> None:
+                 max_inflight_body_bytes: int, max_followers: int, budget: InflightBytes | None = None) -> None:
         self.app = app
         self.max_inflight_requests = max_inflight_requests
         self.max_followers = max_followers
         self.followers = 0
         self.max_request_bytes = max_request_bytes
-        self.max_inflight_body_bytes = max_inflight_body_bytes
+        self.budget = budget if budget is not None else InflightBytes(max_inflight_body_bytes)
         self.inflight_requests = 0
-        self.inflight_body_bytes = 0
+
+    @property
+    def max_inflight_body_bytes(self) -> int:
+        return self.budget.max_bytes
+
+    @property
+    def inflight_body_bytes(self) -> int:
+        """What the member's ports hold together (the budget is shared)."""
+        return self.budget.held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
@@ -73,18 +107,16 @@ class RequestLimits:
             if size:
                 if held + size > self.max_request_bytes:
                     raise too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})")
-                if self.inflight_body_bytes + size > self.max_inflight_body_bytes:
-                    raise busy(f"request bodies in flight on this member are at max_inflight_body_bytes "
-                               f"({self.max_inflight_body_bytes})")
+                if not self.budget.take(size):
+                    raise self.budget.refusal()
                 held += size
-                self.inflight_body_bytes += size
             return message
 
         try:
             await self.app(scope, counted_receive, send)
         finally:
             self.inflight_requests -= 1
-            self.inflight_body_bytes -= held
+            self.budget.give(held)
 
     def _refusal(self, scope: Scope) -> ApiError | None:
         if self.inflight_requests >= self.max_inflight_requests:
@@ -109,3 +141,46 @@ def _follows(scope: Scope) -> bool:
 def busy(message: str) -> ApiError:
     """503 SERVER_BUSY with Retry-After: nothing was done, try again shortly."""
     return ApiError(Code.SERVER_BUSY, message)
+
+
+def batch_entries(data: bytes, stop: int) -> int:
+    """How many bodies a batch's protobuf bytes hold (field 1: raftlog.v1.AppendBatchRequest,
+    raftlog.peer.v1.AppendRequest), counted no further than `stop`. Other
+    fields are skipped as protobuf skips unknown ones; bytes that do not parse end the count
+    (protobuf then says what is wrong)."""
+    count, at, end = 0, 0, len(data)
+    try:
+        while at < end and count < stop:
+            if data[at] == BODIES_KEY and data[at + 1] < 0x80:  # a body under 128 bytes: the common case
+                at += 2 + data[at + 1]
+                count += 1
+                continue
+            key, at = _varint_at(data, at)
+            wire = key & 7
+            if wire == 2:
+                size, at = _varint_at(data, at)
+                at += size
+                count += key == BODIES_KEY
+            elif wire == 0:
+                at = _varint_at(data, at)[1]
+            elif wire in (1, 5):
+                at += 8 if wire == 1 else 4
+            else:
+                break
+    except IndexError:  # cut short
+        pass
+    return count
+
+
+def _varint_at(data: bytes, at: int) -> tuple[int, int]:
+    """Protobuf's base-128 varint at `at`, and where the next field starts."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise IndexError("a varint of more than 10 bytes")

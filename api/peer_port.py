@@ -7,6 +7,12 @@ index, transfers, status), is spliced byte for byte to grpcio's server, which li
 socket in a directory only this user can enter. The choice is made on the HTTP/2 preface and the
 SETTINGS frame that must follow it, which a client sends before it waits for anything: no byte
 of either protocol is changed or answered on the way. Mutual TLS, when on, ends here for both.
+
+At most `peer_connections_max` connections are open at once, counted from the moment one is
+accepted (this port accepts them itself, for that reason), its TLS handshake included: one more
+is closed at once. The handshake must end within ROUTE_TIMEOUT_S, and the preface and first
+SETTINGS arrive within ROUTE_TIMEOUT_S of it. gRPC's server takes at most `peer_calls_max` calls at once (beyond them:
+RESOURCE_EXHAUSTED) and headers of at most `max_header_bytes`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import shutil
 import socket
 import ssl
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +48,9 @@ REPLICATE, GRPC, NOT_HTTP2 = "replicate", "grpc", "not HTTP/2"
 PEER_STREAMS_MAX = 256  # concurrent calls per gRPC connection
 IDLE_CONNECTION_MS = 75_000  # a gRPC connection with no call for this long is closed
 GRACE_S = 1.0  # at stop, calls under way get this long to finish
+REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are logged at most this often
+ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
+BACKLOG = 128
 
 
 class PeerPort:
@@ -50,9 +60,15 @@ class PeerPort:
         self.address = address  # "host:port" ("[v6]:port"), or a socket bound to it
         self.max_message_bytes = max_message_bytes
         self.tls = tls
+        self.limits = service.service.limits
+        self._tls_context: ssl.SSLContext | None = None
+        self._refusal_logged = float("-inf")
+        self._refused = 0  # connections refused since the last line about them
         self._dir = ""
         self._grpc: grpc.aio.Server | None = None
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Future[None] | None = None
+        self._handshaking: set[socket.socket] = set()  # accepted, TLS handshake under way
         self._connections: set[Any] = set()  # transports, to close at stop
         self._replicating: set[ReplicateConnection] = set()
         self._names: dict[str, str] = {}  # gRPC's name of a spliced connection -> the peer's address
@@ -65,22 +81,51 @@ class PeerPort:
         self._dir = tempfile.mkdtemp(prefix="raftlog-peer-")  # 0700
         self._grpc = grpc_server(self.service, f"unix:{self._dir}/grpc", self.max_message_bytes)
         await self._grpc.start()
-        loop = asyncio.get_running_loop()
-        context = None if self.tls is None else server_tls(self.tls)
+        self._tls_context = None if self.tls is None else server_tls(self.tls)
         try:
-            if isinstance(self.address, socket.socket):
-                self._server = await loop.create_server(lambda: _Door(self), sock=self.address, ssl=context)
-            else:
-                host, _, port = self.address.rpartition(":")
-                self._server = await loop.create_server(lambda: _Door(self), host.strip("[]"), int(port),
-                                                        ssl=context, reuse_port=False)
+            self._listener = self.address if isinstance(self.address, socket.socket) else await _listen(self.address)
+            self._listener.setblocking(False)
         except BaseException:
             await self.stop(None)
             raise
+        self._accepting = asyncio.ensure_future(self._accept())
+
+    async def _accept(self) -> None:
+        """Accept connections here, not in a loop.create_server: each counts from its accept, and its
+        TLS handshake (connect_accepted_socket's) is under way while it counts."""
+        loop = asyncio.get_running_loop()
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(self._listener)
+            except OSError as exc:  # out of open files, most likely: the backlog waits meanwhile
+                log.warning("peer port: cannot accept a connection: %s", exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if not self.admit(sock):
+                continue
+            connecting = asyncio.ensure_future(self._connect(sock))
+            self.splicing.add(connecting)
+            connecting.add_done_callback(self.splicing.discard)
+
+    async def _connect(self, sock: socket.socket) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Door(self), sock, ssl=self._tls_context,
+                ssl_handshake_timeout=ROUTE_TIMEOUT_S if self._tls_context else None)
+        except (OSError, TimeoutError) as exc:  # a TLS handshake that failed or did not end in time
+            log.info("peer port: TLS handshake with %s failed: %s", _address(sock), exc)
+            sock.close()
+        finally:
+            self._handshaking.discard(sock)  # counted now as its transport, if it got one
 
     async def stop(self, grace: float | None = GRACE_S) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+        if self._listener is not None:
+            self._listener.close()
+        for pending in list(self.splicing):
+            pending.cancel()
         for connection in list(self._replicating):
             connection.close()
         if self._grpc is not None:
@@ -92,6 +137,28 @@ class PeerPort:
     async def wait_for_termination(self) -> None:
         assert self._grpc is not None
         await self._grpc.wait_for_termination()
+
+    # -- connections ------------------------------------------------------------------------
+
+    @property
+    def open_connections(self) -> int:
+        """Connections counted against peer_connections_max: from their accept to their end."""
+        return len(self._connections) + len(self._handshaking)
+
+    def admit(self, sock: socket.socket) -> bool:
+        """Count a new connection in; False (closed, logged at most once a second) past peer_connections_max."""
+        if self.open_connections < self.limits.peer_connections_max:
+            self._handshaking.add(sock)
+            return True
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL_S:
+            self._refusal_logged = now
+            log.warning("peer port: refused %d connection(s), the latest from %s: %d open (peer_connections_max)",
+                        self._refused, _address(sock), self.open_connections)
+            self._refused = 0
+        sock.close()
+        return False
 
     # -- a connection, once it has said what it is ----------------------------------------
 
@@ -220,12 +287,16 @@ def route_of(received: bytes | bytearray) -> str | None:
 
 def grpc_server(service: PeerService, address: str, max_message_bytes: int) -> grpc.aio.Server:
     """gRPC's server for the peer service's unary calls, bound to `address` (fails if it cannot)."""
+    limits = service.service.limits
     options = [*channel_options(max_message_bytes),
                ("grpc.max_concurrent_streams", PEER_STREAMS_MAX),
                ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+               ("grpc.max_metadata_size", limits.max_header_bytes),
+               ("grpc.absolute_max_metadata_size", limits.max_header_bytes),
                ("grpc.http2.min_ping_interval_without_data_ms", 1000),  # members ping every KEEPALIVE_MS
                ("grpc.http2.max_ping_strikes", 0)]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=(service.guard(),),
+                             maximum_concurrent_rpcs=limits.peer_calls_max)
     server.add_generic_rpc_handlers((service.handler(),))
     if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot listen on {address}")
@@ -240,6 +311,29 @@ def server_tls(tls: PeerTls) -> ssl.SSLContext:
     load_identity(context, tls)
     context.set_alpn_protocols(["h2"])
     return context
+
+
+async def _listen(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    family, kind, proto, _, where = (await asyncio.get_running_loop().getaddrinfo(
+        host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE))[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(where)
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _address(sock: socket.socket) -> str:
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return "?"
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
 
 def _peer(transport: Any) -> str:

@@ -9,7 +9,11 @@ travel as the public error shape, so a member answers as the leader did.
 
 Requests are parsed here, not by gRPC: a message that does not decode ends
 the call with INVALID_ARGUMENT, and the node sees nothing of it. Every call
-must carry the cluster secret, when there is one.
+must carry the cluster secret, when there is one: SecretGuard checks it from
+the call's metadata before the message is read (as api.grpc_api.CallGuard
+does tokens). The public API's calls draw their message's bytes from the
+member's request budget (InflightBytes, shared with the client and gRPC
+ports); Raft's own calls are small and never wait on clients.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from google.protobuf.message import DecodeError, Message
 
 from api import peer_pb2 as pb
 from api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
-from api.errors import ApiError
+from api.errors import ApiError, too_large
+from api.limits import InflightBytes, batch_entries
 from api.peer_client import api_error_message
 from api.peer_codec import PeerMessageError, decode_message, encode_message
 from api.service import LogService
@@ -38,15 +43,17 @@ log = logging.getLogger("raftlog.api.peer_server")
 
 
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
+RAFT_CALLS = frozenset({"Vote", "Heartbeat", "Transfer", "Fetch"})  # outside the request budget
 
 
 class PeerService:
     def __init__(self, node: RaftNode, service: LogService, secret: bytes | None,
-                 failures: AuthFailures | None = None) -> None:
+                 failures: AuthFailures | None = None, budget: InflightBytes | None = None) -> None:
         self.node = node
         self.service = service
         self._digest = None if secret is None else secret_digest(secret)
         self._failures = failures
+        self.budget = budget or InflightBytes(service.limits.max_inflight_body_bytes)
         self._handling: set[asyncio.Future[Any]] = set()  # pushes handed to the node, whoever waits
         self.peer_name: Callable[[str], str] = lambda peer: peer  # a caller's address, from gRPC's name of it
 
@@ -59,37 +66,56 @@ class PeerService:
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
             "ChangeMembership": self._change_membership,
         }
-        methods = {name: grpc.unary_unary_rpc_method_handler(self._guarded(call)) for name, call in unary.items()}
+        methods = {name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
+                   for name, call in unary.items()}
         return grpc.method_handlers_generic_handler("raftlog.peer.v1.Peer", methods)
+
+    def guard(self) -> grpc.aio.ServerInterceptor:
+        """The interceptor of the peer port's gRPC server: the secret, before a message is read."""
+        return SecretGuard(self)
 
     # -- the cluster secret -------------------------------------------------------------
 
-    def refusal(self, authorization: bytes | None, method: str, peer: str) -> tuple[grpc.StatusCode, str] | None:
-        """Why a call with this authorization header is refused (counted and logged), or None."""
+    def refused(self, authorization: bytes | None) -> tuple[str, grpc.StatusCode, str] | None:
+        """Why a call with this authorization header is refused: (reason, code, message); None: it is not."""
         if self._digest is None:
             return None
         given = bearer_credentials(authorization)
         if given is not None and is_secret(given, self._digest):
             return None
-        reason = "missing" if given is None else "invalid"
+        if given is None:
+            return "missing", grpc.StatusCode.UNAUTHENTICATED, "a peer call needs the cluster secret"
+        return "invalid", grpc.StatusCode.PERMISSION_DENIED, "wrong cluster secret"
+
+    def refusal(self, authorization: bytes | None, method: str, peer: str) -> tuple[grpc.StatusCode, str] | None:
+        """Why a call with this authorization header is refused (counted and logged), or None."""
+        refused = self.refused(authorization)
+        if refused is None:
+            return None
+        self.note_refusal(refused[0], method, peer)
+        return refused[1], refused[2]
+
+    def note_refusal(self, reason: str, method: str, peer: str) -> None:
         if self._failures is not None:
             self._failures.note(reason, method, peer)
-        if given is None:
-            return grpc.StatusCode.UNAUTHENTICATED, "a peer call needs the cluster secret"
-        return grpc.StatusCode.PERMISSION_DENIED, "wrong cluster secret"
 
-    def _guarded(self, call: Handler) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    def _guarded(self, call: Handler, budgeted: bool = False) -> Callable[[bytes, grpc.aio.ServicerContext],
+                                                                          Awaitable[bytes]]:
+        """The call, its message's bytes held in the budget while it runs (`budgeted`), a message that
+        does not decode answered INVALID_ARGUMENT. (The secret was SecretGuard's, before.)"""
+        budget = self.budget
+
         async def guarded(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            authorization = next((v for k, v in context.invocation_metadata() or () if k == "authorization"), None)
-            refusal = self.refusal(None if authorization is None else str(authorization).encode(), call.__name__,
-                                   self.peer_name(context.peer()))
-            if refusal is not None:
-                await context.abort(*refusal)
+            held = len(request) if budgeted else 0
+            if not budget.take(held):
+                await context.abort(grpc.StatusCode.UNAVAILABLE, budget.refusal().message)
             try:
                 return await call(request, context)
             except (PeerMessageError, DecodeError) as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 raise  # not reached: abort raises
+            finally:
+                budget.give(held)
 
         return guarded
 
@@ -124,6 +150,10 @@ class PeerService:
     # -- the public API's calls ---------------------------------------------------------
 
     async def _append(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        limit = self.service.limits.max_batch_entries
+        if len(request) >= 2 * (limit + 1) and batch_entries(request, limit + 1) > limit:  # counted before built
+            return _answer(pb.AppendResponse(error=api_error_message(too_large(
+                f"over {limit} entries in one batch: max_batch_entries"))))
         bodies = list(pb.AppendRequest.FromString(request).bodies)
         try:
             if not bodies:
@@ -170,6 +200,32 @@ class PeerService:
         """A call forwarded to the leader is never forwarded again."""
         if not self.node.state.is_leader:
             raise ApiError(Code.NOT_LEADER, "this member is not the leader", self.node.leader_id)
+
+
+class SecretGuard(grpc.aio.ServerInterceptor):
+    """The cluster secret, from a call's metadata, before its message is read: a refused call gets a
+    client-streaming handler, which grpc.aio runs without receiving a message (api.grpc_api.CallGuard
+    says more), and which ends the call with the refusal, counted and logged as every refusal is."""
+
+    def __init__(self, service: PeerService) -> None:
+        self.service = service
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        authorization = next((v for k, v in details.invocation_metadata or () if k == "authorization"), None)
+        if isinstance(authorization, str):
+            authorization = authorization.encode("latin-1")
+        refused = self.service.refused(authorization)
+        if refused is None:
+            return await continuation(details)
+        reason, code, message = refused
+        method = details.method.rpartition("/")[2]
+        service = self.service
+
+        async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> None:
+            service.note_refusal(reason, method, service.peer_name(context.peer()))
+            await context.abort(code, message)
+
+        return grpc.stream_unary_rpc_method_handler(refuse)
 
 
 def _answer(message: Message) -> bytes:

@@ -9,10 +9,14 @@ SETTINGS frame (REPLICATE_SETTING), and the follower's peer port serves it on h2
 (api.replicate_server), with the cluster secret and mutual TLS of every peer call.
 
 Pushes are written in the order they are sent, within the follower's flow-control window; the
-answers, read in the same order, settle them. The stream breaks, failing every push on it, on a
-lost or refused connection, an answer overdue by push_timeout_ms, a connection silent for
-KEEPALIVE_TIMEOUT_MS after a ping, the stream's end (its grpc-status says why), or anything that
-does not parse: an HTTP/2 protocol error or an answer that does not decode.
+answers, read in the same order, settle them. What the follower sends is held only until it makes
+a whole answer (at most ANSWER_BYTES_MAX), and its flow-control window is given back as answers
+are taken, so a follower cannot make its leader hold more than one window of its bytes.
+
+The stream breaks, failing every push on it, on a lost or refused connection, an answer overdue
+by push_timeout_ms, a connection silent for KEEPALIVE_TIMEOUT_MS after a ping, the stream's end
+(its grpc-status says why), or anything that does not parse: an HTTP/2 protocol error or an
+answer that does not decode (or is over ANSWER_BYTES_MAX).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ REPLICATE_PATH = b"/raftlog.peer.v1.Peer/Replicate"
 # first SETTINGS frame of a connection: the peer port serves its stream on h2 (api.peer_port). Below
 # 0x100, as hyperframe writes setting ids of one byte.
 REPLICATE_SETTING = 0xA6
+ANSWER_BYTES_MAX = 1024  # a push's answer is a few varints: a longer message breaks the stream
 
 
 def grpc_prefix(size: int) -> bytes:
@@ -92,6 +97,7 @@ class H2PushStream(asyncio.Protocol):
         self._outbox: deque[bytes | memoryview] = deque()  # pushes, framed, that the follower's window has not taken
         self._waiting: deque[tuple[asyncio.Future[PushResponse], float, int]] = deque()  # (answer, sent, bytes)
         self._received = bytearray()
+        self._unacknowledged = 0  # bytes received on the stream whose window is not given back yet
         self._broken: str | None = None
         self._overdue: asyncio.TimerHandle | None = None
         self._heard = self._loop.time()  # when the follower last sent anything
@@ -168,8 +174,12 @@ class H2PushStream(asyncio.Protocol):
 
     def _on(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.DataReceived):
-            self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self._unacknowledged += event.flow_controlled_length
             self._take(event.data)
+            taken = self._unacknowledged - len(self._received)  # what is still held is not given back
+            if taken > 0:
+                self._unacknowledged -= taken
+                self._h2.acknowledge_received_data(taken, event.stream_id)
         elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
             pass  # _write, after the events, sends what the wider window allows
         elif isinstance(event, h2.events.ResponseReceived):
@@ -192,7 +202,7 @@ class H2PushStream(asyncio.Protocol):
         received = self._received
         received += data
         on_push = self.client.on_push
-        while (message := take_message(received)) is not None:
+        while (message := take_message(received, ANSWER_BYTES_MAX)) is not None:
             if not self._waiting:
                 raise PeerMessageError("an answer to no push")
             response = decode_push_response(message)

@@ -14,6 +14,11 @@ one. A push that does not decode ends the stream with INVALID_ARGUMENT, one over
 with RESOURCE_EXHAUSTED, after the answers to what came before; an HTTP/2 protocol error closes
 the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the leader pings
 a quiet stream every KEEPALIVE_MS) is closed: its leader is gone.
+
+The secret is checked on the stream's HEADERS, before any of its DATA is taken: a refused stream
+is answered (trailers only), reset, and what it still sends is dropped. Its header block may not
+pass `max_header_bytes`, neither as sent (HEADERS and CONTINUATION frames together) nor decoded
+(MAX_HEADER_LIST_SIZE): more is a protocol error, and the connection closes.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.frame_buffer
 import h2.settings
+from hyperframe.frame import HeadersFrame
 
 from api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
 from api.peer_codec import PeerMessageError, decode_push, encode_push_response
@@ -54,19 +61,40 @@ WINDOW_BYTES = 8 << 20  # what a leader may send ahead of our reading: twice pus
 OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13  # gRPC status codes
 
 
+class BoundedFrameBuffer(h2.frame_buffer.FrameBuffer):
+    """h2's frame buffer, but a header block (HEADERS and its CONTINUATION frames) of more than
+    `max_bytes` is a protocol error as it arrives: h2 alone gathers up to 64 frames of
+    FRAME_BYTES_MAX before it decodes a block and bounds what it decodes to."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(server=True)
+        self.max_bytes = max_bytes
+
+    def _update_header_buffer(self, f: Any) -> Any:
+        frame = super()._update_header_buffer(f)
+        gathered = self._headers_buffer or ([frame] if isinstance(frame, HeadersFrame) else [])
+        if sum(len(part.data) for part in gathered) > self.max_bytes:
+            raise h2.exceptions.ProtocolError(f"a header block over {self.max_bytes} bytes (max_header_bytes)")
+        return frame
+
+
 class ReplicateConnection(asyncio.Protocol):
     def __init__(self, service: PeerService, peer: str, max_message_bytes: int) -> None:
         self.service = service
         self.peer = peer
         self.max_message_bytes = max_message_bytes
         self._loop = asyncio.get_running_loop()
+        header_bytes = service.service.limits.max_header_bytes
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config)
         self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1,
             h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
-            h2.settings.SettingCodes.MAX_FRAME_SIZE: FRAME_BYTES_MAX})
+            h2.settings.SettingCodes.MAX_FRAME_SIZE: FRAME_BYTES_MAX,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: header_bytes})
         self._h2.max_inbound_frame_size = FRAME_BYTES_MAX  # h2 took it from its default settings
+        self._h2.decoder.max_header_list_size = header_bytes  # ... and this, until the leader acknowledges ours
+        self._h2.incoming_buffer = BoundedFrameBuffer(header_bytes)
         self._transport: Any = None
         self._stream_id: int | None = None
         self._received = bytearray()
@@ -150,9 +178,13 @@ class ReplicateConnection(asyncio.Protocol):
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
 
     def _refuse(self, stream_id: int, status: int, message: str) -> None:
-        """A trailers-only answer, as gRPC ends a call it refuses."""
+        """A trailers-only answer, as gRPC ends a call it refuses; the stream is reset, so the leader
+        sends nothing more on it (what is already on its way is dropped)."""
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc"),
                                           *_status(status, message)], end_stream=True)
+        stream = self._h2.streams.get(stream_id)
+        if stream is not None and not stream.closed:
+            self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
 
     def _take(self, data: bytes) -> None:
         """Each whole message is a push: to the node now, its answer in line behind the others'."""

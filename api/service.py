@@ -54,6 +54,14 @@ class ApiLimits:
     follow_chunk_bytes: int = 256 << 10  # log bytes a follow stream reads at a time (at least one entry)
     follow_buffer_bytes_max: int = 64 << 20  # log bytes held by all follow streams' unsent chunks together
     follow_stall_ms: int = 30_000  # a client that takes nothing of an answer (a stream) this long is cut off
+    grpc_connections_max: int = 1024  # gRPC port connections at once, counted from accept (TLS handshakes too)
+    peer_connections_max: int = 256  # peer port connections at once, counted from accept (TLS handshakes too)
+    peer_calls_max: int = 1024  # peer port calls at once (votes, heartbeats, forwarded appends, ...)
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} {getattr(self, name)} must be at least 1")
 
 
 class RawRead(NamedTuple):

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from api.auth import AuthFailures
 from api.grpc_api import GrpcApi
+from api.limits import InflightBytes
 from api.metrics import NodeMetrics
 from api.peer_client import PeerClient
 from api.peer_server import PeerService
@@ -61,7 +62,9 @@ class Node:
         self.peers.on_push = self.metrics.observe_push
         store.on_flush = self.metrics.flush_seconds.observe
         self.cleaner = CleanService(store, safe_index=self._safe_index)
-        self.service = LogService(self.raft, self.peers, settings.api_limits(), client_url=settings.client_url,
+        limits = settings.api_limits()
+        self.request_bytes = InflightBytes(limits.max_inflight_body_bytes)  # the client, gRPC and peer ports share it
+        self.service = LogService(self.raft, self.peers, limits, client_url=settings.client_url,
                                   grpc_address=settings.grpc_address, describe=self._describe,
                                   remote_members=secret is not None or settings.insecure)
         self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
@@ -71,7 +74,7 @@ class Node:
                                         allowed_origins=settings.client_origins())
         self.handlers = EntryHandlers(self.service, self.metrics)  # the gRPC API's appends, as REST's
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
-                                        AuthFailures(self.metrics.auth_failures, "peer"))
+                                        AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
                  "".join(f"; {note}" for note in store.recovery.notes))
@@ -127,7 +130,7 @@ class Node:
                                                       require_client_auth=ca is not None)
         return GrpcApi(self.service, self.handlers, settings.client_tokens(),
                        AuthFailures(self.metrics.auth_failures, "grpc"),
-                       f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials)
+                       f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials, self.request_bytes)
 
     def start(self) -> None:
         self.store.start()

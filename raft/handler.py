@@ -15,14 +15,16 @@ Reference: seeds/dledger-log-replication-zh.txt, 3.4.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from raft.membership import Configuration, MembershipError
 from raft.messages import Code, PushRequest, PushResponse, PushType
 from raft.waiting import wait_event
-from storage.codec import HEADER
+from storage.codec import HEADER, HEADER_SIZE
 from storage.errors import AppendRejectedError, DiskFullError, StorageError
 
 if TYPE_CHECKING:
@@ -32,6 +34,10 @@ log = logging.getLogger("raftlog.raft.handler")
 
 CONTROL_QUEUE_MAX = 1024  # DLedger's compareOrTruncateRequests capacity
 WAITING_PUSHES_MAX = 1024
+
+
+class PushShapeError(ValueError):
+    """A push whose numbers cannot be true: entries that do not fit its bytes, an index before 0."""
 
 
 class EntryHandler:
@@ -55,12 +61,19 @@ class EntryHandler:
     async def handle(self, request: PushRequest) -> PushResponse:
         """Queue a push from the current leader and wait for its answer."""
         future: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        if (problem := _impossible(request)) is not None:
+            log.warning("%s push from %s refused: %s", request.type.name, request.leader_id, problem)
+            return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         if request.type is PushType.APPEND:
-            if request.count <= 0:
+            try:
+                request = self._trim_overlap(request)
+                lost_ack = request.count == 0 or request.last_index <= self.store.end_index
+                response = self._lost_ack(request) if lost_ack else None
+            except PushShapeError as exc:
+                log.warning("push %d+%d from %s refused: %s", request.first_index, request.count,
+                            request.leader_id, exc)
                 return self._answer(request, Code.UNEXPECTED_ARGUMENT)
-            request = self._trim_overlap(request)
-            if request.count == 0 or request.last_index <= self.store.end_index:
-                response = self._lost_ack(request)
+            if response is not None:
                 if response.code is Code.SUCCESS and request.last_index > self.store.ack_end_index:
                     await self.store.wait_durable()  # never acknowledge what is not durable
                     response = self._answer(request, Code.SUCCESS)
@@ -142,18 +155,32 @@ class EntryHandler:
                 ack.cancel()
 
     async def _drain(self) -> None:
+        """Every push taken here is answered, whatever happens to it: a failure answers
+        INCONSISTENT_STATE (the leader compares again) and goes on to run's log."""
         while self.control:
             request, future = self.control.popleft()
-            response = await self._control(request)
-            if not future.done():
-                future.set_result(response)
+            with self._answered_anyway(request, future):
+                response = await self._control(request)
+                if not future.done():
+                    future.set_result(response)
         while (self.store.end_index + 1) in self.waiting:
             request, future, _ = self.waiting.pop(self.store.end_index + 1)
-            await self._append(request, future)
+            with self._answered_anyway(request, future):
+                await self._append(request, future)
         for first in [f for f in self.waiting if f <= self.store.end_index]:  # overtaken meanwhile
             request, future, _ = self.waiting.pop(first)
-            self._ack(request, future, self._lost_ack(self._trim_overlap(request)))
+            with self._answered_anyway(request, future):
+                self._ack(request, future, self._lost_ack(self._trim_overlap(request)))
         self._check_abnormal()
+
+    @contextlib.contextmanager
+    def _answered_anyway(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            if not future.done():
+                future.set_result(self._answer(request, Code.INCONSISTENT_STATE))
+            raise
 
     def _ack(self, request: PushRequest, future: asyncio.Future[PushResponse],
              response: PushResponse) -> None:
@@ -271,8 +298,12 @@ class EntryHandler:
             except MembershipError as exc:
                 log.warning("snapshot from %s: %s", request.leader_id, exc)
                 return self._answer(request, Code.UNEXPECTED_ARGUMENT)
-        await self.store.reset_begin(request.pre_log_index, request.pre_log_term,
-                                     chain_crc=request.chain_crc, next_pos=request.next_pos)
+        try:
+            await self.store.reset_begin(request.pre_log_index, request.pre_log_term,
+                                         chain_crc=request.chain_crc, next_pos=request.next_pos)
+        except ValueError as exc:  # a position no log can start at: nothing was changed
+            log.warning("snapshot from %s refused: %s", request.leader_id, exc)
+            return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         self.matched_end = request.pre_log_index
         self.node.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
@@ -293,9 +324,33 @@ class EntryHandler:
                 future.set_result(self._answer(request, Code.INCONSISTENT_STATE))
 
 
+def _impossible(request: PushRequest) -> str | None:
+    """Why a push's numbers cannot be true, checked in constant time before anything walks its
+    entries; None: they may be (the store checks every entry before it writes one)."""
+    if request.type is PushType.APPEND:
+        if request.count <= 0:
+            return f"a count of {request.count}"
+        if request.first_index < 0:
+            return f"a first index of {request.first_index}"
+        if request.count > len(request.data) // HEADER_SIZE:
+            return f"{request.count} entries in {len(request.data)} bytes"
+    elif request.pre_log_index < -1:
+        return f"a previous index of {request.pre_log_index}"
+    if request.commit_index < -1:
+        return f"a commit index of {request.commit_index}"
+    return None
+
+
 def _entry_offset(data: memoryview, skip: int) -> int:
-    """Byte offset of the entry `skip` entries into raw entries."""
+    """Byte offset of the entry `skip` entries into raw entries. Each entry's size must hold at
+    least its header and fit in what is left: the walk moves forward through the bytes, so it ends."""
     offset = 0
     for _ in range(skip):
-        offset += HEADER.unpack_from(data, offset)[1]
+        size = HEADER.unpack_from(data, offset)[1] if offset + HEADER_SIZE <= len(data) else 0
+        if not HEADER_SIZE <= size <= len(data) - offset:
+            raise PushShapeError(f"the entry at byte {offset} has a size of {size}, "
+                                 f"with {len(data) - offset} bytes left")
+        offset += size
+    if offset + HEADER_SIZE > len(data):
+        raise PushShapeError(f"no entry at byte {offset} of {len(data)}")
     return offset

@@ -641,8 +641,10 @@ class Store:
         position of `index + 1`; when not given, the first follower append after
         the reset supplies them.
         """
-        if next_pos is not None and next_pos % self.config.data_file_size + HEADER_SIZE + MIN_BLANK_LEN \
-                > self.config.data_file_size:
+        if index < -1:
+            raise ValueError(f"index {index} cannot end a log")
+        if next_pos is not None and (next_pos < 0 or next_pos % self.config.data_file_size + HEADER_SIZE
+                                     + MIN_BLANK_LEN > self.config.data_file_size):
             raise ValueError(f"next_pos {next_pos} cannot start a log")
         async with self._lock:
             await self._lower_index_mark(index + 1)

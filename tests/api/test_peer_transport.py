@@ -23,6 +23,7 @@ from api.peer_codec import PUSH_TYPES, PeerMessageError, decode_message, decode_
 from api.peer_port import PeerPort
 from api.peer_server import PeerService
 from api.peer_stream import grpc_prefix
+from api.service import ApiLimits
 from app.launcher import free_ports
 from raft.config import Peer
 from raft.messages import (
@@ -122,6 +123,8 @@ class FollowerNode:
 
 
 class ForwardingService:
+    limits = ApiLimits()
+
     async def append_here(self, bodies: list[bytes]) -> dict[str, Any]:
         raise ApiError(Code.WAIT_QUORUM_ACK_TIMEOUT, "no quorum in time", "n2")
 

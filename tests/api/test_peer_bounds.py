@@ -1,0 +1,291 @@
+"""Bounds on the peer port against hostile peers and strangers (DESIGN, Security posture): connections
+counted from their accept, TLS handshakes included; calls at once; the public API's calls drawing on
+the member's one request budget; a replication stream's headers bounded and checked before its DATA;
+a batch counted before it is decoded; and the leader's end of a stream holding no more of what a
+follower sends than one answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from api import peer_pb2 as pb
+from api.auth import AuthFailures
+from api.limits import InflightBytes, RequestLimits, batch_entries
+from api.peer_client import PeerClient, PeerTls
+from api.peer_codec import encode_message, encode_push
+from api.peer_port import PeerPort
+from api.peer_server import PeerService
+from api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
+from app.launcher import free_ports
+from raft.config import Peer
+from raft.messages import Code, VoteRequest, VoteResponse, VoteResult
+from raft.transport import PeerUnavailable
+from tests.api.test_peer_transport import MESSAGE_MAX, SECRET, FollowerNode, ForwardingService, push
+from tests.e2e.peer_port import HandWrittenStream
+from tests.pki import Pki
+
+AUTHORIZED = (("authorization", f"Bearer {SECRET.decode()}"),)
+
+
+class HeldVotes(FollowerNode):
+    """Votes wait until the test lets them go: calls that stay under way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.votes = asyncio.Event()
+        self.voting = 0
+
+    async def handle_vote(self, request: VoteRequest) -> VoteResponse:
+        self.voting += 1
+        await self.votes.wait()
+        return VoteResponse(request.term, VoteResult.ACCEPT)
+
+
+class Refusals:
+    def __init__(self) -> None:
+        self.counter = Counter("refused", "", ["port", "reason"], registry=CollectorRegistry())
+
+    def count(self) -> float:
+        return sum(s.value for m in self.counter.collect() for s in m.samples if s.name.endswith("_total"))
+
+
+@contextlib.asynccontextmanager
+async def peer_port(node: FollowerNode | None = None, tls: PeerTls | None = None, budget: InflightBytes | None = None,
+                    refusals: Refusals | None = None, **limits: int) -> AsyncIterator[tuple[str, PeerPort]]:
+    service = ForwardingService()
+    service.limits = replace(ForwardingService.limits, **limits)  # type: ignore[misc]
+    failures = AuthFailures((refusals or Refusals()).counter, "peer")
+    peers = PeerService(node or FollowerNode(), service, SECRET, failures, budget)  # type: ignore[arg-type]
+    (port,) = free_ports(1)
+    server = PeerPort(peers, f"127.0.0.1:{port}", MESSAGE_MAX, tls)
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}", server
+    finally:
+        await server.stop(None)
+
+
+async def closed_by_server(reader: asyncio.StreamReader) -> bool:
+    """Whether the server has closed this connection (it sends nothing first on the peer port)."""
+    try:
+        return await reader.read(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+# -- connections and calls -------------------------------------------------------------------
+
+
+async def test_connections_count_from_their_accept_before_the_tls_handshake(tmp_path: Path) -> None:
+    """Two strangers that never start their TLS handshake hold the two connections allowed: a third
+    is closed at once; once they go, a member with a certificate gets through."""
+    pki = Pki(tmp_path, "group")
+    tls = PeerTls(Path(pki.ca_file).read_bytes(), Path(pki.key).read_bytes(), Path(pki.cert).read_bytes())
+    async with peer_port(tls=tls, peer_connections_max=2) as (address, server):
+        host, port = address.split(":")
+        strangers = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+        reader, writer = await asyncio.open_connection(host, int(port))
+        assert await closed_by_server(reader)
+        writer.close()
+        assert server.open_connections == 2
+        for _, stranger in strangers:
+            stranger.close()
+        while server.open_connections:  # the port sees them go on its next reads
+            await asyncio.sleep(0.01)
+        client = PeerClient("n1", [Peer("n1", "127.0.0.1:1"), Peer("n2", address)], rpc_timeout_ms=5000,
+                            push_timeout_ms=5000, wait_timeout_ms=5000, max_message_bytes=MESSAGE_MAX,
+                            secret=SECRET, tls=tls)
+        try:
+            answer = await client.vote("n2", VoteRequest("g", "n1", 1, -1, -1))
+        finally:
+            await client.close()
+        assert answer.result is VoteResult.ACCEPT
+
+
+async def test_calls_at_once_are_bounded() -> None:
+    node = HeldVotes()
+    async with peer_port(node, peer_calls_max=1) as (address, _), grpc.aio.insecure_channel(address) as channel:
+        vote = channel.unary_unary("/raftlog.peer.v1.Peer/Vote")
+        request = encode_message(VoteRequest("g", "n1", 1, -1, -1))
+        held = asyncio.ensure_future(vote(request, metadata=AUTHORIZED))
+        while node.voting == 0:
+            await asyncio.sleep(0.01)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await vote(request, metadata=AUTHORIZED)
+        assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        node.votes.set()
+        await held
+        await vote(request, metadata=AUTHORIZED)  # room again
+
+
+async def test_forwarded_appends_draw_on_the_members_one_request_budget() -> None:
+    """The budget REST's bodies are held in: while the client port holds it, a forwarded append is
+    refused (UNAVAILABLE, nothing done); Raft's own calls never wait on clients."""
+    budget = InflightBytes(1000)
+    rest = RequestLimits(None, max_inflight_requests=10, max_request_bytes=1000,  # type: ignore[arg-type]
+                         max_inflight_body_bytes=1000, max_followers=1, budget=budget)
+    assert rest.budget is budget
+    async with peer_port(budget=budget) as (address, _), grpc.aio.insecure_channel(address) as channel:
+        append = channel.unary_unary("/raftlog.peer.v1.Peer/Append")
+        vote = channel.unary_unary("/raftlog.peer.v1.Peer/Vote")
+        message = pb.AppendRequest(bodies=[b"x" * 200]).SerializeToString()
+        assert budget.take(900)  # a REST body being received
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await append(message, metadata=AUTHORIZED)
+        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert "max_inflight_body_bytes" in (refused.value.details() or "")
+        await vote(encode_message(VoteRequest("g", "n1", 1, -1, -1)), metadata=AUTHORIZED)
+        budget.give(900)
+        answer = pb.AppendResponse.FromString(await append(message, metadata=AUTHORIZED))
+        assert answer.error.code == Code.WAIT_QUORUM_ACK_TIMEOUT.name  # it reached the service
+    assert budget.held == 0
+
+
+async def test_a_forwarded_batch_of_too_many_bodies_is_refused_before_it_is_decoded() -> None:
+    """Counted on the wire up to max_batch_entries + 1: a batch of many more, cut by garbage after
+    the first thousands, is refused as too large, not as garbage (protobuf never saw it)."""
+    async with peer_port(max_batch_entries=10) as (address, _), grpc.aio.insecure_channel(address) as channel:
+        append = channel.unary_unary("/raftlog.peer.v1.Peer/Append")
+        answer = pb.AppendResponse.FromString(await append(b"\x0a\x00" * 5000 + b"\xff\xff", metadata=AUTHORIZED))
+    assert answer.error.code == Code.UNEXPECTED_ARGUMENT.name
+    assert "max_batch_entries" in answer.error.message
+
+
+def test_a_batch_is_counted_no_further_than_asked() -> None:
+    class Watched(bytes):
+        reads = 0
+
+        def __getitem__(self, at: Any) -> Any:
+            Watched.reads += 1
+            return super().__getitem__(at)
+
+    data = Watched(b"\x0a\x00" * 1_000_000)
+    assert batch_entries(data, 11) == 11
+    assert Watched.reads < 100
+    assert batch_entries(b"\x0a\x03abc\x10\x05\x0a\x81\x01" + bytes(129) + b"\x1d1234", 100) == 2  # fields skipped
+    assert batch_entries(b"\x0a\x05ab", 100) == 1  # cut short: protobuf says what is wrong
+
+
+# -- the replication stream --------------------------------------------------------------------
+
+
+async def test_a_refused_replication_stream_is_reset_and_its_data_never_reaches_the_node() -> None:
+    node = FollowerNode()
+    refusals = Refusals()
+    async with peer_port(node, refusals=refusals) as (address, _):
+        stream = await HandWrittenStream.open(address, None)
+        stream.send(encode_push(push(0)))
+        events = await h2_events(stream)
+    assert any(isinstance(e, h2.events.StreamReset) for e in events)  # the leader is told to stop sending
+    assert dict(next(e for e in events if isinstance(e, h2.events.ResponseReceived)).headers)[b"grpc-status"] == b"16"
+    assert node.pushes == [] and refusals.count() == 1
+
+
+async def test_a_header_block_over_max_header_bytes_closes_the_connection_before_the_secret_is_read() -> None:
+    """HEADERS and CONTINUATION frames are counted as they arrive: a block over max_header_bytes is a
+    protocol error, whatever it would have carried (here: the right secret)."""
+    node = FollowerNode()
+    async with peer_port(node, max_header_bytes=4096) as (address, _):
+        host, port = address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        leader = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        leader.local_settings = h2.settings.Settings(client=True, initial_values={REPLICATE_SETTING: 1})
+        leader.initiate_connection()
+        leader.send_headers(1, [(b":method", b"POST"), (b":scheme", b"http"), (b":path", REPLICATE_PATH),
+                                (b":authority", b"peer"), (b"content-type", b"application/grpc"),
+                                (b"authorization", b"Bearer " + SECRET), (b"x-padding", b"x" * 8192)])
+        writer.write(in_continuations(leader.data_to_send()))
+        events: list[h2.events.Event] = []
+        async with asyncio.timeout(10):
+            while not any(isinstance(e, h2.events.ConnectionTerminated) for e in events):
+                data = await reader.read(65_536)
+                assert data, "closed without a GOAWAY"
+                events += leader.receive_data(data)
+        writer.close()
+    terminated = next(e for e in events if isinstance(e, h2.events.ConnectionTerminated))
+    assert terminated.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
+    assert node.pushes == []
+
+
+async def test_an_answer_over_its_bound_breaks_the_leaders_stream() -> None:
+    """A follower that announces a huge answer: the leader's end refuses it by its prefix (it would
+    otherwise hold everything the follower sends until the answer is whole)."""
+    async def follower(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        server.initiate_connection()
+        writer.write(server.data_to_send())
+        while data := await reader.read(65_536):
+            for event in server.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    server.send_headers(event.stream_id, [(b":status", b"200"),
+                                                          (b"content-type", b"application/grpc")])
+                    server.send_data(event.stream_id, grpc_prefix(50 << 20) + bytes(1000))
+            writer.write(server.data_to_send())
+
+    listener = await asyncio.start_server(follower, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    client = PeerClient("n1", [Peer("n1", "127.0.0.1:1"), Peer("n2", f"127.0.0.1:{port}")], rpc_timeout_ms=60_000,
+                        push_timeout_ms=60_000, wait_timeout_ms=60_000, max_message_bytes=MESSAGE_MAX, secret=SECRET)
+    try:
+        stream = client.open_stream("n2")
+        with pytest.raises(PeerUnavailable, match="over the limit"):
+            await stream.send(push(0))
+    finally:
+        await client.close()
+        listener.close()
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def in_continuations(data: bytes) -> bytes:
+    """A client's preface, SETTINGS and HEADERS, its HEADERS split into CONTINUATION frames of 1 KiB."""
+    preface_and_settings = data[:24 + 9 + int.from_bytes(data[24:27], "big")]
+    rest = data[len(preface_and_settings):]
+    frames = []
+    while rest:
+        size = int.from_bytes(rest[:3], "big")
+        frames.append(rest[:9 + size])
+        rest = rest[9 + size:]
+    headers = next(f for f in frames if f[3] == 0x1)
+    block, stream_id = headers[9:], headers[5:9]
+    pieces = [block[i:i + 1024] for i in range(0, len(block), 1024)]
+    out = bytearray(preface_and_settings)
+    for i, piece in enumerate(pieces):
+        kind = 0x1 if i == 0 else 0x9
+        flags = 0x4 if i == len(pieces) - 1 else 0
+        out += len(piece).to_bytes(3, "big") + bytes([kind, flags]) + stream_id + piece
+    return bytes(out)
+
+
+async def h2_events(stream: HandWrittenStream) -> list[h2.events.Event]:
+    """Everything the follower sends on `stream`'s connection until it closes it or goes quiet."""
+    events: list[h2.events.Event] = []
+    with contextlib.suppress(TimeoutError, ConnectionResetError):
+        async with asyncio.timeout(5):
+            while data := await stream.reader.read(65_536):
+                try:
+                    events += stream.h2.receive_data(data)
+                except h2.exceptions.ProtocolError:
+                    break
+                if any(isinstance(e, h2.events.StreamReset | h2.events.ConnectionTerminated) for e in events):
+                    break
+    stream.writer.close()
+    return events
+
