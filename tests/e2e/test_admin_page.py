@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,3 +226,49 @@ def test_with_an_admin_token_the_page_adds_promotes_and_removes_members(make_clu
     assert "leadership goes to another voter first" in click(leader, "remove")
     wait.until(lambda d: leader not in cards(d) and len(leaders(cards(d))) == 1)
     assert sorted(cards(browser)) == sorted(m for m in ("n1", "n2", "n3", new.id) if m != leader)
+
+
+EVIL_PAGE = """<!doctype html><title>a page on another site</title>
+<form id="form" method="post" enctype="text/plain" action="{member}/v1/cluster/members">
+<input name='{{"id": "n9", "peer_address": "127.0.0.1:9", "x": "' value='"}}'></form>
+<script>
+const tries = [
+  ["/v1/cluster/members", "POST", '{{"id": "n8", "peer_address": "127.0.0.1:8"}}'],
+  ["/v1/entries", "POST", "written by a page on another site"],
+  ["/v1/cluster/leader", "POST", '{{"target": "n1"}}'],
+];
+Promise.allSettled([...tries.map(([path, method, body]) => fetch("{member}" + path,
+    {{method, body, mode: "no-cors", headers: {{"content-type": "text/plain"}}}})),
+  fetch("{member}/v1/cluster/members/n1", {{method: "DELETE"}})])  // asks first (a preflight): never sent
+  .then(() => {{ document.title = "sent"; document.getElementById("form").submit(); }});
+</script>"""
+
+
+def test_a_page_on_another_site_cannot_write_to_or_reconfigure_a_tokenless_group(
+        make_cluster: ClusterFactory, browser: webdriver.Chrome, tmp_path: Path) -> None:
+    """What a browser sends for a page on another origin without asking first (no-cors fetches and a
+    text/plain form that smuggles JSON): refused by Origin, nothing written (etcd's CVE-2018-1098)."""
+    cluster = make_cluster(1)
+    (member,) = cluster.members.values()
+    cluster.wait_leader()
+    before = httpx.get(f"{member.client_url}/v1/cluster/members").json()
+    end = httpx.get(f"{member.client_url}/v1/cluster").json()["members"][0]["end_index"]
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(EVIL_PAGE.format(member=member.client_url))
+    removals = 'raftlog_http_requests_total{method="DELETE"'
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://localhost:{server.server_address[1]}/index.html")  # another origin than the member's
+        eventually(lambda: 'reason="origin"} 4.0' in httpx.get(f"{member.client_url}/metrics").text,
+                   "the member to refuse the page's three fetches and its form")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert httpx.get(f"{member.client_url}/v1/cluster/members").json() == before
+    assert httpx.get(f"{member.client_url}/v1/cluster").json()["members"][0]["end_index"] == end
+    assert browser.current_url == f"{member.client_url}/v1/cluster/members"  # the form went, after the fetches
+    assert removals not in httpx.get(f"{member.client_url}/metrics").text  # the browser never sent the DELETE

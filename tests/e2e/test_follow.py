@@ -186,7 +186,7 @@ def test_stalled_readers_are_bounded_and_cut_off_while_a_reader_keeps_up(cluster
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect((httpx.URL(url).host, httpx.URL(url).port))
-        sock.sendall(f"GET /v1/entries?start={start}&follow=true HTTP/1.1\r\nhost: x\r\n"
+        sock.sendall(f"GET /v1/entries?start={start}&follow=true HTTP/1.1\r\nhost: 127.0.0.1\r\n"
                      "accept: application/x-ndjson\r\n\r\n".encode())
         stalled.append(sock)
     member = next(m for m in cluster.members.values() if m.client_url == url)
@@ -262,6 +262,38 @@ def test_follow_streams_go_on_across_a_leader_change_and_end_cleanly_when_a_memb
             if not member.running:
                 cluster.start_member(member_id)
         cluster.wait_leader()
+
+
+def test_a_reader_that_stops_reading_a_stream_that_does_not_follow_is_cut_off_too(cluster: LocalCluster) -> None:
+    """A page of the log as NDJSON, as stored and as events, each more than the sockets hold: a reader
+    that takes none of it would hold its chunk of the follow budget, and its connection, for ever."""
+    start = append(leader_url(cluster), "before a long page")["index"]
+    body = encode_bodies([b"p" * 4000] * 100)
+    written = 0
+    while written < 20:  # 8 MB of log, through a leader change on a busy machine
+        answer = httpx.post(f"{leader_url(cluster)}/v1/entries/batch", content=body,
+                            headers={"content-type": BATCH_CONTENT_TYPE}, timeout=30)
+        assert answer.status_code in (201, 503, 504), answer.text
+        written += answer.status_code == 201
+    url = leader_url(cluster)
+    member = next(m for m in cluster.members.values() if m.client_url == url)
+    cut_before = member.log_path.read_text().count("it took nothing of its answer")
+    stalled = []
+    for accept in ("application/x-ndjson", "application/vnd.raftlog.entries", "text/event-stream"):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((httpx.URL(url).host, httpx.URL(url).port))
+        sock.sendall(f"GET /v1/entries?start={start} HTTP/1.1\r\nhost: 127.0.0.1\r\naccept: {accept}\r\n\r\n"
+                     .encode())
+        stalled.append(sock)
+    try:
+        eventually(lambda: member.log_path.read_text().count("it took nothing of its answer") >= cut_before + 3,
+                   "the member to cut the three readers off (follow_stall_ms)")
+        for sock in stalled:
+            assert _ends(sock)
+    finally:
+        for sock in stalled:
+            sock.close()
 
 
 def _ends(sock: socket.socket) -> bool:
