@@ -65,7 +65,7 @@ BY_HTTP_STATUS = {
 BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
            Code.MEMBER_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
            **dict.fromkeys((Code.ALREADY_VOTER, Code.LAST_VOTER, Code.LEARNER_BEHIND, Code.QUORUM_AT_RISK,
-                            Code.CHANGE_IN_FLIGHT), grpc.StatusCode.FAILED_PRECONDITION)}
+                            Code.CHANGE_IN_FLIGHT, Code.SECRET_REQUIRED), grpc.StatusCode.FAILED_PRECONDITION)}
 ENTRY_TYPES = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP, Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
@@ -228,10 +228,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
         try:
             return await call
         except Exception as exc:  # every error has one shape, as on REST
-            error = exc if isinstance(exc, ApiError) else api_error(exc, self.service.node.leader_id)
-            if not isinstance(exc, ApiError) and error.code is Code.INTERNAL_ERROR:
-                log.exception("unexpected error answering a gRPC call")
-            await _abort(context, error)
+            await _abort(context, api_error(exc, self.service.node.leader_id))  # logs an unexpected one
 
 
 class Refused:
