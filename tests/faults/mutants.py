@@ -1,10 +1,11 @@
 """Bugs planted into every node process of a fault run (`python -m tests.faults --mutant NAME`), to show
-that the suite catches them; `python -m tests.faults.mutants` (make mutants) runs the whole table.
+that the suite catches them; `python -m tests.faults.mutation` (make mutants) runs the whole table.
 
-The simulation's bugs (tests.sim.mutants) and the service layer's code that only real processes run:
-the peer port's replication stream at both ends, the gRPC API, the client port's fast path. Each is
-(owner, attribute, make) as there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m
-tests.faults.node` plants it before the node starts and says so in one line of its log (MARKER).
+The simulation's bugs (tests.sim.mutants), and bugs in code only real processes run: the peer port's
+replication stream at both ends, the gRPC API (the simulation's retried forwarded append, planted in
+the gRPC API's own appends) and the client port's fast path. Each is (owner, attribute, make) as
+there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m tests.faults.node` plants it before
+the node starts and says so in one line of its log (MARKER).
 """
 
 from __future__ import annotations
@@ -18,17 +19,15 @@ from typing import Any
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from api.errors import ApiError
 from api.fast_path import ENTRY_PREFIX, EntryFastPath
 from api.grpc_api import LogServicer
 from api.peer_server import PeerService
 from api.peer_stream import H2PushStream
 from raft.messages import Code, PushRequest, PushResponse, PushType
-from tests.sim.mutants import MUTANTS
+from tests.sim.mutants import MUTANTS, retries_forwarded_appends
 
 ENV = "RAFTLOG_TEST_MUTANT"
 MARKER = "mutant {name} planted in process {pid}"
-UNKNOWN_OUTCOME = frozenset({Code.NETWORK_ERROR, Code.TIMEOUT, Code.WAIT_QUORUM_ACK_TIMEOUT})
 
 
 def acks_pushes_before_handling(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,20 +61,6 @@ def drops_push_on_reconnect(original: Callable[..., Any]) -> Callable[..., Any]:
     return connection_made
 
 
-def retries_grpc_forwarded_appends(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The gRPC API appends again when a forwarded append's outcome is unknown."""
-
-    async def append(self: LogServicer, bodies: list[bytes]) -> dict[str, Any]:
-        try:
-            return await original(self, bodies)
-        except ApiError as exc:
-            if exc.code not in UNKNOWN_OUTCOME:
-                raise
-            return await original(self, bodies)
-
-    return append
-
-
 def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., Any]:
     """The client port's fast path answers a get of any index its member's log holds, committed or not."""
 
@@ -97,7 +82,7 @@ def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., A
 FAULT_MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-pushes-before-handling": (PeerService, "take_push", acks_pushes_before_handling),
     "drops-push-on-reconnect": (H2PushStream, "connection_made", drops_push_on_reconnect),
-    "retries-grpc-forwarded-appends": (LogServicer, "_append", retries_grpc_forwarded_appends),
+    "retries-grpc-forwarded-appends": (LogServicer, "_append", retries_forwarded_appends),
     "fast-path-reads-past-commit": (EntryFastPath, "__call__", fast_path_reads_past_commit),
 }
 ALL = {**MUTANTS, **FAULT_MUTANTS}

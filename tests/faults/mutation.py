@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from typing import Any
 
@@ -49,6 +50,7 @@ def main() -> int:
     parser.add_argument("--only", help="these mutants, comma-separated")
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a run stopped from outside stops its nodes
     names = args.only.split(",") if args.only else [CONTROL, *ALL]
     rows = []
     for name in names:

@@ -37,8 +37,10 @@ KINDS = ["kill_leader", "kill_random", "pause_leader", "isolate_leader", "refuse
          "one_way", "slow", "disk_full", "tail_cut", "bit_flip", "isolated_tail_cut", "replace_member"]
 DISTURBANCE_WINDOWS = 3  # a removed member standing must disturb none of them
 STOP_SHOWN_S = 2.0  # how long a SIGSTOP may take to show in /proc
+# refusals of a membership change that say "not now": QUORUM_AT_RISK when a heartbeat round missed a voter (a
+# stall of a loaded machine), as an operator would try again
 RETRY_CHANGE = frozenset({"LEARNER_BEHIND", "CHANGE_IN_FLIGHT", "NOT_LEADER", "LEADER_TRANSFERRING", "SERVER_BUSY",
-                          "NETWORK_ERROR", "WAIT_QUORUM_ACK_TIMEOUT", "TERM_CHANGED", "TIMEOUT"})
+                          "NETWORK_ERROR", "WAIT_QUORUM_ACK_TIMEOUT", "TERM_CHANGED", "TIMEOUT", "QUORUM_AT_RISK"})
 OPENED = re.compile(rb" opened \S+: log (-?\d+)\.\.(-?\d+),")  # app.node's line once the log is recovered
 # a member's word on a damaged entry (the group's name for the index): a read or the scrub found it, recovery
 # cut the log there; and its repair from a replica's copy

@@ -1,5 +1,6 @@
 """The bounded fault runs of `make test`: fixed seeds, every kind of fault at least once over the two runs,
-each shown to have taken effect; `make chaos` runs every kind, for longer."""
+each shown to have taken effect, and a short run with a bug planted that must catch it; `make chaos` runs
+every kind, for longer, and `make mutants` every planted bug."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, kinds:
     assert sum(v["ok"] for v in summary["read_availability"].values()) > 100, "too few reads answered to judge"
     assert summary["effective"] == summary["faults"], "a fault did nothing (its reason is among the violations)"
     assert not summary["violations"], f"replay: {summary['replay']}"
+
+
+@pytest.mark.faults
+@pytest.mark.timeout(300)
+def test_a_bug_planted_in_every_node_is_caught() -> None:
+    """The suite proves itself on real processes (`make mutants` runs every planted bug): a leader that
+    acknowledges an append before a quorum holds it is caught in a short run, and every node process
+    the run started, the restarted leader's too, said the bug was planted in it."""
+    summary = run(1, 10, 3, kinds=["kill_leader"], mutant="acks-before-quorum")
+    print_summary(summary)
+    assert summary["planted"] >= 4, summary["violations"][:1]  # three members, and the killed leader again
+    assert summary["lost"] + summary["stale_reads"] > 0, summary["violations"][:3]

@@ -34,6 +34,9 @@ from tests.faults.harness import FaultCluster
 DEFINITE = {"UNEXPECTED_ARGUMENT", "REQUEST_WITH_EMPTY_BODYS", "NOT_LEADER", "LEADER_PENDING_FULL",
             "LEADER_TRANSFERRING", "DISK_FULL"}
 TIMEOUT_S = 3.0
+# a gRPC deadline cancels the call on the server too (a REST handler runs on when its client is gone): past a
+# forwarded append's own wait (max_wait_ack_ms + rpc_timeout_ms, twice), so the member's handling runs to its end
+GRPC_TIMEOUT_S = 10.0
 READ_SHAPES = ("get", "get", "get", "page", "stream")
 
 
@@ -128,9 +131,9 @@ def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op) -> None:
     """Append the op's bodies through the gRPC API (Append, or AppendBatch) and set its outcome."""
     try:
         if len(op.bodies) == 1:
-            op.index = stub.Append(pb.AppendRequest(body=op.bodies[0]), timeout=TIMEOUT_S).index
+            op.index = stub.Append(pb.AppendRequest(body=op.bodies[0]), timeout=GRPC_TIMEOUT_S).index
         else:
-            op.index = stub.AppendBatch(pb.AppendBatchRequest(bodies=op.bodies), timeout=TIMEOUT_S).first_index
+            op.index = stub.AppendBatch(pb.AppendBatchRequest(bodies=op.bodies), timeout=GRPC_TIMEOUT_S).first_index
         op.outcome = "ok"
     except grpc.RpcError as exc:
         op.code = _grpc_code(exc)
