@@ -47,6 +47,10 @@ OPENED = re.compile(rb" opened \S+: log (-?\d+)\.\.(-?\d+),")  # app.node's line
 DAMAGE_SAID = (re.compile(rb"entry (\d+) is damaged on this member"),
                re.compile(rb"corrupt entry (\d+) .*cutting the log there"))
 REPAIR_SAID = (re.compile(rb"entry (\d+) repaired from"), DAMAGE_SAID[1])
+# the elector's lines on a step toward a new term, after their time: the group's own (a follower that lost its
+# leader, a leader without a quorum), or another's (a member moved to a candidate's term, a leader deposed by it)
+ELECTION_STEP = re.compile(rb"^(\S+ \S+) \S+ \S+ \S+ (?:(?P<own>lost leader|steps down in term \d+ \(no quorum\))"
+                           rb"|steps down in term \d+ \(a larger term\)|is candidate in term)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,13 @@ class Damage:
             return False
         said = next((m for pattern in DAMAGE_SAID if (m := pattern.search(line))), None)
         return said is not None and self.first <= int(said.group(1)) <= self.last
+
+
+def election_of_its_own(logs: list[bytes]) -> bool:
+    """Whether the first step toward a new term in these members' logs (by time) is one of the group's own."""
+    steps = sorted((m.group(1), m.start(), m.group("own") is not None) for text in logs
+                   for m in ELECTION_STEP.finditer(text))
+    return bool(steps) and steps[0][2]
 
 
 def said_of(patterns: tuple[re.Pattern[bytes], ...], index: int, text: bytes) -> bool:
@@ -263,21 +274,31 @@ class Nemesis:
         stood = self._until(lambda: (self.cluster.status(victim) or {}).get("role") == "candidate")
         self._shown("replace_member", stood, f"{victim}, removed and running again, never stood for election")
         windows = [self._leadership_held(victim, hold_s / 2) for _ in range(DISTURBANCE_WINDOWS)] if stood else []
-        disturbed = [said for held, said in windows if not held]
+        for held, own, said in windows:
+            if not held:
+                self.log(f"  {'the group held an election of its own' if own else 'disturbed'}: {said}")
+        disturbed = [said for held, own, said in windows if not held and not own]
         if disturbed:
             self.problems.append(f"{victim}, removed and running again, disturbed the group in {len(disturbed)} of "
                                  f"{len(windows)} windows: {'; '.join(disturbed)}")
+        self._shown("replace_member", not stood or any(held for held, _, _ in windows),
+                    f"the group held no window of {DISTURBANCE_WINDOWS} undisturbed by its own elections")
 
-    def _leadership_held(self, stander: str, seconds: float) -> tuple[bool, str]:
-        """Whether the group keeps its leader and term for `seconds` while `stander` keeps standing."""
+    def _leadership_held(self, stander: str, seconds: float) -> tuple[bool, bool, str]:
+        """Whether the group keeps its leader and term for `seconds` while `stander` keeps standing; if
+        not, whether its members' logs show an election of the group's own (a leader unheard, or one
+        without a quorum: a stall of a loaded machine) rather than one the stander started."""
         leader = self._leader()
         before = self.cluster.status(leader)
+        group = [m for m in self.cluster.running_ids() if m != stander]
+        offsets = {m: self._log_size(m) for m in group}
         time.sleep(seconds)
         after = self.cluster.status(leader)
         standing = (self.cluster.status(stander) or {}).get("role") == "candidate"
         held = bool(before and after and (after["leader"], after["term"]) == (leader, before["term"]) and standing)
-        return held, (f"leader {leader} in term {before and before['term']}, then "
-                      f"{after and (after['leader'], after['term'])}, {stander} standing: {standing}")
+        own = not held and election_of_its_own([self._log_since(m, offsets[m]) for m in group])
+        return held, own, (f"leader {leader} in term {before and before['term']}, then "
+                           f"{after and (after['leader'], after['term'])}, {stander} standing: {standing}")
 
     def _configured(self, member_id: str) -> bool:
         """The group's configuration, as a running member of it says, holds `member_id`."""

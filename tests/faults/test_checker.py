@@ -16,7 +16,7 @@ from storage import Store, StoreConfig
 from storage.codec import Magic
 from tests.faults.checker import MemberLog, Stored, check, history_around, read_availability, read_logs
 from tests.faults.harness import STOPPED, process_state
-from tests.faults.nemesis import REPAIR_SAID, Damage, said_of
+from tests.faults.nemesis import REPAIR_SAID, Damage, election_of_its_own, said_of
 from tests.faults.run import scan_log, vacuous
 from tests.faults.workload import FaultWindow, History, Observer, Op
 
@@ -262,3 +262,21 @@ def test_a_stopped_process_shows_state_t() -> None:
         sleeper.kill()
         sleeper.wait()
     assert process_state(sleeper.pid) is None
+
+
+def _elector(at: str, member: str, step: str) -> bytes:
+    return f"2026-11-26 12:00:{at} INFO raftlog.raft.elector: {member} {step}\n".encode()
+
+
+def test_an_election_is_the_groups_own_when_it_starts_with_a_lost_leader_or_a_lost_quorum() -> None:
+    """A removed member left running may disturb no window; a stall of the machine may make the group
+    elect a leader of its own meanwhile, which the first step toward the new term tells apart."""
+    lost = _elector("01,000", "n2", "lost leader n1 (no heartbeat for 1000 ms)") + _elector(
+        "01,000", "n2", "is candidate in term 5 (leader None)")
+    no_quorum = _elector("01,000", "n1", "steps down in term 4 (no quorum)")
+    moved = _elector("00,900", "n3", "is candidate in term 9 (leader None)")  # to a removed member's term
+    deposed = _elector("00,950", "n1", "steps down in term 4 (a larger term)")
+    assert election_of_its_own([lost]) and election_of_its_own([no_quorum, b"other lines\n"])
+    assert not election_of_its_own([lost, moved])
+    assert not election_of_its_own([deposed, lost])
+    assert not election_of_its_own([b"", b"2026-11-26 12:00:01,000 INFO raftlog.raft: n1 is leader in term 4\n"])
