@@ -2,10 +2,11 @@
 that the suite catches them; `python -m tests.faults.mutation` (make mutants) runs the whole table.
 
 The simulation's bugs (tests.sim.mutants), and bugs in code only real processes run: the peer port's
-replication stream at both ends, the gRPC API (the simulation's retried forwarded append, planted in
-the gRPC API's own appends) and the client port's fast path. Each is (owner, attribute, make) as
-there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m tests.faults.node` plants it before
-the node starts and says so in one line of its log (MARKER).
+replication stream at both ends, the gRPC API (the simulation's retried append, planted in the gRPC
+API's own appends and retried on every error of unknown outcome, as a retry policy on UNAVAILABLE,
+UNKNOWN and DEADLINE_EXCEEDED would) and the client port's fast path. Each is (owner, attribute,
+make) as there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m tests.faults.node` plants
+it before the node starts and says so in one line of its log (MARKER).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import os
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from starlette.responses import Response
@@ -28,6 +30,7 @@ from tests.sim.mutants import MUTANTS, retries_forwarded_appends
 
 ENV = "RAFTLOG_TEST_MUTANT"
 MARKER = "mutant {name} planted in process {pid}"
+UNKNOWN = frozenset({Code.NETWORK_ERROR, Code.TIMEOUT, Code.WAIT_QUORUM_ACK_TIMEOUT})  # errors of unknown outcome
 
 
 def acks_pushes_before_handling(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,7 +85,7 @@ def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., A
 FAULT_MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-pushes-before-handling": (PeerService, "take_push", acks_pushes_before_handling),
     "drops-push-on-reconnect": (H2PushStream, "connection_made", drops_push_on_reconnect),
-    "retries-grpc-forwarded-appends": (LogServicer, "_append", retries_forwarded_appends),
+    "retries-grpc-forwarded-appends": (LogServicer, "_append", partial(retries_forwarded_appends, codes=UNKNOWN)),
     "fast-path-reads-past-commit": (EntryFastPath, "__call__", fast_path_reads_past_commit),
 }
 ALL = {**MUTANTS, **FAULT_MUTANTS}

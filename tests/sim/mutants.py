@@ -100,14 +100,16 @@ def ends_ranges_at_local_commit_index(original: Callable[..., Any]) -> Callable[
     return readable_end
 
 
-def retries_forwarded_appends(original: Callable[..., Any]) -> Callable[..., Any]:
-    """The service retries a forwarded append whose answer did not come back."""
+def retries_forwarded_appends(original: Callable[..., Any],
+                              codes: frozenset[Code] = frozenset({Code.NETWORK_ERROR})) -> Callable[..., Any]:
+    """The service retries a forwarded append whose answer did not come back (or whose error is one of
+    `codes`, each leaving the outcome unknown)."""
 
     async def append(self: LogService, bodies: Sequence[bytes]) -> dict[str, Any]:
         try:
             return await original(self, bodies)
         except ApiError as exc:
-            if exc.code is not Code.NETWORK_ERROR:
+            if exc.code not in codes:
                 raise
             return await original(self, bodies)
 
