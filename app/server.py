@@ -59,8 +59,8 @@ class _Uvicorn(uvicorn.Server):
 
 
 def raise_open_files(connections: int) -> None:
-    """Lift the soft limit on open files to the hard one: client connections, peer connections and
-    the log's files share it. A limit too low for max_connections stops the start."""
+    """Lift the soft limit on open files to the hard one: client, gRPC and peer connections and the
+    log's files share it. A limit too low for the ports' connections together stops the start."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         with contextlib.suppress(ValueError, OSError):
@@ -68,12 +68,12 @@ def raise_open_files(connections: int) -> None:
             soft = hard
     needed = connections + OPEN_FILES_RESERVE
     if soft != resource.RLIM_INFINITY and soft < needed:
-        raise SettingsError(f"max_connections {connections} needs {needed} open files; the limit is {soft} "
-                            f"(ulimit -n): lower max_connections or raise the limit")
+        raise SettingsError(f"max_connections + grpc_connections_max + peer_connections_max ({connections}) need "
+                            f"{needed} open files; the limit is {soft} (ulimit -n): lower them or raise the limit")
 
 
 async def serve(settings: NodeSettings) -> None:
-    raise_open_files(settings.max_connections)
+    raise_open_files(settings.max_connections + settings.grpc_connections_max + settings.peer_connections_max)
     client_sock = bind(settings.client_host, settings.client_port, "client")
     try:
         peer_sock = bind(*settings.peer_address, "peer")

@@ -33,6 +33,7 @@ from api.peer_port import PeerPort
 from api.peer_server import PeerService
 from api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
 from app.launcher import free_ports
+from app.settings import SettingsError, load_settings
 from raft.config import Peer
 from raft.messages import Code, VoteRequest, VoteResponse, VoteResult
 from raft.transport import PeerUnavailable
@@ -49,10 +50,10 @@ class HeldVotes(FollowerNode):
     def __init__(self) -> None:
         super().__init__()
         self.votes = asyncio.Event()
-        self.voting = 0
+        self.started = asyncio.Event()
 
     async def handle_vote(self, request: VoteRequest) -> VoteResponse:
-        self.voting += 1
+        self.started.set()
         await self.votes.wait()
         return VoteResponse(request.term, VoteResult.ACCEPT)
 
@@ -124,12 +125,13 @@ async def test_calls_at_once_are_bounded() -> None:
         vote = channel.unary_unary("/raftlog.peer.v1.Peer/Vote")
         request = encode_message(VoteRequest("g", "n1", 1, -1, -1))
         held = asyncio.ensure_future(vote(request, metadata=AUTHORIZED))
-        while node.voting == 0:
-            await asyncio.sleep(0.01)
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await vote(request, metadata=AUTHORIZED)
-        assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-        node.votes.set()
+        try:
+            await node.started.wait()
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await vote(request, metadata=AUTHORIZED, timeout=10)  # (were it let in, it would wait too)
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        finally:
+            node.votes.set()
         await held
         await vote(request, metadata=AUTHORIZED)  # room again
 
@@ -180,6 +182,12 @@ def test_a_batch_is_counted_no_further_than_asked() -> None:
     assert Watched.reads < 100
     assert batch_entries(b"\x0a\x03abc\x10\x05\x0a\x81\x01" + bytes(129) + b"\x1d1234", 100) == 2  # fields skipped
     assert batch_entries(b"\x0a\x05ab", 100) == 1  # cut short: protobuf says what is wrong
+
+
+@pytest.mark.parametrize("name", ["grpc_connections_max", "peer_connections_max", "peer_calls_max"])
+def test_the_bounds_are_checked_at_start(name: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        load_settings({name: 0})
 
 
 # -- the replication stream --------------------------------------------------------------------
