@@ -33,6 +33,8 @@ CLIENT_KEEP_ALIVE_S = 75  # and a client's (load balancers keep theirs 60 s)
 CLIENT_DRAIN_S = 5  # at stop, requests in flight get this long to finish
 CLIENT_BACKLOG = 2048
 OPEN_FILES_RESERVE = 512  # beyond client connections: peer connections, data and index files, SQLite, logs
+ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
+REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are logged at most this often
 
 
 def bind(host: str, port: int, what: str) -> socket.socket:
@@ -51,11 +53,75 @@ def bind(host: str, port: int, what: str) -> socket.socket:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the node owns SIGTERM/SIGINT."""
+    """uvicorn without its own signal handling: the node owns SIGTERM/SIGINT.
+
+    With TLS, its connections are accepted here rather than by a loop.create_server, whose protocol
+    sees a connection only once its handshake is done: each counts against max_connections from
+    its accept, so connections that never finish their handshake cannot pile up beyond it. (Once
+    the handshake is done, the protocol answers one over max_connections with 503, as without TLS.)
+    """
+
+    def __init__(self, config: uvicorn.Config, max_connections: int) -> None:
+        super().__init__(config)
+        self.max_connections = max_connections
+        self._accepting: list[asyncio.Future[None]] = []
+        self._handshaking: set[socket.socket] = set()
+        self._securing: set[asyncio.Future[None]] = set()  # handshakes under way
+        self._refused_logged = float("-inf")
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.config.ssl is None or not sockets:
+            await super().startup(sockets)
+            return
+        await super().startup([])  # no listener of uvicorn's: they are accepted below
+        self._accepting = [asyncio.ensure_future(self._accept(sock)) for sock in sockets]
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for accepting in self._accepting:
+            accepting.cancel()
+        await super().shutdown(sockets)
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        config, state = self.config, self.server_state
+        listener.setblocking(False)
+
+        def protocol() -> asyncio.Protocol:  # as uvicorn's startup makes them
+            return config.http_protocol_class(config=config, server_state=state,  # type: ignore[call-arg]
+                                              app_state=self.lifespan.state)
+
+        async def secure(sock: socket.socket) -> None:
+            try:
+                await loop.connect_accepted_socket(protocol, sock, ssl=config.ssl)
+            except (OSError, TimeoutError) as exc:  # a handshake that failed or did not end in time
+                log.debug("client port: TLS handshake failed: %s", exc)
+                sock.close()
+            finally:
+                self._handshaking.discard(sock)
+
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # out of open files, most likely: the backlog waits meanwhile
+                log.warning("client port: cannot accept a connection: %s", exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if len(self._handshaking) + len(state.connections) >= self.max_connections:
+                now = loop.time()
+                if now - self._refused_logged >= REFUSAL_LOG_INTERVAL_S:
+                    self._refused_logged = now
+                    log.warning("refusing connections: %d open or in their TLS handshake (max_connections)",
+                                len(self._handshaking) + len(state.connections))
+                sock.close()
+                continue
+            self._handshaking.add(sock)
+            task = asyncio.ensure_future(secure(sock))
+            self._securing.add(task)
+            task.add_done_callback(self._securing.discard)
 
 
 def raise_open_files(connections: int) -> None:
@@ -102,7 +168,7 @@ async def serve(settings: NodeSettings) -> None:
         timeout_keep_alive=CLIENT_KEEP_ALIVE_S, timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False,
         http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes, limits.max_connections,
                               limits.follow_stall_ms / 1000),
-        **settings.client_tls()))
+        **settings.client_tls()), limits.max_connections)
     host, port = settings.peer_address
     peer = PeerPort(node.peer_service, peer_sock, settings.peer_message_bytes_max(), settings.peer_tls())
     node.start()
