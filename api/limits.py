@@ -151,10 +151,17 @@ def batch_entries(data: bytes, stop: int) -> int:
     count, at, end = 0, 0, len(data)
     try:
         while at < end and count < stop:
-            if data[at] == BODIES_KEY and data[at + 1] < 0x80:  # a body under 128 bytes: the common case
-                at += 2 + data[at + 1]
-                count += 1
-                continue
+            if data[at] == BODIES_KEY:  # a body, its length in one or two bytes: the common case, inline
+                low = data[at + 1]
+                if low < 0x80:
+                    at += 2 + low
+                    count += 1
+                    continue
+                high = data[at + 2]
+                if high < 0x80:
+                    at += 3 + (low & 0x7F | high << 7)
+                    count += 1
+                    continue
             key, at = _varint_at(data, at)
             wire = key & 7
             if wire == 2:
