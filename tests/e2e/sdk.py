@@ -1,4 +1,7 @@
-"""Generate a Python SDK from the committed openapi.yaml with openapi-python-client, as SDK users do."""
+"""Generate a Python SDK from the committed openapi.yaml with openapi-python-client, as SDK users do.
+
+A warning fails the generation: openapi-python-client leaves out, with only a warning, an
+operation it cannot read (issue 28: `POST /v1/cluster/members`, whose body named no schema)."""
 
 from __future__ import annotations
 
@@ -10,23 +13,26 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "openapi.yaml"
+MODULES = ["client", "models", "types", "api.entries.append_entry", "api.entries.append_batch",
+           "api.entries.get_entry", "api.entries.read_entries", "api.cluster.cluster", "api.cluster.members",
+           "api.cluster.add_member", "api.cluster.remove_member"]
 
 
 def generate_client(out_dir: Path) -> SimpleNamespace:
     target = out_dir / "raftlog_client"
     bin_dir = Path(sys.executable).parent
-    subprocess.run(
-        [str(bin_dir / "openapi-python-client"), "generate", "--path", str(ROOT / "openapi.yaml"),
-         "--config", str(ROOT / "sdk" / "openapi-python-client.yaml"), "--meta", "none",
+    done = subprocess.run(
+        [str(bin_dir / "openapi-python-client"), "generate", "--path", str(SPEC),
+         "--config", str(ROOT / "sdk" / "openapi-python-client.yaml"), "--meta", "none", "--fail-on-warning",
          "--output-path", str(target)],
-        check=True, capture_output=True, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+        capture_output=True, text=True, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert done.returncode == 0, f"openapi-python-client refused openapi.yaml:\n{done.stdout}\n{done.stderr}"
     for name in [m for m in sys.modules if m == "raftlog_client" or m.startswith("raftlog_client.")]:
         del sys.modules[name]
     sys.path.insert(0, str(out_dir))
     try:
-        names = ["client", "models", "types", "api.entries.append_entry", "api.entries.append_batch",
-                 "api.entries.get_entry", "api.entries.read_entries", "api.cluster.cluster"]
-        for name in names:
+        for name in MODULES:
             importlib.import_module(f"raftlog_client.{name}")
         return importlib.import_module("raftlog_client")  # type: ignore[return-value]
     finally:
