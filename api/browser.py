@@ -30,14 +30,13 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import AuthFailures
+from api.auth import SAFE_METHODS, AuthFailures
 from api.errors import ApiError
 from raft.messages import Code
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = "*"
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 CSP = b"content-security-policy"
 API_POLICY = b"default-src 'none'; frame-ancestors 'none'"
 ALWAYS = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff")]

@@ -29,9 +29,10 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
-from api.auth import AuthFailures, ClientAuth, Tokens, required_role
+from api import schemas
+from api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
-from api.browser import BrowserGuard, page_policy
+from api.browser import PROBE_PATHS, BrowserGuard, page_policy
 from api.errors import ApiError, api_error, bad_request, error_response, too_large
 from api.fast_path import INDEX_DIGITS_MAX, EntryFastPath
 from api.follow import LogStream, committed_chunks
@@ -410,8 +411,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     names each by a `$ref` that FastAPI leaves dangling, so every dangling name is looked up in
     api.schemas (no list to keep up to date), and a `$ref` that still resolves to nothing raises."""
     if app.openapi_schema is None:
-        from api import schemas  # the models, by the names the `$ref`s use
-
         prefix = "#/components/schemas/"
 
         def named(document: dict[str, Any]) -> set[str]:  # the components the document's `$ref`s name
@@ -421,7 +420,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                              routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name in sorted(named(schema) - components.keys()):
-            defs = getattr(schemas, name).model_json_schema(ref_template=prefix + "{model}")
+            defs = getattr(schemas, name).model_json_schema(  # the models, by the names the `$ref`s use
+                ref_template=prefix + "{model}")
             components.update(defs.pop("$defs", {}))
             components[name] = defs
         components.pop("HTTPValidationError", None)
@@ -443,6 +443,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                     responses.update({str(s): _error_response(s) for s in (401, 403)})
                 if path not in EXEMPT_PATHS:
                     responses.setdefault("503", _error_response(503))
+                if path not in PROBE_PATHS:  # api.browser: a Host that is none of the member's names
+                    responses.setdefault("421", _error_response(421))
+                if method.upper() not in SAFE_METHODS:  # ... and a page of another origin
+                    responses.setdefault("403", _error_response(403))
                 if method == "post":
                     responses.setdefault("413", _error_response(413))
         dangling = named(schema) - components.keys()

@@ -138,8 +138,9 @@ class NewMember(BaseModel):
         {"id": "n4", "peer_address": "127.0.0.1:9004", "client_url": "http://127.0.0.1:8004",
          "grpc_address": "127.0.0.1:7004", "learner": True}]})
 
-    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.]+$",
-                    description="Letters, digits, _ and . (a `-` would not fit the peers setting)")
+    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.]*[A-Za-z0-9_][A-Za-z0-9_.]*$",
+                    description="Letters, digits, _ and ., not dots alone (`..` is no path segment; a `-` would "
+                                "not fit the peers setting)")
     peer_address: str = Field(max_length=255, pattern=HOST_PORT, description="host:port of its peer port")
     client_url: str | None = Field(default=None, max_length=255, pattern=rf"^https?://{HOST}(?::[0-9]{{1,5}})?(?:/\S*)?$")
     grpc_address: str | None = Field(default=None, max_length=255, pattern=HOST_PORT)

@@ -502,7 +502,11 @@ class RaftNode:
             raise NotLeaderError("the leader hands leadership to another voter before its removal", None)
         planned = plan_change(self.configuration, add=add, promote=promote, remove=remove)
         if promote is not None:
-            behind = self.store.end_index - self.watermark(term, promote)
+            mark = self.watermark(term, promote)
+            if mark < self._term_first_index:  # never heard from in this term: not a learner in sync (etcd)
+                raise MembershipError(Refusal.LEARNER_BEHIND, f"{promote} has not acknowledged this leader's "
+                                      "first entry: it is not replicating")
+            behind = self.store.end_index - mark
             if behind > self.config.max_promote_lag_entries:
                 raise MembershipError(Refusal.LEARNER_BEHIND, f"{promote} is {behind} entries behind the leader "
                                       f"(max_promote_lag_entries {self.config.max_promote_lag_entries})")

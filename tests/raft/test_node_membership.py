@@ -99,6 +99,22 @@ async def test_changes_are_refused_with_a_reason_and_nothing_written() -> None:
 
 
 @simulate
+async def test_a_learner_that_never_answered_is_not_promoted_however_short_the_log() -> None:
+    """The lag of a learner never heard from is not "end - (-1)": etcd promotes only a learner in sync.
+    With a log shorter than max_promote_lag_entries, that made a member at a made-up address a voter."""
+    cluster = SimCluster(seed=33)
+    try:
+        leader = await stable(cluster)
+        assert leader.store.end_index < leader.config.max_promote_lag_entries
+        await leader.change_membership(add=learner("n3"))  # added, never started
+        with pytest.raises(MembershipError) as failure:
+            await leader.change_membership(promote="n3")
+        assert failure.value.reason is Refusal.LEARNER_BEHIND
+        assert "n3" not in leader.voters
+    finally:
+        await cluster.stop()
+
+
 async def test_a_restarted_member_takes_its_configuration_from_its_checkpoint_and_log() -> None:
     cluster = SimCluster(seed=33)
     try:
