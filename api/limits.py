@@ -59,19 +59,15 @@ class InflightBytes:
 
 
 class RequestLimits:
-    def __init__(self, app: ASGIApp, *, max_inflight_requests: int, max_request_bytes: int,
-                 max_inflight_body_bytes: int, max_followers: int, budget: InflightBytes | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, max_inflight_requests: int, max_request_bytes: int, max_followers: int,
+                 budget: InflightBytes) -> None:
         self.app = app
         self.max_inflight_requests = max_inflight_requests
         self.max_followers = max_followers
         self.followers = 0
         self.max_request_bytes = max_request_bytes
-        self.budget = budget if budget is not None else InflightBytes(max_inflight_body_bytes)
+        self.budget = budget  # shared with the gRPC and peer ports
         self.inflight_requests = 0
-
-    @property
-    def max_inflight_body_bytes(self) -> int:
-        return self.budget.max_bytes
 
     @property
     def inflight_body_bytes(self) -> int:

@@ -36,7 +36,7 @@ from api.browser import PROBE_PATHS, BrowserGuard, page_policy
 from api.errors import ApiError, api_error, bad_request, error_response, too_large
 from api.fast_path import INDEX_DIGITS_MAX, EntryFastPath
 from api.follow import LogStream, committed_chunks
-from api.limits import EXEMPT_PATHS, RequestLimits
+from api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
 from api.schemas import (
     Appended,
@@ -388,9 +388,11 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
 
 def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens: Tokens | None, *,
-                 allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = ()) -> ASGIApp:
+                 budget: InflightBytes, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = (),
+                 ) -> ASGIApp:
     """The ASGI app the client port serves: `app` behind the fast path, the token check (when there
-    are tokens), the limits, the Host and Origin checks and the request counter."""
+    are tokens), the limits (request bodies in `budget`, the member's ports' one), the Host and Origin
+    checks and the request counter."""
     served: ASGIApp = EntryFastPath(app, EntryHandlers(service, metrics))
     failures = AuthFailures(metrics.auth_failures, "client")
     if tokens is not None:
@@ -399,8 +401,7 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
     limits = service.limits
     bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
                             max_request_bytes=limits.max_request_bytes,
-                            max_inflight_body_bytes=limits.max_inflight_body_bytes,
-                            max_followers=limits.max_followers)
+                            max_followers=limits.max_followers, budget=budget)
     metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes,
                          lambda: bounded.followers, lambda: service.follow_budget.held)
     return CountRequests(BrowserGuard(bounded, allowed_hosts, allowed_origins, failures), metrics)

@@ -141,7 +141,7 @@ async def test_forwarded_appends_draw_on_the_members_one_request_budget() -> Non
     refused (UNAVAILABLE, nothing done); Raft's own calls never wait on clients."""
     budget = InflightBytes(1000)
     rest = RequestLimits(None, max_inflight_requests=10, max_request_bytes=1000,  # type: ignore[arg-type]
-                         max_inflight_body_bytes=1000, max_followers=1, budget=budget)
+                         max_followers=1, budget=budget)
     assert rest.budget is budget
     async with peer_port(budget=budget) as (address, _), grpc.aio.insecure_channel(address) as channel:
         append = channel.unary_unary("/raftlog.peer.v1.Peer/Append")

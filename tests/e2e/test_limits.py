@@ -48,7 +48,7 @@ async def started_append(cluster: LocalCluster, length: int, sent: bytes
                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """An append whose body has only partly arrived: the node holds it in flight."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port(cluster))
-    writer.write(b"POST /v1/entries HTTP/1.1\r\nhost: n1\r\ncontent-type: application/octet-stream\r\n"
+    writer.write(b"POST /v1/entries HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/octet-stream\r\n"
                  b"content-length: %d\r\n\r\n%s" % (length, sent))
     await writer.drain()
     return reader, writer
@@ -119,7 +119,7 @@ async def test_oversized_requests_get_413_before_or_while_they_arrive(node: Loca
 
 async def test_headers_over_the_limit_get_431(node: LocalCluster) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port(node))
-    writer.write(b"GET /v1/cluster HTTP/1.1\r\nhost: n1\r\n" + b"x-padding: " + b"p" * 5000 + b"\r\n\r\n")
+    writer.write(b"GET /v1/cluster HTTP/1.1\r\nhost: 127.0.0.1\r\n" + b"x-padding: " + b"p" * 5000 + b"\r\n\r\n")
     status, body = await answer_of(reader)
     assert status == 431 and b"max_header_bytes" in body
     assert await reader.read() == b""  # closed
@@ -161,7 +161,7 @@ async def test_slow_clients_are_cut_off_and_cannot_hold_the_node(strict_node: Lo
 async def test_one_connection_is_served_one_request_at_a_time(node: LocalCluster) -> None:
     """HTTP/1.1: pipelined requests wait their turn (reading paused), answered in order."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port(node))
-    writer.write(b"".join(b"POST /v1/entries HTTP/1.1\r\nhost: n1\r\ncontent-type: application/octet-stream\r\n"
+    writer.write(b"".join(b"POST /v1/entries HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/octet-stream\r\n"
                           b"content-length: 5\r\n\r\np%04d" % i for i in range(4)))
     answers = [await answer_of(reader) for _ in range(4)]
     writer.close()
