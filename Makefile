@@ -36,7 +36,7 @@ chaos: $(STAMP)
 	$(BIN)/python -m tests.faults --seconds $(SECONDS) --nodes $(NODES) $(if $(SEED),--seed $(SEED),) --verbose
 
 # the fault suite proves itself: each bug of tests/faults/mutants.py planted in every node, a 60 s run per seed
-# until one flags it, after a control run per seed with no bug (about 40 minutes): make mutants [ONLY=name,...]
+# until one flags it, after a control run per seed with no bug (about 50 minutes): make mutants [ONLY=name,...]
 mutants: $(STAMP)
 	$(BIN)/python -m tests.faults.mutation $(if $(ONLY),--only $(ONLY),)
 
