@@ -1,4 +1,5 @@
-"""Real `raftlog serve` processes whose peer links run through the suite's proxies."""
+"""Real `raftlog serve` processes whose peer links run through the suite's proxies; with a mutant, each
+started through tests.faults.node, which plants the bug first."""
 
 from __future__ import annotations
 

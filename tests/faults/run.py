@@ -59,8 +59,9 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             cluster.wait_leader(60)
             urls = {m: member.client_url for m, member in cluster.members.items()}
             addresses = {m: member.grpc_address for m, member in cluster.members.items()}
-            clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(writers - 1)]
-                       + [GrpcWriter(f"g{i}", addresses, history, seed * 100 + i) for i in range(writers - 1, writers)]
+            last = writers - 1
+            grpc_writer = [GrpcWriter(f"g{last}", addresses, history, seed * 100 + last)] if writers else []
+            clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(last)] + grpc_writer
                        + [Reader(f"r{i}", urls, history, seed * 100 + 50 + i) for i in range(readers)])
             observer = Observer(cluster)
             for thread in [*clients, observer]:
