@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compare chaos mutants openapi proto clean
+.PHONY: run test lint bench compare chaos mutants sim schema openapi proto clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,17 @@ test: $(STAMP) $(CHROMEDRIVER)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# the simulation over many seeds (make test runs 60, 15 and 15 of them): three and five members, membership changes
+sim: $(STAMP)
+	$(BIN)/python -m tests.sim --seeds 500
+	$(BIN)/python -m tests.sim --seeds 200 --voters 5
+	$(BIN)/python -m tests.sim --seeds 200 --membership
+
+# Schemathesis against openapi.yaml on live clusters, at length (make test tries 8 cases per operation and mode)
+EXAMPLES ?= 100
+schema: $(STAMP)
+	RAFTLOG_SCHEMA_EXAMPLES=$(EXAMPLES) $(BIN)/pytest tests/e2e/test_schema.py
 
 # the fault suite at length: make chaos SECONDS=1800 [SEED=7] [NODES=5]
 SECONDS ?= 600

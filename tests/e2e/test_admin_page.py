@@ -16,7 +16,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.processes import ClusterFactory, eventually
+from tests.processes import ClusterFactory, eventually, metric
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -263,8 +263,8 @@ def test_a_page_on_another_site_cannot_write_to_or_reconfigure_a_tokenless_group
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         browser.get(f"http://localhost:{server.server_address[1]}/index.html")  # another origin than the member's
-        eventually(lambda: 'reason="origin"} 4.0' in httpx.get(f"{member.client_url}/metrics").text,
-                   "the member to refuse the page's three fetches and its form")
+        eventually(lambda: metric(member.client_url, "raftlog_auth_failures_total", port="client",
+                                  reason="origin") >= 4, "the member to refuse the page's three fetches and its form")
     finally:
         server.shutdown()
         server.server_close()

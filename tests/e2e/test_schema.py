@@ -7,6 +7,7 @@ is one openapi.yaml documents."""
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from tests.processes import eventually
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-schemathesis"
 AS_ADMIN = {"authorization": f"Bearer {ADMIN}"}
-EXAMPLES = 20  # per operation and mode: bounded, for make test's time
+# per operation and mode: a few in make test, as many as asked by `make schema` (RAFTLOG_SCHEMA_EXAMPLES)
+EXAMPLES = int(os.environ.get("RAFTLOG_SCHEMA_EXAMPLES", "8"))
 # long-polls that wait at most a second: longer wait_ms values are refused (400, documented)
 SETTINGS = {**SMALL_FILES, "long_poll_max_ms": 1000}
 

@@ -20,8 +20,9 @@ import pytest
 from tests.sim.scenarios import outage, run_failover, run_scenario
 from tests.sim.vloop import run_virtual
 
-THREE = range(1, 181)
-FIVE = range(1001, 1041)
+# make test's share of seeds; `make sim` runs hundreds more of each kind
+THREE = range(1, 61)
+FIVE = range(1001, 1016)
 
 
 @pytest.mark.parametrize("seed", THREE)
@@ -39,7 +40,7 @@ def test_five_members(seed: int) -> None:
     assert outcome.committed > 0 and outcome.acked > 0, "five members made no progress"
 
 
-MEMBERSHIP = range(2001, 2041)
+MEMBERSHIP = range(2001, 2016)
 
 
 @pytest.mark.parametrize("seed", MEMBERSHIP)
