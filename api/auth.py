@@ -132,6 +132,20 @@ def bearer_credentials(authorization: bytes | None) -> bytes | None:
     return credentials.strip() if scheme.lower() == b"bearer" else None
 
 
+def refusal(tokens: Tokens, token: bytes | None, needed: Role, call: str) -> tuple[str, ApiError] | None:
+    """Why `call` with `token` is refused (the reason counted, the error answered), or None: the
+    client port's and the gRPC port's one rule."""
+    role = None if token is None else tokens.role_of(token)
+    if role is not None and role >= needed:
+        return None
+    if role is None:
+        if token is None:
+            return "missing", ApiError(Code.UNAUTHENTICATED, "no bearer token")
+        return "invalid", ApiError(Code.UNAUTHENTICATED, "the bearer token is not valid")
+    return "forbidden", ApiError(Code.PERMISSION_DENIED, f"{call} needs the {needed.name.lower()} role; this "
+                                                         f"token is a {role.name.lower()}")
+
+
 class AuthFailures:
     """Counts and logs refused calls (the metric lives in api.metrics.NodeMetrics); the log at most
     once a second per reason, with how many were not logged, so a flood of bad calls cannot fill
@@ -182,23 +196,13 @@ class ClientAuth:
         self.route_of = route_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            needed = required_role(scope["method"], scope["path"])
-            token = None if needed is None else bearer(scope)
-            role = None if token is None else self.tokens.role_of(token)
-            if needed is not None and (role is None or role < needed) and (route := self.route_of(scope)):
+        if scope["type"] == "http" and (needed := required_role(scope["method"], scope["path"])) is not None:
+            refused = refusal(self.tokens, bearer(scope), needed, f"{scope['method']} {scope['path']}")
+            if refused is not None and (route := self.route_of(scope)):
                 scope["route"] = route
-                if role is None:
-                    reason = "missing" if token is None else "invalid"
-                    message = "no bearer token" if token is None else "the bearer token is not valid"
-                    await self.failures.refuse(scope, receive, send, ApiError(Code.UNAUTHENTICATED, message),
-                                               reason)
-                    return
-                if role < needed:
-                    await self.failures.refuse(scope, receive, send, ApiError(
-                        Code.PERMISSION_DENIED, f"{scope['method']} {scope['path']} needs the "
-                        f"{needed.name.lower()} role; this token is a {role.name.lower()}"), "forbidden")
-                    return
+                reason, error = refused
+                await self.failures.refuse(scope, receive, send, error, reason)
+                return
         await self.app(scope, receive, send)
 
 

@@ -28,7 +28,7 @@ from grpc_status import rpc_status
 
 from api import log_pb2 as pb
 from api import log_pb2_grpc
-from api.auth import AuthFailures, Role, Tokens, bearer_credentials
+from api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
 from api.errors import ApiError, api_error, bad_request, too_large
 from api.follow import committed_chunks
 from api.limits import InflightBytes, batch_entries
@@ -282,17 +282,7 @@ class CallGuard(grpc.aio.ServerInterceptor):
     def refusal(self, method: str, metadata: Any) -> tuple[str, ApiError] | None:
         """Why a call of `method` with this metadata is refused (the reason counted, the error), or None."""
         assert self.tokens is not None
-        needed = ROLES.get(method, Role.ADMIN)
-        token = _bearer(metadata)
-        role = None if token is None else self.tokens.role_of(token)
-        if role is not None and role >= needed:
-            return None
-        if role is None:
-            if token is None:
-                return "missing", ApiError(Code.UNAUTHENTICATED, "no bearer token")
-            return "invalid", ApiError(Code.UNAUTHENTICATED, "the bearer token is not valid")
-        return "forbidden", ApiError(Code.PERMISSION_DENIED, f"{method} needs the {needed.name.lower()} role; "
-                                                             f"this token is a {role.name.lower()}")
+        return refusal(self.tokens, _bearer(metadata), ROLES.get(method, Role.ADMIN), method)
 
     def _refusing(self, method: str, reason: str, error: ApiError) -> grpc.RpcMethodHandler:
         failures = self.failures
