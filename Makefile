@@ -29,13 +29,13 @@ test: $(STAMP) $(CHROMEDRIVER)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# the simulation over many seeds (make test runs 60, 15 and 15 of them): three and five members, membership changes
+# the simulation over many seeds (make test runs 45, 15 and 15 of them): three and five members, membership changes
 sim: $(STAMP)
 	$(BIN)/python -m tests.sim --seeds 500
 	$(BIN)/python -m tests.sim --seeds 200 --voters 5
 	$(BIN)/python -m tests.sim --seeds 200 --membership
 
-# Schemathesis against openapi.yaml on live clusters, at length (make test tries 8 cases per operation and mode)
+# Schemathesis against openapi.yaml on live clusters, at length (make test tries 5 cases per operation and mode)
 EXAMPLES ?= 100
 schema: $(STAMP)
 	RAFTLOG_SCHEMA_EXAMPLES=$(EXAMPLES) $(BIN)/pytest tests/e2e/test_schema.py
