@@ -95,6 +95,11 @@ class Nemesis:
     damage: list[Damage] = field(default_factory=list)  # what the faults did to members' files
     _probe: int = 0
 
+    def can_apply(self, kind: str) -> bool:
+        """Whether `kind` can be injected now: a replacement needs a spare machine, and a run of
+        30 minutes has used them all long before its end."""
+        return kind != "replace_member" or bool(self.cluster.spares)
+
     def apply(self, kind: str, hold_s: float) -> None:
         """Inject one fault, hold it, heal it, and wait until the cluster has a leader again."""
         self.faults[kind] = self.faults.get(kind, 0) + 1

@@ -118,6 +118,8 @@ def _schedule(nemesis: Nemesis, kinds: list[str], rng: random.Random, seconds: f
     while time.monotonic() - started < seconds or turn < len(kinds):
         kind = kinds[turn % len(kinds)]
         turn += 1
+        if not nemesis.can_apply(kind) and any(map(nemesis.can_apply, kinds)):
+            continue  # its turn goes to the next kind (a kind never applied is a vacuous run)
         log(f"[{time.monotonic() - started:6.1f}s] {kind}")
         try:
             nemesis.apply(kind, rng.uniform(1.5, 3.5))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from storage.codec import Magic
 from tests.faults.checker import MemberLog, Stored, check, history_around, read_availability, read_logs
 from tests.faults.harness import STOPPED, process_state
 from tests.faults.nemesis import REPAIR_SAID, Damage, election_of_its_own, said_of
-from tests.faults.run import scan_log, vacuous
+from tests.faults.run import _schedule, scan_log, vacuous
 from tests.faults.workload import FaultWindow, History, Observer, Op
 
 
@@ -280,3 +281,22 @@ def test_an_election_is_the_groups_own_when_it_starts_with_a_lost_leader_or_a_lo
     assert not election_of_its_own([lost, moved])
     assert not election_of_its_own([deposed, lost])
     assert not election_of_its_own([b"", b"2026-11-26 12:00:01,000 INFO raftlog.raft: n1 is leader in term 4\n"])
+
+
+def test_a_kind_that_cannot_apply_any_more_gives_its_turn_to_the_next() -> None:
+    """A 30-minute run uses every spare machine long before its end: a replacement then would only
+    be a fault that did nothing, which fails the run."""
+
+    class Spent:
+        def __init__(self) -> None:
+            self.applied: list[str] = []
+
+        def can_apply(self, kind: str) -> bool:
+            return kind != "replace_member"
+
+        def apply(self, kind: str, hold_s: float) -> None:
+            self.applied.append(kind)
+
+    nemesis = Spent()
+    assert _schedule(nemesis, ["replace_member", "kill_leader"], random.Random(1), 0, lambda _: None) == []  # type: ignore[arg-type]
+    assert nemesis.applied == ["kill_leader"]
