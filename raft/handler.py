@@ -60,10 +60,10 @@ class EntryHandler:
 
     async def handle(self, request: PushRequest) -> PushResponse:
         """Queue a push from the current leader and wait for its answer."""
-        future: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
         if (problem := _impossible(request)) is not None:
             log.warning("%s push from %s refused: %s", request.type.name, request.leader_id, problem)
             return self._answer(request, Code.UNEXPECTED_ARGUMENT)
+        future: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
         if request.type is PushType.APPEND:
             try:
                 request = self._trim_overlap(request)
