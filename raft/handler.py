@@ -78,6 +78,8 @@ class EntryHandler:
                     await self.store.wait_durable()  # never acknowledge what is not durable
                     response = self._answer(request, Code.SUCCESS)
                 return response
+            if self._in_turn(request):
+                return await self._append_now(request)
             if request.first_index in self.waiting:
                 return self._answer(request, Code.REPEATED_PUSH)
             if len(self.waiting) >= WAITING_PUSHES_MAX:
@@ -91,6 +93,25 @@ class EntryHandler:
             self.control.append((request, future))
         self.wake.set()
         return await future
+
+    def _in_turn(self, request: PushRequest) -> bool:
+        """The push continues the log and nothing is ahead of it: no control push, no waiting
+        append, no vote or drain holding the node's lock (once this push holds it, the pushes behind
+        it wait in turn). Then it is written here and now, without the hand-offs to the handler's
+        task and an acknowledging task: pushes arrive in order, one at a time under light load."""
+        return (request.first_index == self.store.end_index + 1 and not self.control and not self.waiting
+                and not self.node.state.lock.locked())
+
+    async def _append_now(self, request: PushRequest) -> PushResponse:
+        future: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        with self._answered_anyway(request, future):
+            await self._append(request, future, durable=False)
+        if self.waiting:  # pushes that arrived behind this one while it was written
+            self.wake.set()
+        if future.done():
+            return future.result()
+        await self._ack_when_durable(request, future)
+        return future.result()
 
     def _trim_overlap(self, request: PushRequest) -> PushRequest:
         """A push that starts inside the log: keep what follows it, if the overlap agrees."""
@@ -183,11 +204,14 @@ class EntryHandler:
             raise
 
     def _ack(self, request: PushRequest, future: asyncio.Future[PushResponse],
-             response: PushResponse) -> None:
-        """Answer now, or once durable if the answer is a SUCCESS for entries not yet durable."""
+             response: PushResponse, durable: bool = True) -> None:
+        """Answer now, or once durable if the answer is a SUCCESS for entries not yet durable:
+        in a task of its own, unless `durable` is False (the caller waits for it itself)."""
         if response.code is not Code.SUCCESS or request.last_index <= self.store.ack_end_index:
             if not future.done():
                 future.set_result(response)
+            return
+        if not durable:
             return
         ack = asyncio.create_task(self._ack_when_durable(request, future))
         self._acks.add(ack)
@@ -198,7 +222,8 @@ class EntryHandler:
         return (request.term == state.current_term and state.is_follower
                 and request.leader_id == state.leader_id)
 
-    async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
+    async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse],
+                      durable: bool = True) -> None:
         async with self.node.state.lock:  # a vote never sees a log an append is changing
             if not self._current(request):
                 self._ack(request, future, self._answer(request, Code.INCONSISTENT_LEADER))
@@ -216,7 +241,7 @@ class EntryHandler:
                 self.node.note_config_entries(appended.config_indices)
         self.matched_end = request.last_index
         self._follow_commit(request.commit_index)
-        self._ack(request, future, self._answer(request, Code.SUCCESS))
+        self._ack(request, future, self._answer(request, Code.SUCCESS), durable)
 
     async def _ack_when_durable(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
         await self.store.wait_durable()

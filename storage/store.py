@@ -9,8 +9,8 @@ Layout of a data directory::
 
 Writes go through the mappings; mutations (appends, truncate, reset, cleaning)
 are serialised by one asyncio lock and never wait on the disk except to create
-or delete files, which run in the store's single I/O thread together with the
-fdatasync calls of `flush`.
+or delete files, which run in the store's single I/O thread, and for the
+fdatasync of `flush`, which runs inline on the event loop (storage.flush).
 
 One fdatasync per flush: a flush syncs the data files only. The index files
 follow in the background once `index_sync_step_bytes` of records are behind,
@@ -143,7 +143,6 @@ class Store:
         self._index_task: asyncio.Task[None] | None = None
         self._changes = 0  # mutations so far; a flush round covers those before it began
         self._synced_changes = 0
-        self._truncated_to = -1  # lowest end index set by a truncate during a flush round
         self._own_from = 0  # entries from this index on were written by this process (read_range)
         self._flusher = GroupFlusher(self._sync_round)
         self._failed: BaseException | None = None  # a sync error: the page cache may have lost data
@@ -231,7 +230,7 @@ class Store:
             async with self._lock:
                 if self._failed is None:
                     await self.flush()
-                await self._flusher.close()
+                self._flusher.close()
                 await self._stop_index_sync()
                 if self._failed is None:
                     await self._sync_index(self.durable_end_index + 1)  # all of it: the mark goes to the end
@@ -623,7 +622,6 @@ class Store:
             self.end_index, self.end_term = index - 1, end_term
             self._end_chain, self._write_pos = chain, write_pos
             self.durable_end_index = min(self.durable_end_index, self.end_index)
-            self._truncated_to = min(self._truncated_to, self.end_index)
             self._own_from = min(self._own_from, index)
             if gone:  # the end mark reaches the disk before files vanish: no resurrection. Every
                 # dirty data file with it: a synced kept file must not hold entries whose filler
@@ -659,7 +657,6 @@ class Store:
             self.end_index, self.end_term = index, term
             self._end_chain, self._write_pos = chain_crc, next_pos
             self.durable_end_index = index
-            self._truncated_to = min(self._truncated_to, index)
             self._own_from = index + 1
             await self._run_io(self._delete, gone)
             await self._save_meta(replace(self.meta, resetting=False))
@@ -734,22 +731,21 @@ class Store:
     def flush_rounds(self) -> int:
         return self._flusher.rounds
 
-    async def _sync_round(self) -> None:
+    def _sync_round(self) -> None:
+        """One fdatasync of the dirty data files, inline (storage.flush says why)."""
         if self._failed is not None:
             raise StorageError(f"a flush failed earlier ({self._failed})")
         dirty, self._dirty = self._dirty, set()
         end, changes = self.end_index, self._changes
-        self._truncated_to = end
         started = time.perf_counter()
         try:
-            await self._run_io(_fdatasync_all, dirty)
-        except BaseException as exc:
+            _fdatasync_all(dirty)
+        except Exception as exc:
             self._dirty |= dirty
-            if not isinstance(exc, asyncio.CancelledError):
-                self._failed = exc
-                log.error("flush failed: %r; the store refuses appends from now on", exc)
+            self._failed = exc
+            log.error("flush failed: %r; the store refuses appends from now on", exc)
             raise
-        self.durable_end_index = min(end, self._truncated_to)
+        self.durable_end_index = end
         self._synced_changes = max(self._synced_changes, changes)
         self._start_index_sync()
         try:
@@ -761,15 +757,23 @@ class Store:
 
     # -- the index, synced behind the data ------------------------------------------------------
 
+    def _index_behind(self) -> bool:
+        behind = (self.durable_end_index + 1 - self._index_synced) * INDEX_RECORD_SIZE
+        return behind >= self.config.index_sync_step_bytes and self._failed is None
+
     def _start_index_sync(self) -> None:
         """After a flush: sync the index in the background once step bytes of records are behind."""
-        behind = (self.durable_end_index + 1 - self._index_synced) * INDEX_RECORD_SIZE
-        if behind >= self.config.index_sync_step_bytes and self._index_task is None:
+        if self._index_task is None and self._index_behind():
             self._index_task = asyncio.create_task(self._sync_index_behind(), name="raftlog-index-sync")
 
     async def _sync_index_behind(self) -> None:
+        """Until the index is less than a step behind: flushes that end while it syncs start none."""
         try:
-            await self._sync_index(self.durable_end_index + 1)
+            while self._index_behind():
+                before = self._index_synced
+                await self._sync_index(self.durable_end_index + 1)
+                if self._index_synced == before:
+                    break  # a truncate or reset lowered the end meanwhile: the next flush starts anew
         finally:
             self._index_task = None
 
