@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from raft.messages import Code, PushRequest, PushResponse, PushType
 from raft.transport import PeerUnavailable, PushStream
-from raft.waiting import wait_event
+from raft.waiting import Wakeup
 from storage.codec import POS_OFFSET
 from storage.errors import StorageError
 
@@ -85,8 +84,7 @@ class EntryDispatcher:
         self._last_append = float("-inf")  # when the last push of new entries went out
         self._append_gap = float("inf")  # the moving average of the time between those pushes
         self.quota = Quota(self.config.peer_push_quota)
-        self.wake = asyncio.Event()
-        self._pushes: set[asyncio.Task[None]] = set()
+        self.wake = Wakeup()
         self._stream: PushStream | None = None
         self.inflight_bytes = 0  # raw log of the pushes still on the wire, written off or not
         self._read_checked = True  # the next push's entries are read checked: the first after a (re-)match
@@ -95,9 +93,7 @@ class EntryDispatcher:
         try:
             await self._dispatch()
         finally:
-            for task in self._pushes:
-                task.cancel()
-            self._close_stream()
+            self._close_stream()  # the pushes on it fail, and their answers are ignored
 
     async def _dispatch(self) -> None:
         while True:
@@ -133,7 +129,7 @@ class EntryDispatcher:
 
     async def _wait(self, timeout: float) -> None:
         self.wake.clear()
-        await wait_event(self.wake, timeout)
+        await self.wake.wait(timeout)
 
     async def _step(self, term: int) -> None:
         if self.state is DispatcherState.COMPARE:
@@ -149,7 +145,7 @@ class EntryDispatcher:
         return PushRequest(self.config.group, self.config.self_id, term, type_,
                            self.node.state.committed_index, **fields)  # type: ignore[arg-type]
 
-    def _send(self, request: PushRequest) -> Awaitable[PushResponse]:
+    def _send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         """Put a push on the stream to the follower, opening a new one if it broke."""
         if self._stream is None or self._stream.broken:
             self._stream = self.node.transport.open_stream(self.peer_id)
@@ -281,9 +277,8 @@ class EntryDispatcher:
         self._notice_due = None
         size = len(raw.data)
         self.inflight_bytes += size  # counted now: a burst of pushes is made before any of them runs
-        task = asyncio.create_task(self._push(term, self.epoch, request, self._send(request)))
-        self._pushes.add(task)
-        task.add_done_callback(lambda done: self._push_done(done, size))
+        epoch = self.epoch
+        self._send(request).add_done_callback(lambda answer: self._answered(term, epoch, request, size, answer))
 
     def _throttle(self, data: memoryview) -> float:
         """DLedger's quota: only a follower more than peer_push_throttle_point bytes behind is slowed."""
@@ -295,21 +290,24 @@ class EntryDispatcher:
             self.quota.sample(len(data))
         return delay
 
-    def _push_done(self, task: asyncio.Task[None], size: int) -> None:
-        self._pushes.discard(task)
+    def _answered(self, term: int, epoch: int, request: PushRequest, size: int,
+                  answer: asyncio.Future[PushResponse]) -> None:
+        """A push of entries answered, or failed with its stream (a callback: no task per push)."""
         self.inflight_bytes -= size
         self.wake.set()
-
-    async def _push(self, term: int, epoch: int, request: PushRequest, answer: Awaitable[PushResponse]) -> None:
-        try:
-            response = await answer
-        except PeerUnavailable as exc:
-            if epoch == self.epoch and self.node.state.is_leader and self.node.state.current_term == term:
+        if answer.cancelled():
+            return
+        exc = answer.exception()
+        if exc is not None:
+            if not isinstance(exc, PeerUnavailable):
+                log.error("push %d-%d to %s failed", request.first_index, request.last_index, self.peer_id,
+                          exc_info=exc)
+            elif epoch == self.epoch and self.node.state.is_leader and self.node.state.current_term == term:
                 log.debug("push %d-%d to %s failed: %s; comparing again", request.first_index,
                           request.last_index, self.peer_id, exc)
                 self._change_state(DispatcherState.COMPARE)  # the stream broke: nothing after it arrived
-                self.wake.set()
             return
+        response = answer.result()
         self._check_term(request, response)
         if not self.node.state.is_leader or self.node.state.current_term != term:
             return
@@ -326,7 +324,6 @@ class EntryDispatcher:
             self._change_state(DispatcherState.COMPARE)
         elif response.code is not Code.REPEATED_PUSH:
             log.debug("push to %s: %s", self.peer_id, response.code.name)
-        self.wake.set()
 
     def _push_timed_out(self) -> bool:
         """A push waited longer than max_push_timeout_ms: the leader compares again.

@@ -34,7 +34,7 @@ from raft.messages import (
     VoteResult,
 )
 from raft.transport import PeerUnavailable
-from raft.waiting import consume, wait_event
+from raft.waiting import Wakeup, consume
 from storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class LeaderElector:
         self.taking_leadership = False
         self.peer_alive: dict[str, bool] = {}
         self.elections = 0  # rounds this member has won
-        self.wake = asyncio.Event()
+        self.wake = Wakeup()
 
     # -- the task ------------------------------------------------------------------
 
@@ -80,7 +80,7 @@ class LeaderElector:
     async def _sleep_until(self, deadline: float) -> None:
         """Wait for the deadline, or until something wakes the elector."""
         delay = deadline - self.node.now()
-        await wait_event(self.wake, None if delay == float("inf") else max(delay, 0.0))
+        await self.wake.wait(None if delay == float("inf") else max(delay, 0.0))
 
     def _ms(self, ms: float) -> float:
         return ms / 1000

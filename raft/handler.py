@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from raft.membership import Configuration, MembershipError
 from raft.messages import Code, PushRequest, PushResponse, PushType
-from raft.waiting import wait_event
+from raft.waiting import Wakeup
 from storage.codec import HEADER, HEADER_SIZE
 from storage.errors import AppendRejectedError, DiskFullError, StorageError
 
@@ -47,7 +47,7 @@ class EntryHandler:
         self.waiting: dict[int, tuple[PushRequest, asyncio.Future[PushResponse], float]] = {}
         self.control: deque[tuple[PushRequest, asyncio.Future[PushResponse]]] = deque()
         self.matched_end = -1  # last index known equal to the current leader's log
-        self.wake = asyncio.Event()
+        self.wake = Wakeup()
         self._acks: set[asyncio.Task[None]] = set()
 
     def _answer(self, request: PushRequest, code: Code, **fields: int) -> PushResponse:
@@ -165,7 +165,7 @@ class EntryHandler:
         timeout = self.node.config.max_push_timeout_ms / 1000
         try:
             while True:
-                await wait_event(self.wake, timeout)
+                await self.wake.wait(timeout)
                 self.wake.clear()  # before draining: what arrives meanwhile wakes the next pass
                 try:
                     await self._drain()

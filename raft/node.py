@@ -47,7 +47,7 @@ from raft.messages import (
 from raft.quorum import quorum_index
 from raft.repair import Repairer
 from raft.transport import PeerUnavailable, Transport
-from raft.waiting import Signal, wait_event
+from raft.waiting import Signal, Wakeup, wait_event
 from storage.codec import Entry, Magic
 from storage.errors import StorageError
 from storage.protocol import LogStore
@@ -137,10 +137,10 @@ class RaftNode:
         # to an entry of that leader's own term (so every entry committed before is included).
         self.rejoining = rejoining
         self._rejoin_target: int | None = None
-        self._apply_wake = asyncio.Event()
+        self._apply_wake = Wakeup()
         self._commit_moved = Signal()  # the commit index advanced
         self._watermark_moved = Signal()  # a follower acknowledged more
-        self._appended = asyncio.Event()  # the leader's own log grew: flush it
+        self._appended = Wakeup()  # the leader's own log grew: flush it
         self._leading = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()  # one-off work such as the NOOP

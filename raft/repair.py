@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from raft.messages import FetchRequest
 from raft.transport import PeerUnavailable
+from raft.waiting import Wakeup
 from storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class Repairer:
         self.damaged: set[int] = set()
         self.repaired = 0
         self.scrubs = 0  # completed passes over the committed log
-        self.wake = asyncio.Event()
+        self.wake = Wakeup()
         self.store.on_damage = self.report
 
     def report(self, index: int) -> None:

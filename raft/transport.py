@@ -13,7 +13,6 @@ failed call to retry.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import Protocol
 
 from raft.messages import (
@@ -44,7 +43,7 @@ def fail_push(answer: asyncio.Future[PushResponse], message: str) -> None:
 class PushStream(Protocol):
     """One replication stream to a follower."""
 
-    def send(self, request: PushRequest) -> Awaitable[PushResponse]:
+    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         """Put `request` on the stream now, behind every push sent before it; await its answer.
 
         The request's data is copied before this returns (it may be a view into a mapped file).

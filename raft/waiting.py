@@ -25,6 +25,56 @@ def consume(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+class Wakeup:
+    """A flag that one task sleeps on, with a deadline: a dispatcher, the handler, the elector.
+
+    asyncio.Event under asyncio.timeout costs a Timeout object, its rescheduling and a context
+    exit on every sleep, and a dispatcher sleeps a few times per push: here a sleep is one future
+    and one timer handle."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Until set or `timeout` seconds pass (None: forever); True if set. A timeout of 0 or less
+        still yields: a caller looping on a deadline cannot starve the loop."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        if timeout is not None and timeout <= 0:
+            await asyncio.sleep(0)
+            return self._set
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        return self._set
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 class Signal:
     """A broadcast that never loses a wake-up, for many waiters.
 
