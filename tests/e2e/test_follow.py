@@ -4,6 +4,7 @@ keep stalled readers from growing a member's memory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -75,6 +76,7 @@ class Tail:
         self.ended: str | None = None  # "clean" or the error
         self.arrived = threading.Condition()
         self._client = httpx.Client(timeout=httpx.Timeout(10, read=None))
+        self._socket: socket.socket | None = None  # the stream's, once it answered
         self._thread = threading.Thread(target=self._read, args=(headers,), daemon=True)
         self._thread.start()
 
@@ -83,6 +85,7 @@ class Tail:
         try:
             with self._client.stream("GET", f"{self.url}/v1/entries", params=params, headers=headers) as response:
                 assert response.status_code == 200
+                self._socket = response.extensions["network_stream"].get_extra_info("socket")
                 for line in response.iter_lines():
                     if line:
                         with self.arrived:
@@ -105,8 +108,13 @@ class Tail:
         assert not self._thread.is_alive(), f"the stream from {self.url} did not end"
 
     def close(self) -> None:
-        self._client.close()
+        """End the stream now: a follow stream of an idle log sends nothing that would wake its reader."""
+        if self._socket is not None:
+            with contextlib.suppress(OSError):  # already gone
+                self._socket.shutdown(socket.SHUT_RDWR)
         self._thread.join(10)
+        assert not self._thread.is_alive(), f"the stream from {self.url} did not end"
+        self._client.close()
 
 
 def test_an_entry_is_read_back_by_the_position_its_append_answered(cluster: LocalCluster) -> None:
