@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from typing import Any
 
 import httpx
 from cluster_bench import drive, raftlog_batch, wrk  # this folder's siblings: run as `python bench/ab.py`
-from compare import BODY, committed_index, cpu_s, etcd_txn, rate
+from compare import BODY, committed_index, cpu_s, etcd_txn, machine, rate
 from etcd_cluster import EtcdCluster, b64
 
 from app.launcher import LocalCluster
@@ -168,16 +167,14 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     medians = {name: {key: statistics.median(r[key] for r in reports) for key in reports[0]}
                for name, reports in runs.items()}
-    model = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    machine = next((line.split(":", 1)[1].strip() for line in model.splitlines() if line.startswith("Model name")), "")
     result = {"workload": args.workload, "connections": args.connections, "seconds": args.seconds,
-              "rounds": args.rounds, "machine": machine, "medians": medians}
+              "rounds": args.rounds, "machine": machine(), "medians": medians}
     if args.json:
         print(json.dumps(result))
         return
     keys = list(next(iter(medians.values())))
     print(f"{args.workload}, {args.connections} connections, medians of {args.rounds} rounds of {args.seconds} s "
-          f"on {machine}")
+          f"on {result['machine']}")
     print(f"{'':6}" + "".join(f"{k:>16}" for k in keys))
     for name, figures in medians.items():
         print(f"{name:6}" + "".join(f"{figures[k]:>16,.2f}" for k in keys))

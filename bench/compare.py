@@ -8,7 +8,9 @@ between them, raftlog then etcd, for --rounds rounds, and each figure is the
 median of its rounds:
 
 1. single appends of 100-byte bodies with wrk at 1, 16, 64 and 256 connections, to the leader
-   (etcd: `POST /v3/kv/put`, a new key each time): requests/s and latency percentiles;
+   (etcd: `POST /v3/kv/put`, a new key each time): requests/s and latency percentiles; then at 64
+   connections to a follower, which forwards them to the leader (etcd's follower forwards its
+   proposals too);
 2. batch appends of 100 and 1000 bodies of 100 bytes, 16 concurrent clients (etcd: a transaction of
    puts, at most its `--max-txn-ops` of 128): entries/s;
 3. linearizable reads by index (etcd: by key, among 10,000 written) with wrk, 64 connections, from a
@@ -21,12 +23,15 @@ median of its rounds:
    processes starting on the same cores: time until all members serve under one leader;
 then PySyncObj's highest sustained rate, with its own benchmark's method (bench/pysyncobj_cluster.py).
 
-The single appends at 64 connections and the batch appends are also metered for CPU: the CPU time
-(utime + stime, from /proc/<pid>/stat) of all three member processes during the phase, divided by the
-entries committed in it (raftlog: the leader's committed index before and after, from /v1/cluster;
-etcd, for context: the puts its client counted), in µs per entry across the cluster.
+Every append phase is metered for CPU: the CPU time (utime + stime, from /proc/<pid>/stat) of all
+three member processes during the phase, divided by the entries committed in it (raftlog: the
+leader's committed index before and after, from /v1/cluster; etcd: the puts its client counted), in
+µs per entry across the cluster, beside each rate.
 
-Prints a table with each figure, the ratio raftlog / peer and the target; --json prints one object.
+Checks at start that wrk, etcd, PySyncObj and matplotlib are there (`make compare` installs them).
+Prints a table with each figure, the ratio raftlog / peer and the target (issue 29's), and the
+machine (lscpu's model line): etcd's own figures beside raftlog's tell a slower machine from a
+slower raftlog. --json prints one object.
 Writes PNG charts (throughput by connections, latency percentiles) and the JSON to bench/results/.
 Every process it starts is stopped at the end, and its data directories removed.
 """
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -73,18 +79,21 @@ READ_KEYS = 10_000
 FAILOVER_LOAD_CONNECTIONS = 16
 RSS_SAMPLES = 10
 
-SINGLE_METERED_CONNECTIONS = 64  # the single-append phase metered for CPU per entry
+FORWARDED_CONNECTIONS = 64  # appends sent to a follower
 CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat counts CPU time in these
 
 Bound = float | str  # a number, or the name of another figure (etcd's)
-TARGETS: dict[str, tuple[tuple[str, Bound], ...]] = {  # figure: its conditions, from issue 18
-    "single_append_rps_ratio_vs_etcd": ((">=", 2.0),),
+TARGETS: dict[str, tuple[tuple[str, Bound], ...]] = {  # figure: its conditions, from issue 29
     "single_append_p50_ms_1conn": (("<=", "etcd_single_append_p50_ms_1conn"),),
+    "cpu_us_per_entry_1conn": (("<=", "etcd_cpu_us_per_entry_1conn"),),
+    "single_append_rps_ratio_vs_etcd": ((">=", 2.0),),
+    "single_append_p99_ms_64conn": (("<=", "etcd_single_append_p99_ms_64conn"),),
+    "forwarded_rps_ratio_vs_leader": ((">=", 0.8),),
+    "forwarded_p50_ms_over_leader": (("<=", 1.0),),
     "batch_append_eps": ((">=", 300_000),),
-    "batch_ratio_vs_etcd_puts": ((">=", 100.0),),
-    "ratio_vs_pysyncobj": ((">=", 10.0),),
     "cpu_us_per_entry_batch": (("<=", 6.0),),
-    "failover_ms_p50": (("<", 1000.0), ("<", "etcd_failover_ms_p50")),
+    "ratio_vs_pysyncobj": ((">=", 10.0),),
+    "failover_ms_p50": (("<", 400.0), ("<", "etcd_failover_ms_p50")),
     "restart_s_1gib": (("<", 2.0),),
 }
 
@@ -174,48 +183,49 @@ def rate(report: dict[str, float]) -> float:
 
 
 def single_summary(reports: list[dict[str, float]]) -> dict[str, float]:
-    """The medians of one connection count's rounds: requests/s, latency percentiles in ms, and CPU µs
-    per entry where the phase was metered."""
-    summary = {"rps": median([rate(r) for r in reports]),
-               **{p: median([r[f"{p}_us"] / 1000 for r in reports]) for p in PERCENTILES}}
-    if "cpu_us_per_entry" in reports[0]:
-        summary["cpu_us_per_entry"] = median([r["cpu_us_per_entry"] for r in reports])
-    return summary
+    """The medians of one phase's rounds: requests/s, CPU µs per entry and latency percentiles in ms."""
+    return {"rps": median([rate(r) for r in reports]), "cpu_us_per_entry": median([r["cpu_us_per_entry"]
+                                                                                  for r in reports]),
+            **{p: median([r[f"{p}_us"] / 1000 for r in reports]) for p in PERCENTILES}}
 
 
-def single_round(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int,
-                 connections: int) -> tuple[dict[str, float], dict[str, float]]:
-    """One wrk run on each system (raftlog's, etcd's report); the 64-connection one metered for CPU."""
-    raftlog_leader, _ = raftlog_urls(raftlog)
-    etcd_leader, _ = etcd_urls(etcd)
+def single_round(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, connections: int,
+                 forwarded: bool = False) -> tuple[dict[str, float], dict[str, float]]:
+    """One wrk run on each system, metered for CPU (raftlog's, etcd's report): to the leader, or
+    `forwarded` to a follower."""
+    raftlog_leader, raftlog_follower = raftlog_urls(raftlog)
+    etcd_leader, etcd_follower = etcd_urls(etcd)
+    raftlog_target, etcd_target = (raftlog_follower, etcd_follower) if forwarded else (raftlog_leader, etcd_leader)
 
     def run_raftlog() -> dict[str, float]:
-        return wrk(f"{raftlog_leader}/v1/entries", "wrk_append.lua", seconds, connections=connections)
+        return wrk(f"{raftlog_target}/v1/entries", "wrk_append.lua", seconds, connections=connections)
 
     def run_etcd() -> dict[str, float]:
-        return wrk(etcd_leader, "wrk_etcd_put.lua", seconds, {"WRK_VALUE_B64": b64(BODY)}, connections=connections)
+        return wrk(etcd_target, "wrk_etcd_put.lua", seconds, {"WRK_VALUE_B64": b64(BODY)}, connections=connections)
 
-    if connections != SINGLE_METERED_CONNECTIONS:
-        return run_raftlog(), run_etcd()
     a, a_cpu = raftlog_metered(raftlog, raftlog_leader, run_raftlog)
     b, b_cpu = etcd_metered(etcd, run_etcd, lambda report: int(report["requests"]))
     return {**a, "cpu_us_per_entry": a_cpu}, {**b, "cpu_us_per_entry": b_cpu}
 
 
+FORWARDED = "forwarded"  # the key of the phase to a follower, beside the connection counts
+
+
 def single_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, rounds: int,
-                   log: Log) -> dict[str, dict[int, dict[str, float]]]:
-    runs: dict[str, dict[int, list[dict[str, float]]]] = {"raftlog": {}, "etcd": {}}
+                   log: Log) -> dict[str, dict[int | str, dict[str, float]]]:
+    runs: dict[str, dict[int | str, list[dict[str, float]]]] = {"raftlog": {}, "etcd": {}}
+    phases: list[tuple[int | str, int, bool]] = [(c, c, False) for c in CONNECTIONS]
+    phases.append((FORWARDED, FORWARDED_CONNECTIONS, True))
     for _ in range(rounds):
-        for connections in CONNECTIONS:
-            a, b = single_round(raftlog, etcd, seconds, connections)
-            runs["raftlog"].setdefault(connections, []).append(a)
-            runs["etcd"].setdefault(connections, []).append(b)
-            cpu = (f" (CPU µs per entry: raftlog {a['cpu_us_per_entry']:,.1f}, etcd {b['cpu_us_per_entry']:,.1f})"
-                   if "cpu_us_per_entry" in a else "")
-            log(f"  single appends, {connections} connections: raftlog {rate(a):,.0f}/s, etcd {rate(b):,.0f}/s"
-                f"{cpu}")
-    return {system: {c: single_summary(reports) for c, reports in by_connections.items()}
-            for system, by_connections in runs.items()}
+        for key, connections, forwarded in phases:
+            a, b = single_round(raftlog, etcd, seconds, connections, forwarded)
+            runs["raftlog"].setdefault(key, []).append(a)
+            runs["etcd"].setdefault(key, []).append(b)
+            where = f"{connections} connections" + (" to a follower" if forwarded else "")
+            log(f"  single appends, {where}: raftlog {rate(a):,.0f}/s, etcd {rate(b):,.0f}/s "
+                f"(CPU µs per entry: raftlog {a['cpu_us_per_entry']:,.1f}, etcd {b['cpu_us_per_entry']:,.1f})")
+    return {system: {c: single_summary(reports) for c, reports in by_phase.items()}
+            for system, by_phase in runs.items()}
 
 
 # -- 2. batch appends ----------------------------------------------------------------------
@@ -440,22 +450,31 @@ def restart_member(cluster: LocalCluster, member_id: str, last: int) -> float:
 # -- the report ----------------------------------------------------------------------------
 
 
-def figures(single: dict[str, dict[int, dict[str, float]]], batch: Medians, batch_cpu: Medians,
+def figures(single: dict[str, dict[int | str, dict[str, float]]], batch: Medians, batch_cpu: Medians,
             read: dict[str, float], failover: dict[str, list[float]], long: dict[str, Any],
             pysyncobj_rps: int) -> dict[str, Any]:
     best_batch = max(batch["raftlog"].values())
     best_etcd_batch = max(batch["etcd"].values())
     rss = [s["rss"] for s in long["samples"]]
     anon = [s["anon"] for s in long["samples"]]
+    ours, theirs, forwarded = single["raftlog"], single["etcd"], single["raftlog"][FORWARDED]
     return {
-        "single_append_rps": single["raftlog"][64]["rps"],
-        "etcd_single_append_rps": single["etcd"][64]["rps"],
-        "single_append_rps_ratio_vs_etcd": single["raftlog"][64]["rps"] / single["etcd"][64]["rps"],
-        "single_append_p50_ms_1conn": single["raftlog"][1]["p50"],
-        "etcd_single_append_p50_ms_1conn": single["etcd"][1]["p50"],
-        "single_append_p50_ratio_vs_etcd_1conn": single["raftlog"][1]["p50"] / single["etcd"][1]["p50"],
-        "cpu_us_per_entry_single": single["raftlog"][SINGLE_METERED_CONNECTIONS]["cpu_us_per_entry"],
-        "etcd_cpu_us_per_entry_single": single["etcd"][SINGLE_METERED_CONNECTIONS]["cpu_us_per_entry"],
+        "single_append_rps": ours[64]["rps"],
+        "etcd_single_append_rps": theirs[64]["rps"],
+        "single_append_rps_ratio_vs_etcd": ours[64]["rps"] / theirs[64]["rps"],
+        "single_append_p99_ms_64conn": ours[64]["p99"],
+        "etcd_single_append_p99_ms_64conn": theirs[64]["p99"],
+        "single_append_p50_ms_1conn": ours[1]["p50"],
+        "etcd_single_append_p50_ms_1conn": theirs[1]["p50"],
+        "single_append_p50_ratio_vs_etcd_1conn": ours[1]["p50"] / theirs[1]["p50"],
+        "cpu_us_per_entry_1conn": ours[1]["cpu_us_per_entry"],
+        "etcd_cpu_us_per_entry_1conn": theirs[1]["cpu_us_per_entry"],
+        "cpu_us_per_entry_single": ours[64]["cpu_us_per_entry"],
+        "etcd_cpu_us_per_entry_single": theirs[64]["cpu_us_per_entry"],
+        "forwarded_rps": forwarded["rps"],
+        "forwarded_rps_ratio_vs_leader": forwarded["rps"] / ours[FORWARDED_CONNECTIONS]["rps"],
+        "forwarded_p50_ms_over_leader": forwarded["p50"] - ours[FORWARDED_CONNECTIONS]["p50"],
+        "cpu_us_per_entry_forwarded": forwarded["cpu_us_per_entry"],
         "cpu_us_per_entry_batch": batch_cpu["raftlog"][1000],
         "etcd_cpu_us_per_entry_batch": batch_cpu["etcd"][1000],
         "cpu_us_per_entry_batch_100": batch_cpu["raftlog"][100],
@@ -463,11 +482,11 @@ def figures(single: dict[str, dict[int, dict[str, float]]], batch: Medians, batc
         "batch_append_eps": best_batch,
         "etcd_batch_eps": best_etcd_batch,
         "batch_ratio_vs_etcd": best_batch / best_etcd_batch,
-        "etcd_single_put_rps_best": max(v["rps"] for v in single["etcd"].values()),
-        "batch_ratio_vs_etcd_puts": best_batch / max(v["rps"] for v in single["etcd"].values()),
+        "etcd_single_put_rps_best": max(v["rps"] for v in theirs.values()),
+        "batch_ratio_vs_etcd_puts": best_batch / max(v["rps"] for v in theirs.values()),
         "pysyncobj_max_rps": pysyncobj_rps,
         "ratio_vs_pysyncobj": best_batch / pysyncobj_rps,
-        "single_ratio_vs_pysyncobj": single["raftlog"][64]["rps"] / pysyncobj_rps,
+        "single_ratio_vs_pysyncobj": ours[64]["rps"] / pysyncobj_rps,
         "read_rps": read["raftlog"],
         "etcd_read_rps": read["etcd"],
         "read_ratio_vs_etcd": read["raftlog"] / read["etcd"],
@@ -513,22 +532,21 @@ def row(label: str, raftlog: float, peer: float | None = None, fmt: str = ",.0f"
 
 
 def print_table(result: dict[str, Any]) -> None:
-    single, batch = result["single"], result["batch"]
+    single, batch, cpu = result["single"], result["batch"], result["batch_cpu_us_per_entry"]
     print(f"\nraftlog against etcd {result['etcd_version']} and PySyncObj {result['pysyncobj_version']}, "
-          f"3 members each on one 2-core machine; medians of {result['rounds']} rounds of {result['seconds']} s")
+          f"3 members each on one {os.cpu_count()}-core machine ({result['machine']}); medians of "
+          f"{result['rounds']} rounds of {result['seconds']} s")
     print(f"{'figure':<46}{'raftlog':>14}{'etcd':>14}{'ratio':>9}")
-    for c in CONNECTIONS:
+    for c in (*CONNECTIONS, FORWARDED):
         a, b = single["raftlog"][c], single["etcd"][c]
-        print(row(f"single appends/s, {c} connections", a["rps"], b["rps"]))
+        where = f"{FORWARDED_CONNECTIONS} connections to a follower" if c == FORWARDED else f"{c} connections"
+        print(row(f"single appends/s, {where}", a["rps"], b["rps"]))
+        print(row("  CPU µs per entry, all members", a["cpu_us_per_entry"], b["cpu_us_per_entry"], ",.1f"))
         for p in ("p50", "p99"):
-            print(row(f"  latency {p}, ms", a[p], b[p], ",.1f"))
+            print(row(f"  latency {p}, ms", a[p], b[p], ",.2f"))
     for size in BATCHES:
         print(row(f"batch appends, entries/s, batches of {size}", batch["raftlog"][size], batch["etcd"][size]))
-    print(row(f"CPU µs per entry, single appends, {SINGLE_METERED_CONNECTIONS} conn.", single["raftlog"][64][
-        "cpu_us_per_entry"], single["etcd"][64]["cpu_us_per_entry"], ",.1f"))
-    for size in BATCHES:
-        print(row(f"CPU µs per entry, batches of {size}", result["batch_cpu_us_per_entry"]["raftlog"][size],
-                  result["batch_cpu_us_per_entry"]["etcd"][size], ",.1f"))
+        print(row("  CPU µs per entry, all members", cpu["raftlog"][size], cpu["etcd"][size], ",.1f"))
     print(row("reads/s from a follower, 64 connections", result["read_rps"], result["etcd_read_rps"]))
     print(row("failover ms, median", result["failover_ms_p50"], result["etcd_failover_ms_p50"]))
     print(row("failover ms, worst", result["failover_ms_max"], result["etcd_failover_ms_max"]))
@@ -586,6 +604,21 @@ def charts(result: dict[str, Any], out: Path) -> list[Path]:
     return [throughput, latency]
 
 
+def check_installed() -> None:
+    """Fail at once, not after minutes of load, when a tool or the bench extra is missing."""
+    missing = [tool for tool in ("wrk", "etcd") if shutil.which(tool) is None]
+    missing += [module for module in ("pysyncobj", "matplotlib") if importlib.util.find_spec(module) is None]
+    if missing:
+        raise SystemExit(f"{', '.join(missing)} not installed: run `make compare`, which installs wrk, "
+                         "etcd-server and the bench extra")
+
+
+def machine() -> str:
+    """lscpu's model line: figures from a slower machine are not a slower raftlog."""
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -606,9 +639,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.rounds, args.kills, args.entries, args.pysyncobj_seconds = 3, 1, 3, 1_000_000, 3.0
-    for tool in ("wrk", "etcd"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} is not installed: run `make compare`")
+    check_installed()
 
     def log(line: str) -> None:
         print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
@@ -634,9 +665,9 @@ def main() -> None:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     result: dict[str, Any] = {**figures(single, batch, batch_cpu, read, failover, long, pysyncobj_rps),
-                              **versions(), "etcd_rss_mb_after_run": etcd_rss, "seconds": args.seconds,
-                              "rounds": args.rounds, "kills": args.kills, "single": single, "batch": batch,
-                              "batch_cpu_us_per_entry": batch_cpu,
+                              **versions(), "machine": machine(), "etcd_rss_mb_after_run": etcd_rss,
+                              "seconds": args.seconds, "rounds": args.rounds, "kills": args.kills, "single": single,
+                              "batch": batch, "batch_cpu_us_per_entry": batch_cpu,
                               "failover_ms": failover, "rss_samples": long["samples"]}
     result["targets_met"] = {name: meets(name, result) for name in TARGETS}
     paths = charts(result, RESULTS)
