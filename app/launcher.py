@@ -102,6 +102,7 @@ class LocalCluster:
             grpc_ports = grpc_ports or ports[2 * nodes:]
         self.settings = settings or {}
         self.verify = verify  # how the launcher's own calls check HTTPS client ports
+        self._http: httpx.Client | None = None  # the launcher's own calls: one client, made at first use
         scheme = "https" if self.settings.get("client_tls_cert") else "http"
         self.members = {
             f"n{i + 1}": Member(f"n{i + 1}", client_ports[i], peer_ports[i], grpc_ports[i],
@@ -196,6 +197,9 @@ class LocalCluster:
                 member.process.send_signal(signal.SIGTERM)
         for member_id in self.members:
             self.stop_member(member_id)
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
     def __enter__(self) -> LocalCluster:
         self.start()
@@ -239,8 +243,12 @@ class LocalCluster:
             time.sleep(POLL_S)
 
     def _get(self, member: Member, path: str) -> dict[str, Any] | None:
+        """A member's JSON answer, or None. One client serves every call: httpx.get makes a client, and
+        loads the CA bundle, each time (about 50 ms here), and waiting for a leader asks every member."""
+        if self._http is None:
+            self._http = httpx.Client(timeout=1.0, verify=self.verify)
         try:
-            return httpx.get(member.client_url + path, timeout=1.0, verify=self.verify).json()
+            return self._http.get(member.client_url + path).json()
         except (httpx.HTTPError, ValueError):
             return None
 
