@@ -123,7 +123,7 @@ class PeerService:
 
     def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         """Hand a push to the node; it runs to its end even if its stream goes, as a server's call would."""
-        handling = asyncio.ensure_future(self.node.handle_push(request))
+        handling = self.node.take_push(request)
         self._handling.add(handling)
         handling.add_done_callback(self._handled)
         return handling

@@ -319,8 +319,10 @@ def raftlog_stream_missing() -> str | None:
 class PushOnlyNode:
     """What api.peer_server's PeerService asks of a node, answering pushes as the other servers do."""
 
-    async def handle_push(self, request: PushRequest) -> PushResponse:
-        return push_answer(request)
+    def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        answer: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        answer.set_result(push_answer(request))
+        return answer
 
     async def handle_vote(self, request: Any) -> Any:
         raise NotImplementedError("the bench only pushes")

@@ -48,7 +48,6 @@ class EntryHandler:
         self.control: deque[tuple[PushRequest, asyncio.Future[PushResponse]]] = deque()
         self.matched_end = -1  # last index known equal to the current leader's log
         self.wake = Wakeup()
-        self._acks: set[asyncio.Task[None]] = set()
 
     def _answer(self, request: PushRequest, code: Code, **fields: int) -> PushResponse:
         index = request.first_index if request.type is PushType.APPEND else request.pre_log_index
@@ -57,6 +56,46 @@ class EntryHandler:
         return PushResponse(code, self.node.state.current_term, index, **values)
 
     # -- intake --------------------------------------------------------------------
+
+    def take(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        """The push's answer, to come. An append that continues the log with nothing ahead of it (pushes
+        arrive in order, one at a time under light load) is written now and answered when its flush
+        ends, without a task; any other push is handled in a task of its own."""
+        if request.type is PushType.APPEND and self._in_turn(request) and _impossible(request) is None:
+            answer = self._append_in_turn(request)
+            if answer is not None:
+                return answer
+        return asyncio.ensure_future(self.handle(request))
+
+    def _in_turn(self, request: PushRequest) -> bool:
+        """The push continues the log and nothing is ahead of it: no control push, no waiting append,
+        no vote or drain holding the node's lock."""
+        return (request.first_index == self.store.end_index + 1 and not self.control and not self.waiting
+                and not self.node.state.lock.locked())
+
+    def _append_in_turn(self, request: PushRequest) -> asyncio.Future[PushResponse] | None:
+        """Write an in-turn push now (nothing else runs meanwhile: the node's lock is not needed); None
+        when the store would have to wait for it (files to create), and then nothing was written."""
+        answer: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        try:
+            appended = self.store.append_as_follower_now(request.data)
+            if appended is None:
+                return None
+            if appended.config_indices:  # in force at once, as the log holds it (a vote may depend on it)
+                self.node.note_config_entries(appended.config_indices)
+            self.matched_end = request.last_index
+            self._follow_commit(request.commit_index)
+            self._ack(request, answer, self._answer(request, Code.SUCCESS))
+        except AppendRejectedError as exc:
+            log.warning("push %d-%d rejected: %s", request.first_index, request.last_index, exc)
+            answer.set_result(self._answer(request, Code.INCONSISTENT_STATE))
+        except DiskFullError:
+            answer.set_result(self._answer(request, Code.DISK_FULL))
+        except Exception:  # answered all the same, as a drain answers what fails (the leader compares again)
+            log.exception("push handling failed; answering it")
+            if not answer.done():
+                answer.set_result(self._answer(request, Code.INCONSISTENT_STATE))
+        return answer
 
     async def handle(self, request: PushRequest) -> PushResponse:
         """Queue a push from the current leader and wait for its answer."""
@@ -78,8 +117,6 @@ class EntryHandler:
                     await self.store.wait_durable()  # never acknowledge what is not durable
                     response = self._answer(request, Code.SUCCESS)
                 return response
-            if self._in_turn(request):
-                return await self._append_now(request)
             if request.first_index in self.waiting:
                 return self._answer(request, Code.REPEATED_PUSH)
             if len(self.waiting) >= WAITING_PUSHES_MAX:
@@ -93,25 +130,6 @@ class EntryHandler:
             self.control.append((request, future))
         self.wake.set()
         return await future
-
-    def _in_turn(self, request: PushRequest) -> bool:
-        """The push continues the log and nothing is ahead of it: no control push, no waiting
-        append, no vote or drain holding the node's lock (once this push holds it, the pushes behind
-        it wait in turn). Then it is written here and now, without the hand-offs to the handler's
-        task and an acknowledging task: pushes arrive in order, one at a time under light load."""
-        return (request.first_index == self.store.end_index + 1 and not self.control and not self.waiting
-                and not self.node.state.lock.locked())
-
-    async def _append_now(self, request: PushRequest) -> PushResponse:
-        future: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
-        with self._answered_anyway(request, future):
-            await self._append(request, future, durable=False)
-        if self.waiting:  # pushes that arrived behind this one while it was written
-            self.wake.set()
-        if future.done():
-            return future.result()
-        await self._ack_when_durable(request, future)
-        return future.result()
 
     def _trim_overlap(self, request: PushRequest) -> PushRequest:
         """A push that starts inside the log: keep what follows it, if the overlap agrees."""
@@ -163,17 +181,13 @@ class EntryHandler:
 
     async def run(self) -> None:
         timeout = self.node.config.max_push_timeout_ms / 1000
-        try:
-            while True:
-                await self.wake.wait(timeout)
-                self.wake.clear()  # before draining: what arrives meanwhile wakes the next pass
-                try:
-                    await self._drain()
-                except Exception:
-                    log.exception("push handling failed; answering the rest")
-        finally:
-            for ack in self._acks:
-                ack.cancel()
+        while True:
+            await self.wake.wait(timeout)
+            self.wake.clear()  # before draining: what arrives meanwhile wakes the next pass
+            try:
+                await self._drain()
+            except Exception:
+                log.exception("push handling failed; answering the rest")
 
     async def _drain(self) -> None:
         """Every push taken here is answered, whatever happens to it: a failure answers
@@ -204,26 +218,33 @@ class EntryHandler:
             raise
 
     def _ack(self, request: PushRequest, future: asyncio.Future[PushResponse],
-             response: PushResponse, durable: bool = True) -> None:
-        """Answer now, or once durable if the answer is a SUCCESS for entries not yet durable:
-        in a task of its own, unless `durable` is False (the caller waits for it itself)."""
+             response: PushResponse) -> None:
+        """Answer now, or once durable if the answer is a SUCCESS for entries not yet durable (a
+        callback on the flush that covers them)."""
         if response.code is not Code.SUCCESS or request.last_index <= self.store.ack_end_index:
             if not future.done():
                 future.set_result(response)
             return
-        if not durable:
+        self.store.flushed().add_done_callback(lambda flush: self._durable(request, future, flush))
+
+    def _durable(self, request: PushRequest, future: asyncio.Future[PushResponse],
+                 flush: asyncio.Future[None]) -> None:
+        if future.done():
             return
-        ack = asyncio.create_task(self._ack_when_durable(request, future))
-        self._acks.add(ack)
-        ack.add_done_callback(self._acks.discard)
+        failure = RuntimeError("the flush was cancelled") if flush.cancelled() else flush.exception()
+        if failure is not None:  # the store refuses appends from now on: the push is not acknowledged
+            future.set_exception(failure)
+            return
+        self.node.durable_moved()
+        self._follow_commit(request.commit_index)
+        future.set_result(self._answer(request, Code.SUCCESS))
 
     def _current(self, request: PushRequest) -> bool:
         state = self.node.state
         return (request.term == state.current_term and state.is_follower
                 and request.leader_id == state.leader_id)
 
-    async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse],
-                      durable: bool = True) -> None:
+    async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
         async with self.node.state.lock:  # a vote never sees a log an append is changing
             if not self._current(request):
                 self._ack(request, future, self._answer(request, Code.INCONSISTENT_LEADER))
@@ -241,14 +262,7 @@ class EntryHandler:
                 self.node.note_config_entries(appended.config_indices)
         self.matched_end = request.last_index
         self._follow_commit(request.commit_index)
-        self._ack(request, future, self._answer(request, Code.SUCCESS), durable)
-
-    async def _ack_when_durable(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
-        await self.store.wait_durable()
-        self.node.durable_moved()
-        self._follow_commit(request.commit_index)
-        if not future.done():
-            future.set_result(self._answer(request, Code.SUCCESS))
+        self._ack(request, future, self._answer(request, Code.SUCCESS))
 
     async def _control(self, request: PushRequest) -> PushResponse:
         try:

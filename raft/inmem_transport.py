@@ -127,9 +127,9 @@ class Network:
             raise PeerUnavailable(f"{kind} {source}->{target}: the answer was lost")
         return self.wire(kind, response)
 
-    def _serve(self, target: str, kind: str, call: Awaitable[Any]) -> asyncio.Task[Any]:
+    def _serve(self, target: str, kind: str, call: Awaitable[Any]) -> asyncio.Future[Any]:
         """Run a handler on `target` as its server would: to the end, whoever waits for it."""
-        task: asyncio.Task[Any] = asyncio.ensure_future(call)
+        task: asyncio.Future[Any] = asyncio.ensure_future(call)
         serving = self._serving.setdefault(target, set())
         serving.add(task)
 
@@ -206,8 +206,8 @@ class InMemoryStream:
                     return
                 self._outbox.popleft()
                 if fate.duplicate:  # a copy, as a re-sent push on a new stream may arrive after the first
-                    network._serve(self.target, "push", handler.handle_push(request))
-                task = network._serve(self.target, "push", handler.handle_push(request))
+                    network._serve(self.target, "push", handler.take_push(request))
+                task = network._serve(self.target, "push", handler.take_push(request))
                 self._inflight.append((task, answer, deadline, fate))
                 self._handled.set()
 

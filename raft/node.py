@@ -679,7 +679,8 @@ class RaftNode:
     async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         return await self.elector.handle_heartbeat(request)
 
-    async def handle_push(self, request: PushRequest) -> PushResponse:
+    def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        """The answer to a push, to come: a push from the current leader goes to the handler."""
         state = self.state
         if request.group != self.config.group:
             code = Code.UNKNOWN_GROUP
@@ -692,9 +693,11 @@ class RaftNode:
         elif request.leader_id != state.leader_id:
             code = Code.INCONSISTENT_LEADER
         else:
-            return await self.handler.handle(request)
-        return PushResponse(code, state.current_term, request.first_index, self.store.end_index,
-                            self.store.end_term)
+            return self.handler.take(request)
+        refused: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        refused.set_result(PushResponse(code, state.current_term, request.first_index, self.store.end_index,
+                                        self.store.end_term))
+        return refused
 
     async def handle_transfer(self, request: TransferRequest) -> TransferResponse:
         """The transfer's target: take leadership if the request is from the current leader."""

@@ -22,12 +22,17 @@ class GroupFlusher:
         self.rounds = 0  # syncs run so far, for metrics and tests
 
     async def flush(self) -> None:
+        await asyncio.shield(self.next_round())  # a waiter cancelled does not cancel the others' round
+
+    def next_round(self) -> asyncio.Future[None]:
+        """The round that will cover what is written so far, scheduled if none is; shared by its
+        waiters, so it is theirs to await or to add a callback to, never to cancel."""
         round_ = self._next
         if round_ is None:
             loop = asyncio.get_running_loop()
             round_ = self._next = loop.create_future()
             loop.call_soon(self._run)
-        await asyncio.shield(round_)  # a waiter cancelled does not cancel the round the others wait for
+        return round_
 
     def _run(self) -> None:
         round_, self._next = self._next, None

@@ -8,6 +8,7 @@ is durable at once.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -86,6 +87,11 @@ class MemoryStore:
     async def wait_durable(self) -> None:
         pass
 
+    def flushed(self) -> asyncio.Future[None]:
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
     # -- appends -------------------------------------------------------------------
 
     async def append_as_leader(self, bodies: Sequence[bytes], term: int,
@@ -100,6 +106,11 @@ class MemoryStore:
         return AppendResult(batch.first_index, batch.positions)
 
     async def append_as_follower(self, data: bytes | memoryview) -> FollowerAppend:
+        appended = self.append_as_follower_now(data)
+        assert appended is not None  # memory always has room
+        return appended
+
+    def append_as_follower_now(self, data: bytes | memoryview) -> FollowerAppend | None:
         self._check_writable()
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
                                         self._end_chain, self.config.data_file_size)

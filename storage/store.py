@@ -329,6 +329,20 @@ class Store:
             await self._write(batch)
             return FollowerAppend(self.end_index, batch.config_indices)
 
+    def append_as_follower_now(self, data: bytes | memoryview) -> FollowerAppend | None:
+        """append_as_follower without waiting, for the common case of a push that fits the files
+        there are: None, and nothing written, when it would have to wait (another mutation holds the
+        store, or files must be created first). `data` is not copied: nothing runs meanwhile."""
+        if self._lock.locked():
+            return None
+        self._check_writable()
+        batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
+                                        self._end_chain, self.config.data_file_size)
+        if not self._has_room(batch):
+            return None
+        self._place(batch)
+        return FollowerAppend(self.end_index, batch.config_indices)
+
     def _check_writable(self) -> None:
         if self._failed is not None:
             raise StorageError(f"a flush failed earlier ({self._failed}); durability can no longer "
@@ -344,6 +358,17 @@ class Store:
         await self._ensure_files(self.data, first_pos, batch.end_pos)
         record_pos = batch.first_index * INDEX_RECORD_SIZE
         await self._ensure_files(self.index, record_pos, record_pos + len(batch.index_records))
+        self._place(batch)
+
+    def _has_room(self, batch: Batch) -> bool:
+        """Whether `_write` would place the batch without waiting: no position to fix, no file to create."""
+        record_end = batch.first_index * INDEX_RECORD_SIZE + len(batch.index_records)
+        return (self.meta.base_pos is not None and bool(self.data.segments) and self.data.end >= batch.end_pos
+                and bool(self.index.segments) and self.index.end >= record_end)
+
+    def _place(self, batch: Batch) -> None:
+        """Copy a batch into files that hold it."""
+        record_pos = batch.first_index * INDEX_RECORD_SIZE
         data = memoryview(batch.data)
         file_size = self.config.data_file_size
         dirty = self._dirty
@@ -715,6 +740,15 @@ class Store:
         """Make everything appended so far durable; concurrent callers share one sync."""
         if self._synced_changes < self._changes:
             await self._flusher.flush()
+
+    def flushed(self) -> asyncio.Future[None]:
+        """A future done once what is written so far is durable (GroupFlusher.next_round): for a caller
+        that answers from a callback rather than a task."""
+        if self._synced_changes >= self._changes:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return self._flusher.next_round()
 
     async def wait_durable(self) -> None:
         """What an acknowledgement waits for: a flush in "sync" mode, nothing in "async"."""

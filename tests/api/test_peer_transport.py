@@ -103,8 +103,11 @@ class FollowerNode:
         self.state = type("State", (), {"is_leader": True})()
         self.leader_id = "n2"
 
-    async def handle_push(self, request: PushRequest) -> PushResponse:
+    def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         self.pushes.append(request)
+        return asyncio.ensure_future(self._answer(request))
+
+    async def _answer(self, request: PushRequest) -> PushResponse:
         if self.hold is not None:
             await self.hold.wait()
         return PushResponse(Code.SUCCESS, request.term, request.first_index, request.last_index)

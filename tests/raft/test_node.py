@@ -322,7 +322,7 @@ async def test_a_late_truncate_never_removes_entries_the_follower_acknowledged()
         assert follower.committed_index < end - 1  # acknowledged, not committed
         late = PushRequest("default", leader.config.self_id, leader.term, PushType.TRUNCATE,
                            leader.committed_index, pre_log_index=end - 1)
-        answer = await follower.handle_push(late)  # delayed in the network past its retry
+        answer = await follower.take_push(late)  # delayed in the network past its retry
         assert answer.code is Code.INCONSISTENT_STATE
         assert follower.store.end_index == end
         await asyncio.gather(*appends, return_exceptions=True)

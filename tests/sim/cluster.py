@@ -107,6 +107,9 @@ class PowerLossStore(MemoryStore):
         if self.flush_mode == "sync":
             await self.flush()
 
+    def flushed(self) -> asyncio.Future[None]:
+        return asyncio.ensure_future(self.flush())
+
     def start(self) -> None:
         if self.flush_mode == "async" and self._periodic is None:
             self._periodic = asyncio.create_task(self._flush_periodically())

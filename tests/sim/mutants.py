@@ -32,17 +32,19 @@ def votes_twice(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def acks_before_writing(original: Callable[..., Any]) -> Callable[..., Any]:
     """A follower answers SUCCESS to an append push, then writes it."""
-    writes: set[asyncio.Task[PushResponse]] = set()
+    writes: set[asyncio.Future[PushResponse]] = set()
 
-    async def handle(self: EntryHandler, request: PushRequest) -> PushResponse:
+    def take(self: EntryHandler, request: PushRequest) -> asyncio.Future[PushResponse]:
+        write = original(self, request)
         if request.type is not PushType.APPEND or request.count <= 0:
-            return await original(self, request)
-        write = asyncio.ensure_future(original(self, request))
+            return write
         writes.add(write)
         write.add_done_callback(writes.discard)
-        return self._answer(request, Code.SUCCESS, ack_index=request.last_index)
+        early: asyncio.Future[PushResponse] = asyncio.get_running_loop().create_future()
+        early.set_result(self._answer(request, Code.SUCCESS, ack_index=request.last_index))
+        return early
 
-    return handle
+    return take
 
 
 def skips_truncation(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,7 +130,7 @@ def acks_before_quorum(original: Callable[..., Any]) -> Callable[..., Any]:
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-before-quorum": (RaftNode, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
-    "acks-before-writing": (EntryHandler, "handle", acks_before_writing),
+    "acks-before-writing": (EntryHandler, "take", acks_before_writing),
     "skips-truncation": (EntryHandler, "_truncate", skips_truncation),
     "reads-without-confirming": (RaftNode, "read_index", reads_without_confirming),
     "commits-earlier-terms": (RaftNode, "_check_quorum", commits_earlier_terms),

@@ -9,6 +9,7 @@ the leader for its read index, with the network's faults on the way.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,8 +46,8 @@ class Endpoint:
     async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         return await self.node.handle_heartbeat(request)
 
-    async def handle_push(self, request: PushRequest) -> PushResponse:
-        return await self.node.handle_push(request)
+    def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        return self.node.take_push(request)
 
     async def handle_transfer(self, request: TransferRequest) -> TransferResponse:
         return await self.node.handle_transfer(request)

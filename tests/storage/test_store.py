@@ -374,6 +374,26 @@ async def test_follower_bytes_are_copied_before_files_are_created(
     assert bytes(store.get(6).body) == body(6)
 
 
+async def test_a_follower_append_that_needs_no_new_file_is_written_without_waiting(store: Store) -> None:
+    """The replication stream writes an in-order push at once when the files hold it; a push that
+    needs a new file is left untouched for the append that creates it."""
+    entries = _leader_bytes(8)
+    assert store.append_as_follower_now(b"".join(entries[:1])) is None  # no file yet: nothing written
+    assert store.end_index == -1
+    await store.append_as_follower(entries[0])
+    appended = store.append_as_follower_now(b"".join(entries[1:6]))
+    assert appended is not None and appended.end_index == store.end_index == 5
+    assert store.durable_end_index == -1  # written, not yet flushed
+    assert store.append_as_follower_now(b"".join(entries[6:])) is None  # entry 6 needs a new data file
+    assert store.end_index == 5
+    with pytest.raises(AppendRejectedError):  # checked as append_as_follower checks it, before a byte is written
+        store.append_as_follower_now(entries[7])
+    await store.flushed()
+    assert store.durable_end_index == 5
+    await store.append_as_follower(b"".join(entries[6:]))
+    assert [bytes(store.get(i).body) for i in range(8)] == [body(i) for i in range(8)]
+
+
 async def test_position_is_saved_before_the_first_file_after_a_reset(
         tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     leader = MemoryStore(SMALL)
