@@ -59,6 +59,7 @@ class Wakeup:
         if timeout is not None and timeout <= 0:
             await asyncio.sleep(0)
             return self._set
+        assert self._waiter is None, "a second task sleeps on a Wakeup: the first would never wake"
         waiter = self._waiter = loop.create_future()
         timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
         try:
