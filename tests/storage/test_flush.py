@@ -57,8 +57,9 @@ async def test_a_round_covers_what_was_written_when_it_ran(store: Store) -> None
     """Appends made after a round was asked for, in the same turn, ride on it; an append after the
     round ran needs a round of its own."""
     await store.append_as_leader([b"first"], term=1)
-    first = asyncio.ensure_future(store.flush())
-    await store.append_as_leader([b"second"], term=1)  # before the round runs
+    first = store.flushed()  # the round is asked for now, and runs at the end of this turn
+    await store.append_as_leader([b"second"], term=1)  # a store call that does not wait: the same turn
+    assert not first.done()
     await first
     assert (store.flush_rounds, store.durable_end_index) == (1, 1)
     await store.append_as_leader([b"third"], term=1)
