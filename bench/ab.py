@@ -173,7 +173,9 @@ def main() -> None:
         print(json.dumps(result))
         return
     keys = list(next(iter(medians.values())))
-    print(f"{args.workload}, {args.connections} connections, medians of {args.rounds} rounds of {args.seconds} s "
+    load = (f"{BATCH_CLIENTS} clients, batches of {BATCH}" if args.workload == "batch"
+            else f"{args.connections} connections")
+    print(f"{args.workload}, {load}, medians of {args.rounds} rounds of {args.seconds} s "
           f"on {result['machine']}")
     print(f"{'':6}" + "".join(f"{k:>16}" for k in keys))
     for name, figures in medians.items():
