@@ -5,7 +5,9 @@ status). Every call carries the cluster secret, when there is one.
 One channel (one HTTP/2 connection) per peer for unary calls, each with a
 deadline. Replication is one long-lived bidirectional stream per follower, on a
 connection of its own driven by h2 (`api.peer_stream.H2PushStream`), to the
-same service's Replicate method (served on h2 too: api.peer_port). Keepalive
+same service's Replicate method (served on h2 too: api.peer_port); appends a
+follower takes go to its leader the same way, many in one message
+(`api.forward_stream.ForwardStream`). Keepalive
 pings find a dead or silent peer, and
 the channel reconnects on its own, quickly (RECONNECT_BACKOFF_MS). While a peer
 is known down, calls to it fail at once, as a refused connection does: a vote
@@ -35,6 +37,7 @@ from google.protobuf.message import DecodeError, Message
 
 from api import peer_pb2 as pb
 from api.errors import ApiError
+from api.forward_stream import ForwardStream
 from api.peer_codec import PeerMessageError, decode_message, encode_message
 from api.peer_stream import H2PushStream
 from raft.config import Peer
@@ -57,6 +60,7 @@ UNREACHABLE_WARN_S = 10.0
 KEEPALIVE_MS = 2000  # a ping on a connection quiet this long ...
 KEEPALIVE_TIMEOUT_MS = 5000  # ... unanswered this long: the peer is gone, the connection closed
 FRAME_BYTES_MAX = 1 << 20  # HTTP/2 frames a peer may send us: a push in one or two (the default, 16 KiB, is 64)
+FORWARD_FIELD_BYTES_MAX = 6  # a body's tag and length in a forwarded message
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
@@ -85,7 +89,7 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 class PeerClient:
     def __init__(self, self_id: str, peers: Sequence[Peer], *, rpc_timeout_ms: int,
-                 push_timeout_ms: int, wait_timeout_ms: int, max_message_bytes: int,
+                 push_timeout_ms: int, wait_timeout_ms: int, max_message_bytes: int, max_batch_entries: int,
                  secret: bytes | None = None, tls: PeerTls | None = None,
                  on_push: Callable[[str, float, int], None] | None = None,
                  routes: dict[str, str] | None = None) -> None:
@@ -99,6 +103,9 @@ class PeerClient:
         self.keepalive_s = KEEPALIVE_MS / 1000  # the replication stream's, as gRPC's channels keep theirs
         self.keepalive_timeout_s = KEEPALIVE_TIMEOUT_MS / 1000
         self._stream_tls = None if tls is None else _stream_tls(tls)
+        self.max_batch_entries = max_batch_entries  # a forwarded message's entries, as the leader takes them
+        self.max_forward_bytes = max_message_bytes - FORWARD_FIELD_BYTES_MAX * max_batch_entries - 64
+        self._forwards: dict[str, ForwardStream] = {}  # to each peer that led when this member took an append
         self._streams: weakref.WeakSet[H2PushStream] = weakref.WeakSet()  # closed with the client
         self._options = [*channel_options(max_message_bytes),
                          ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS[0]),
@@ -120,6 +127,9 @@ class PeerClient:
         for peer in [p for p, address in self.addresses.items() if wanted.get(p) != address]:
             del self.addresses[peer]
             self._close_later(self._channels.pop(peer))
+            forward = self._forwards.pop(peer, None)
+            if forward is not None:
+                forward.close("the member left the group, or moved")
         for peer, address in wanted.items():
             if peer not in self.addresses:
                 self.addresses[peer] = address
@@ -135,7 +145,7 @@ class PeerClient:
         task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        for stream in self._streams:
+        for stream in [*self._streams, *self._forwards.values()]:
             stream.close()
         for channel in self._channels.values():
             await channel.close(None)
@@ -167,10 +177,24 @@ class PeerClient:
     # -- the public API's calls to other members ----------------------------------------
 
     async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> dict[str, Any]:
-        """Append through the leader; its answer, or its error as an ApiError."""
-        answer = await self._api_call(leader_id, "Append", pb.AppendRequest(bodies=bodies), pb.AppendResponse)
-        return {"first_index": answer.first_index, "last_index": answer.last_index, "term": answer.term,
-                "positions": list(answer.positions), "leader": answer.leader}
+        """Append through the leader, with the appends around it; its answer, or its error as an ApiError."""
+        stream = self._forwards.get(leader_id)
+        if stream is None or stream.broken:
+            address = self.addresses.get(leader_id)
+            if address is None:
+                raise ApiError(Code.NETWORK_ERROR, f"no answer from {leader_id}: not a known member")
+            stream = self._forwards[leader_id] = ForwardStream(
+                self, leader_id, address, self._stream_tls, max_entries=self.max_batch_entries,
+                max_bytes=self.max_forward_bytes)
+        try:
+            answer, offset, count = await stream.append(bodies)
+        except PeerUnavailable as exc:
+            raise ApiError(Code.NETWORK_ERROR, f"no answer from {leader_id}: {exc}") from None
+        if answer.HasField("error"):
+            raise _api_error(answer.error, leader_id)
+        return {"first_index": answer.first_index + offset, "last_index": answer.first_index + offset + count - 1,
+                "term": answer.term, "positions": list(answer.positions[offset:offset + count]),
+                "leader": answer.leader}
 
     async def read_index(self, leader_id: str) -> int:
         answer = await self._api_call(leader_id, "ReadIndex", pb.ReadIndexRequest(), pb.ReadIndexResponse)

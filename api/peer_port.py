@@ -1,12 +1,13 @@
 """The peer port: one listener, and behind it two servers of the service `raftlog.peer.v1.Peer`.
 
-A connection whose first SETTINGS frame carries REPLICATE_SETTING is a leader's replication
-stream (api.peer_stream.H2PushStream): api.replicate_server serves it on the event loop. Every
-other connection, the members' gRPC channels (votes, heartbeats, fetches, forwarded appends, read
-index, transfers, status), is spliced byte for byte to grpcio's server, which listens on a Unix
-socket in a directory only this user can enter. The choice is made on the HTTP/2 preface and the
-SETTINGS frame that must follow it, which a client sends before it waits for anything: no byte
-of either protocol is changed or answered on the way. Mutual TLS, when on, ends here for both.
+A connection whose first SETTINGS frame carries REPLICATE_SETTING is a stream of one member's
+to another (api.peer_stream): a leader's replication stream, or a follower's forwarding stream.
+api.stream_server serves it on the event loop. Every other connection, the members' gRPC
+channels (votes, heartbeats, fetches, read index, transfers, membership changes, status), is
+spliced byte for byte to grpcio's server, which listens on a Unix socket in a directory only
+this user can enter. The choice is made on the HTTP/2 preface and the SETTINGS frame that must
+follow it, which a client sends before it waits for anything: no byte of either protocol is
+changed or answered on the way. Mutual TLS, when on, ends here for both.
 
 At most `peer_connections_max` connections are open at once, counted from the moment one is
 accepted (this port accepts them itself, for that reason), its TLS handshake included: one more
@@ -35,7 +36,7 @@ import grpc.aio
 from api.peer_client import PeerTls, channel_options, load_identity
 from api.peer_server import PeerService
 from api.peer_stream import REPLICATE_SETTING
-from api.replicate_server import ReplicateConnection
+from api.stream_server import StreamConnection
 
 log = logging.getLogger("raftlog.api.peer_server")
 
@@ -70,7 +71,7 @@ class PeerPort:
         self._accepting: asyncio.Future[None] | None = None
         self._handshaking: set[socket.socket] = set()  # accepted, TLS handshake under way
         self._connections: set[Any] = set()  # transports, to close at stop
-        self._replicating: set[ReplicateConnection] = set()
+        self._streams: set[StreamConnection] = set()
         self._names: dict[str, str] = {}  # gRPC's name of a spliced connection -> the peer's address
         self._numbers = itertools.count()
         self.splicing: set[asyncio.Future[None]] = set()
@@ -126,7 +127,7 @@ class PeerPort:
             self._listener.close()
         for pending in list(self.splicing):
             pending.cancel()
-        for connection in list(self._replicating):
+        for connection in list(self._streams):
             connection.close()
         if self._grpc is not None:
             await self._grpc.stop(grace)
@@ -162,12 +163,12 @@ class PeerPort:
 
     # -- a connection, once it has said what it is ----------------------------------------
 
-    def replicate(self, transport: Any, first_bytes: bytes) -> None:
-        connection = ReplicateConnection(self.service, _peer(transport), self.max_message_bytes)
-        self._replicating.add(connection)
+    def serve_stream(self, transport: Any, first_bytes: bytes) -> None:
+        connection = StreamConnection(self.service, _peer(transport), self.max_message_bytes)
+        self._streams.add(connection)
 
         def lost() -> None:
-            self._replicating.discard(connection)
+            self._streams.discard(connection)
             self._connections.discard(transport)
 
         connection.on_lost = lost
@@ -225,7 +226,7 @@ class _Door(asyncio.Protocol):
         self._timer.cancel()
         first_bytes = bytes(self._received)
         if route == REPLICATE:
-            self.port.replicate(self._transport, first_bytes)
+            self.port.serve_stream(self._transport, first_bytes)
         elif route == GRPC:
             self._transport.pause_reading()
             splicing = asyncio.ensure_future(self.port.splice(self._transport, first_bytes))

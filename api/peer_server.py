@@ -1,11 +1,13 @@
 """The peer service `raftlog.peer.v1.Peer` (proto/raftlog/peer/v1/peer.proto), as the peer port
 serves it (api.peer_port).
 
-Raft's calls go to the node as typed messages. `Replicate`, the long-lived
-replication stream, is served on h2 by api.replicate_server, which hands each
-push to the node here (`take_push`). The other calls serve a member's public
-API (forwarded appends, read index, leadership transfer, status); their errors
-travel as the public error shape, so a member answers as the leader did.
+Raft's calls go to the node as typed messages. Two long-lived streams are
+served on h2 by api.stream_server, which hands each message here
+(`stream_method`): `Replicate`, a leader's pushes (`take_push`), and `Forward`,
+a follower's clients' appends, many in one message (`take_forward`). The other
+calls serve a member's public API (read index, leadership transfer, status);
+forwarded appends and these answer errors in the public error shape, so a
+member answers as the leader did.
 
 Requests are parsed here, not by gRPC: a message that does not decode ends
 the call with INVALID_ARGUMENT, and the node sees nothing of it. Every call
@@ -22,7 +24,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import grpc.aio
@@ -33,7 +35,8 @@ from api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
 from api.errors import ApiError, too_large
 from api.limits import InflightBytes, batch_entries
 from api.peer_client import api_error_message
-from api.peer_codec import PeerMessageError, decode_message, encode_message
+from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push_response
+from api.peer_stream import FORWARD_PATH, REPLICATE_PATH
 from api.service import LogService
 from raft.config import Peer
 from raft.messages import Code, FetchRequest, HeartbeatRequest, PushRequest, PushResponse, TransferRequest, VoteRequest
@@ -46,6 +49,14 @@ Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]
 RAFT_CALLS = frozenset({"Vote", "Heartbeat", "Transfer", "Fetch"})  # outside the request budget
 
 
+class StreamMethod(NamedTuple):
+    """A method served as a long-lived stream on h2 (api.stream_server)."""
+
+    name: str
+    take: Callable[[bytes], asyncio.Future[Any]]  # a message, to its answer (PeerMessageError: it does not decode)
+    encode: Callable[[Any], bytes]  # an answer, to its message
+
+
 class PeerService:
     def __init__(self, node: RaftNode, service: LogService, secret: bytes | None,
                  failures: AuthFailures | None = None, budget: InflightBytes | None = None) -> None:
@@ -54,7 +65,9 @@ class PeerService:
         self._digest = None if secret is None else secret_digest(secret)
         self._failures = failures
         self.budget = budget or InflightBytes(service.limits.max_inflight_body_bytes)
-        self._handling: set[asyncio.Future[Any]] = set()  # pushes handed to the node, whoever waits
+        self._handling: set[asyncio.Future[Any]] = set()  # messages handed to the node, whoever waits
+        self._streams = {REPLICATE_PATH: StreamMethod("Replicate", self._take_push_message, encode_push_response),
+                         FORWARD_PATH: StreamMethod("Forward", self.take_forward, pb.AppendResponse.SerializeToString)}
         self.peer_name: Callable[[str], str] = lambda peer: peer  # a caller's address, from gRPC's name of it
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -62,7 +75,7 @@ class PeerService:
             "Vote": self._raft(VoteRequest, self.node.handle_vote),
             "Heartbeat": self._raft(HeartbeatRequest, self.node.handle_heartbeat),
             "Transfer": self._raft(TransferRequest, self.node.handle_transfer),
-            "Fetch": self._fetch, "Append": self._append, "ReadIndex": self._read_index,
+            "Fetch": self._fetch, "ReadIndex": self._read_index,
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
             "ChangeMembership": self._change_membership,
         }
@@ -119,11 +132,54 @@ class PeerService:
 
         return guarded
 
-    # -- replication (api.replicate_server serves the stream) ----------------------------
+    # -- the streams (api.stream_server serves them) -------------------------------------
+
+    def stream_method(self, path: bytes) -> StreamMethod | None:
+        return self._streams.get(path)
 
     def take_push(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         """Hand a push to the node; it runs to its end even if its stream goes, as a server's call would."""
-        handling = self.node.take_push(request)
+        return self._keep(self.node.take_push(request))
+
+    def _take_push_message(self, message: bytes) -> asyncio.Future[PushResponse]:
+        return self.take_push(decode_push(message))
+
+    def take_forward(self, message: bytes) -> asyncio.Future[pb.AppendResponse]:
+        """A follower's clients' appends, one batch: appended here, if this member leads, and answered
+        once committed, or with the error a client of this member would get. The message's bytes are
+        held in the request budget until then; a batch over max_batch_entries is refused as it is
+        counted, before it is built."""
+        limit = self.service.limits.max_batch_entries
+        refused = None
+        if len(message) >= 2 * (limit + 1) and batch_entries(message, limit + 1) > limit:
+            refused = too_large(f"over {limit} entries in one batch: max_batch_entries")
+        elif not self.budget.take(len(message)):
+            refused = self.budget.refusal()
+        if refused is not None:
+            answer: asyncio.Future[pb.AppendResponse] = asyncio.get_running_loop().create_future()
+            answer.set_result(pb.AppendResponse(error=api_error_message(refused)))
+            return answer
+        try:
+            bodies = list(pb.AppendRequest.FromString(message).bodies)
+        except DecodeError as exc:
+            self.budget.give(len(message))
+            raise PeerMessageError(f"a forwarded append that does not decode: {exc}") from None
+        appending = self._keep(asyncio.ensure_future(self._append(bodies)))
+        appending.add_done_callback(lambda _: self.budget.give(len(message)))
+        return appending
+
+    async def _append(self, bodies: list[bytes]) -> pb.AppendResponse:
+        try:
+            if not bodies:
+                raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a forwarded append without entries")
+            self.service.check_bodies(bodies)
+            answer = await self.service.append_here(bodies)
+        except ApiError as exc:
+            return pb.AppendResponse(error=api_error_message(exc))
+        return pb.AppendResponse(**answer)
+
+    def _keep(self, handling: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Keep what a stream handed over until it ends, even if its stream goes, as a server's call would."""
         self._handling.add(handling)
         handling.add_done_callback(self._handled)
         return handling
@@ -131,7 +187,7 @@ class PeerService:
     def _handled(self, handling: asyncio.Future[Any]) -> None:
         self._handling.discard(handling)
         if not handling.cancelled() and handling.exception() is not None:
-            log.error("a push failed on this member", exc_info=handling.exception())
+            log.error("a stream's message failed on this member", exc_info=handling.exception())
 
     # -- raft's calls -------------------------------------------------------------------
 
@@ -148,23 +204,6 @@ class PeerService:
         return pb.RawEntry(data=bytes(raw)).SerializeToString()
 
     # -- the public API's calls ---------------------------------------------------------
-
-    async def _append(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
-        limit = self.service.limits.max_batch_entries
-        if len(request) >= 2 * (limit + 1) and batch_entries(request, limit + 1) > limit:  # counted before built
-            return _answer(pb.AppendResponse(error=api_error_message(too_large(
-                f"over {limit} entries in one batch: max_batch_entries"))))
-        bodies = list(pb.AppendRequest.FromString(request).bodies)
-        try:
-            if not bodies:
-                raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a forwarded append without entries")
-            self.service.check_bodies(bodies)
-            answer = await self.service.append_here(bodies)
-        except ApiError as exc:
-            return _answer(pb.AppendResponse(error=api_error_message(exc)))
-        return _answer(pb.AppendResponse(first_index=answer["first_index"], last_index=answer["last_index"],
-                                         term=answer["term"], positions=answer["positions"],
-                                         leader=answer["leader"]))
 
     async def _read_index(self, _request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
         try:

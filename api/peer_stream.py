@@ -1,22 +1,24 @@
-"""The replication stream on h2: raft.transport.PushStream as one HTTP/2 stream to a follower's
-Replicate method, driven by h2's state machine on an asyncio protocol.
+"""The peer port's long-lived streams on h2, each one HTTP/2 stream on a connection of its own,
+driven by h2's state machine on an asyncio protocol: the replication stream
+(raft.transport.PushStream, to a follower's Replicate method) and the forwarding stream
+(api.forward_stream, a follower's appends to its leader's Forward method).
 
 gRPC's own stream hands every message between its core's threads and the event loop; here the
 leader writes and reads the socket from its event loop alone, for half the CPU per message
 (`python bench/peer_bench.py --transports grpc-stream,raftlog-stream`). The wire is gRPC's (a
 5-byte prefix per message, the outcome in trailers). The connection announces itself in its first
-SETTINGS frame (REPLICATE_SETTING), and the follower's peer port serves it on h2 as well
-(api.replicate_server), with the cluster secret and mutual TLS of every peer call.
+SETTINGS frame (REPLICATE_SETTING), and the other member's peer port serves it on h2 as well
+(api.stream_server), with the cluster secret and mutual TLS of every peer call.
 
-Pushes are written in the order they are sent, within the follower's flow-control window; the
-answers, read in the same order, settle them. What the follower sends is held only until it makes
-a whole answer (at most ANSWER_BYTES_MAX), and its flow-control window is given back as answers
-are taken, so a follower cannot make its leader hold more than one window of its bytes.
+Messages are written in the order they are sent, within the other end's flow-control window;
+the answers, read in the same order, settle them. What the other end sends is held only until it
+makes a whole answer (at most `answer_bytes_max`), and its flow-control window is given back as
+answers are taken, so a peer cannot make this member hold more than one window of its bytes.
 
-The stream breaks, failing every push on it, on a lost or refused connection, an answer overdue
-by push_timeout_ms, a connection silent for KEEPALIVE_TIMEOUT_MS after a ping, the stream's end
-(its grpc-status says why), or anything that does not parse: an HTTP/2 protocol error or an
-answer that does not decode (or is over ANSWER_BYTES_MAX).
+The stream breaks, failing every message on it, on a lost or refused connection, an answer
+overdue by `timeout_s`, a connection silent for KEEPALIVE_TIMEOUT_MS after a ping, the stream's
+end (its grpc-status says why), or anything that does not parse: an HTTP/2 protocol error or an
+answer that does not decode (or is over `answer_bytes_max`).
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ if TYPE_CHECKING:
 PREFIX_SIZE = 5  # gRPC's message prefix: a compressed flag and a u32 big-endian length
 PING_DATA = b"raftlog!"  # a PING frame carries 8 bytes
 REPLICATE_PATH = b"/raftlog.peer.v1.Peer/Replicate"
+FORWARD_PATH = b"/raftlog.peer.v1.Peer/Forward"
 # An HTTP/2 setting no one has registered (receivers ignore unknown settings, RFC 9113 §6.5.2) in the
 # first SETTINGS frame of a connection: the peer port serves its stream on h2 (api.peer_port). Below
 # 0x100, as hyperframe writes setting ids of one byte.
 REPLICATE_SETTING = 0xA6
-ANSWER_BYTES_MAX = 1024  # a push's answer is a few varints: a longer message breaks the stream
+PUSH_ANSWER_BYTES_MAX = 1024  # a push's answer is a few varints: a longer message breaks the stream
 
 
 def grpc_prefix(size: int) -> bytes:
@@ -79,23 +82,32 @@ def take_message(received: bytearray, max_bytes: int | None = None) -> bytes | N
     return message
 
 
-class H2PushStream(asyncio.Protocol):
-    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None) -> None:
+class H2CallStream(asyncio.Protocol):
+    """One gRPC bidirectional call: messages out in order, answers in the same order settle them
+    (`_settle`, of the stream's kind)."""
+
+    path: bytes
+    method: str
+
+    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None, *,
+                 timeout_s: float, answer_bytes_max: int) -> None:
         host, _, port = address.rpartition(":")
         self.client = client
         self.peer_id = peer_id
+        self.timeout_s = timeout_s  # an answer overdue by this long breaks the stream
+        self.answer_bytes_max = answer_bytes_max
         self._loop = asyncio.get_running_loop()
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         self._h2.local_settings = h2.settings.Settings(client=True, initial_values={REPLICATE_SETTING: 1})
         self._headers = [
             (b":method", b"POST"), (b":scheme", b"https" if tls else b"http"),
-            (b":path", REPLICATE_PATH), (b":authority", address.encode()),
+            (b":path", self.path), (b":authority", address.encode()),
             (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"user-agent", b"raftlog"),
             *((name.encode(), value.encode()) for name, value in client.metadata)]
         self._transport: Any = None  # once connected; uvloop's transports are not asyncio.Transport's
         self._stream_id = 1
-        self._outbox: deque[bytes | memoryview] = deque()  # pushes, framed, that the follower's window has not taken
-        self._waiting: deque[tuple[asyncio.Future[PushResponse], float, int]] = deque()  # (answer, sent, bytes)
+        self._outbox: deque[bytes | memoryview] = deque()  # messages, framed, the other end's window has not taken
+        self._waiting: deque[tuple[asyncio.Future[Any], float, int]] = deque()  # (answer, sent, bytes)
         self._received = bytearray()
         self._unacknowledged = 0  # bytes received on the stream whose window is not given back yet
         self._broken: str | None = None
@@ -109,20 +121,28 @@ class H2PushStream(asyncio.Protocol):
     def broken(self) -> bool:
         return self._broken is not None
 
-    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
-        answer: asyncio.Future[PushResponse] = self._loop.create_future()
+    def _put(self, message: bytes, size: int) -> asyncio.Future[Any]:
+        """Send `message` behind those sent before it; its answer, once `_settle` has it (`size`: the
+        bytes it carries, for metrics)."""
+        answer: asyncio.Future[Any] = self._loop.create_future()
         if self._broken is not None:
-            fail_push(answer, f"{self.peer_id} Replicate: {self._broken}")
+            fail_push(answer, f"{self.peer_id} {self.method}: {self._broken}")
             return answer
-        message = encode_push(request)  # the entries are copied now
         self._outbox.append(grpc_prefix(len(message)))
         self._outbox.append(message)
         now = self._loop.time()
-        self._waiting.append((answer, now, len(request.data)))
+        self._waiting.append((answer, now, size))
         if self._overdue is None:
-            self._overdue = self._loop.call_at(now + self.client.push_timeout_s, self._check_overdue)
+            self._overdue = self._loop.call_at(now + self.timeout_s, self._check_overdue)
         self._write()
         return answer
+
+    def _decode(self, answer: bytes) -> Any:
+        """An answer, as its message's future gets it (PeerMessageError: it does not decode)."""
+        raise NotImplementedError
+
+    def _answered(self, sent: float, size: int) -> None:
+        """A message sent at `sent` (the loop's time), of `size` bytes, was answered."""
 
     def close(self, reason: str = "closed") -> None:
         if self._broken is not None:
@@ -135,7 +155,7 @@ class H2PushStream(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
         for answer, _sent, _size in self._waiting:
-            fail_push(answer, f"{self.peer_id} Replicate: {reason}")
+            fail_push(answer, f"{self.peer_id} {self.method}: {reason}")
         self._waiting.clear()
         self._outbox.clear()
 
@@ -198,18 +218,16 @@ class H2PushStream(asyncio.Protocol):
         self._break(PeerUnavailable(f"grpc-status {trailers.get(b'grpc-status', b'?').decode()}: {reason}"))
 
     def _take(self, data: bytes) -> None:
-        """Answers, each a gRPC message, settle the oldest pushes."""
+        """Answers, each a gRPC message, settle the oldest messages."""
         received = self._received
         received += data
-        on_push = self.client.on_push
-        while (message := take_message(received, ANSWER_BYTES_MAX)) is not None:
+        while (message := take_message(received, self.answer_bytes_max)) is not None:
             if not self._waiting:
-                raise PeerMessageError("an answer to no push")
-            response = decode_push_response(message)
-            answer, sent, pushed = self._waiting.popleft()
+                raise PeerMessageError("an answer to no message")
+            response = self._decode(message)
+            answer, sent, size = self._waiting.popleft()
             self.client.answered(self.peer_id)
-            if on_push is not None:
-                on_push(self.peer_id, self._loop.time() - sent, pushed)
+            self._answered(sent, size)
             if not answer.done():
                 answer.set_result(response)
 
@@ -237,9 +255,9 @@ class H2PushStream(asyncio.Protocol):
         self._overdue = None
         if not self._waiting:
             return
-        due = self._waiting[0][1] + self.client.push_timeout_s
+        due = self._waiting[0][1] + self.timeout_s
         if self._loop.time() >= due:
-            self.close(f"no answer within {self.client.push_timeout_s * 1000:.0f} ms")
+            self.close(f"no answer within {self.timeout_s * 1000:.0f} ms")
         else:
             self._overdue = self._loop.call_at(due, self._check_overdue)
 
@@ -257,4 +275,24 @@ class H2PushStream(asyncio.Protocol):
 
     def _break(self, exc: Exception) -> None:
         if self._broken is None:
-            self.close(self.client.failed(self.peer_id, "Replicate", exc))
+            self.close(self.client.failed(self.peer_id, self.method, exc))
+
+
+class H2PushStream(H2CallStream):
+    """raft.transport.PushStream: pushes to a follower's Replicate method."""
+
+    path, method = REPLICATE_PATH, "Replicate"
+
+    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None) -> None:
+        super().__init__(client, peer_id, address, tls, timeout_s=client.push_timeout_s,
+                         answer_bytes_max=PUSH_ANSWER_BYTES_MAX)
+
+    def send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
+        return self._put(encode_push(request), len(request.data))  # the entries are copied now
+
+    def _decode(self, answer: bytes) -> PushResponse:
+        return decode_push_response(answer)
+
+    def _answered(self, sent: float, size: int) -> None:
+        if self.client.on_push is not None:
+            self.client.on_push(self.peer_id, self._loop.time() - sent, size)

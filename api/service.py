@@ -56,7 +56,7 @@ class ApiLimits:
     follow_stall_ms: int = 30_000  # a client that takes nothing of an answer (a stream) this long is cut off
     grpc_connections_max: int = 1024  # gRPC port connections at once, counted from accept (TLS handshakes too)
     peer_connections_max: int = 256  # peer port connections at once, counted from accept (TLS handshakes too)
-    peer_calls_max: int = 1024  # peer port calls at once (votes, heartbeats, forwarded appends, ...)
+    peer_calls_max: int = 1024  # peer port unary calls at once (votes, heartbeats, read index, ...)
 
     def __post_init__(self) -> None:
         for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max"):

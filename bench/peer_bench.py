@@ -23,7 +23,7 @@ Transports:
   (open_stream, send) to api.peer_port's PeerPort, whose node only answers pushes. Skipped, with a
   line saying so, when this tree has no such stream. Since the 2026-11-25 evening the client drives
   h2's state machine on an asyncio protocol (api.peer_stream), where before it was a grpc.aio
-  stream, as grpc-stream is; since the 2026-11-25 night the server does too (api.replicate_server),
+  stream, as grpc-stream is; since the 2026-11-25 night the server does too (api.stream_server),
   where before gRPC's server served the stream.
 
 Every process it starts is stopped at the end (and dies with it: PR_SET_PDEATHSIG).
@@ -346,7 +346,8 @@ async def raftlog_drive(port: int, request: PushRequest, inflight: int, window: 
     from raft.config import Peer
 
     client = PeerClient("n1", [Peer("n1", f"{HOST}:1"), Peer("n2", f"{HOST}:{port}")], rpc_timeout_ms=30_000,
-                        push_timeout_ms=30_000, wait_timeout_ms=30_000, max_message_bytes=MESSAGE_BYTES_MAX)
+                        push_timeout_ms=30_000, wait_timeout_ms=30_000, max_message_bytes=MESSAGE_BYTES_MAX,
+                        max_batch_entries=1000)
     stream = client.open_stream("n2")
 
     async def pushes() -> None:

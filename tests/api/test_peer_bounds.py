@@ -31,7 +31,7 @@ from api.peer_client import PeerClient, PeerTls
 from api.peer_codec import encode_message, encode_push
 from api.peer_port import PeerPort
 from api.peer_server import PeerService
-from api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
+from api.peer_stream import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
 from app.launcher import free_ports
 from app.settings import SettingsError, load_settings
 from raft.config import Peer
@@ -111,6 +111,7 @@ async def test_connections_count_from_their_accept_before_the_tls_handshake(tmp_
             await asyncio.sleep(0.01)
         client = PeerClient("n1", [Peer("n1", "127.0.0.1:1"), Peer("n2", address)], rpc_timeout_ms=5000,
                             push_timeout_ms=5000, wait_timeout_ms=5000, max_message_bytes=MESSAGE_MAX,
+                            max_batch_entries=1000,
                             secret=SECRET, tls=tls)
         try:
             answer = await client.vote("n2", VoteRequest("g", "n1", 1, -1, -1))
@@ -138,23 +139,20 @@ async def test_calls_at_once_are_bounded() -> None:
 
 async def test_forwarded_appends_draw_on_the_members_one_request_budget() -> None:
     """The budget REST's bodies are held in: while the client port holds it, a forwarded append is
-    refused (UNAVAILABLE, nothing done); Raft's own calls never wait on clients."""
+    refused (nothing done, the stream goes on); Raft's own calls never wait on clients."""
     budget = InflightBytes(1000)
     rest = RequestLimits(None, max_inflight_requests=10, max_request_bytes=1000,  # type: ignore[arg-type]
                          max_followers=1, budget=budget)
     assert rest.budget is budget
+    message = pb.AppendRequest(bodies=[b"x" * 200]).SerializeToString()
     async with peer_port(budget=budget) as (address, _), grpc.aio.insecure_channel(address) as channel:
-        append = channel.unary_unary("/raftlog.peer.v1.Peer/Append")
         vote = channel.unary_unary("/raftlog.peer.v1.Peer/Vote")
-        message = pb.AppendRequest(bodies=[b"x" * 200]).SerializeToString()
         assert budget.take(900)  # a REST body being received
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await append(message, metadata=AUTHORIZED)
-        assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
-        assert "max_inflight_body_bytes" in (refused.value.details() or "")
+        refused = await forwarded(address, message)
+        assert refused.error.code == Code.SERVER_BUSY.name and "max_inflight_body_bytes" in refused.error.message
         await vote(encode_message(VoteRequest("g", "n1", 1, -1, -1)), metadata=AUTHORIZED)
         budget.give(900)
-        answer = pb.AppendResponse.FromString(await append(message, metadata=AUTHORIZED))
+        answer = await forwarded(address, message)
         assert answer.error.code == Code.WAIT_QUORUM_ACK_TIMEOUT.name  # it reached the service
     assert budget.held == 0
 
@@ -162,9 +160,8 @@ async def test_forwarded_appends_draw_on_the_members_one_request_budget() -> Non
 async def test_a_forwarded_batch_of_too_many_bodies_is_refused_before_it_is_decoded() -> None:
     """Counted on the wire up to max_batch_entries + 1: a batch of many more, cut by garbage after
     the first thousands, is refused as too large, not as garbage (protobuf never saw it)."""
-    async with peer_port(max_batch_entries=10) as (address, _), grpc.aio.insecure_channel(address) as channel:
-        append = channel.unary_unary("/raftlog.peer.v1.Peer/Append")
-        answer = pb.AppendResponse.FromString(await append(b"\x0a\x00" * 5000 + b"\xff\xff", metadata=AUTHORIZED))
+    async with peer_port(max_batch_entries=10) as (address, _):
+        answer = await forwarded(address, b"\x0a\x00" * 5000 + b"\xff\xff")
     assert answer.error.code == Code.UNEXPECTED_ARGUMENT.name
     assert "max_batch_entries" in answer.error.message
 
@@ -249,7 +246,8 @@ async def test_an_answer_over_its_bound_breaks_the_leaders_stream() -> None:
     listener = await asyncio.start_server(follower, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     client = PeerClient("n1", [Peer("n1", "127.0.0.1:1"), Peer("n2", f"127.0.0.1:{port}")], rpc_timeout_ms=60_000,
-                        push_timeout_ms=60_000, wait_timeout_ms=60_000, max_message_bytes=MESSAGE_MAX, secret=SECRET)
+                        push_timeout_ms=60_000, wait_timeout_ms=60_000, max_message_bytes=MESSAGE_MAX,
+                        max_batch_entries=1000, secret=SECRET)
     try:
         stream = client.open_stream("n2")
         with pytest.raises(PeerUnavailable, match="over the limit"):
@@ -280,6 +278,16 @@ def in_continuations(data: bytes) -> bytes:
         flags = 0x4 if i == len(pieces) - 1 else 0
         out += len(piece).to_bytes(3, "big") + bytes([kind, flags]) + stream_id + piece
     return bytes(out)
+
+
+async def forwarded(address: str, message: bytes) -> pb.AppendResponse:
+    """The answer to one message on a forwarding stream of its own."""
+    stream = await HandWrittenStream.open(address, SECRET.decode(), FORWARD_PATH)
+    stream.send(message)
+    stream.end()
+    answers, status = await stream.outcome()
+    assert status is grpc.StatusCode.OK and len(answers) == 1
+    return pb.AppendResponse.FromString(answers[0])
 
 
 async def h2_events(stream: HandWrittenStream) -> list[h2.events.Event]:

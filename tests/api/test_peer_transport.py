@@ -14,15 +14,16 @@ import grpc.aio
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from api import peer_client, replicate_server
+from api import peer_client, stream_server
 from api import peer_pb2 as pb
 from api.auth import AuthFailures
 from api.errors import ApiError
+from api.forward_stream import FORWARDS_AHEAD_MAX
 from api.peer_client import PeerClient
 from api.peer_codec import PUSH_TYPES, PeerMessageError, decode_message, decode_push, encode_message, encode_push
 from api.peer_port import PeerPort
 from api.peer_server import PeerService
-from api.peer_stream import grpc_prefix
+from api.peer_stream import FORWARD_PATH, REPLICATE_PATH, grpc_prefix
 from api.service import ApiLimits
 from app.launcher import free_ports
 from raft.config import Peer
@@ -135,11 +136,34 @@ class ForwardingService:
         pass
 
 
-async def serving(node: FollowerNode, secret: bytes | None = SECRET) -> AsyncIterator[str]:
+class AppendingService(ForwardingService):
+    """A leader's service that appends each batch as it comes (entry i at position 100 * i), once
+    `release` is set."""
+
+    def __init__(self) -> None:
+        self.log: list[bytes] = []
+        self.batches: list[int] = []  # the entries of each
+        self.arrived = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def append_here(self, bodies: list[bytes]) -> dict[str, Any]:
+        first = len(self.log) + 1
+        self.log += bodies
+        self.batches.append(len(bodies))
+        self.arrived.set()
+        await self.release.wait()
+        last = first + len(bodies) - 1
+        return {"first_index": first, "last_index": last, "term": 3,
+                "positions": [100 * i for i in range(first, last + 1)], "leader": "n2"}
+
+
+async def serving(node: FollowerNode, secret: bytes | None = SECRET,
+                  service: ForwardingService | None = None) -> AsyncIterator[str]:
     (port,) = free_ports(1)
     address = f"127.0.0.1:{port}"
     failures = AuthFailures(Counter("refused", "", ["port", "reason"], registry=CollectorRegistry()), "peer")
-    server = PeerPort(PeerService(node, ForwardingService(), secret, failures), address, MESSAGE_MAX)  # type: ignore[arg-type]
+    server = PeerPort(PeerService(node, service or ForwardingService(), secret, failures),  # type: ignore[arg-type]
+                      address, MESSAGE_MAX)
     await server.start()
     try:
         yield address
@@ -157,6 +181,7 @@ async def follower() -> AsyncIterator[tuple[FollowerNode, str]]:
 def client_for(address: str, timeout_ms: int = 500, secret: bytes | None = SECRET) -> PeerClient:
     return PeerClient("n1", [Peer("n1", "127.0.0.1:1"), Peer("n2", address)], rpc_timeout_ms=timeout_ms,
                       push_timeout_ms=timeout_ms, wait_timeout_ms=timeout_ms, max_message_bytes=MESSAGE_MAX,
+                      max_batch_entries=1000,
                       secret=secret)
 
 
@@ -278,15 +303,20 @@ async def test_calls_without_the_cluster_secret_are_refused_and_reach_nothing(
         assert wrong.value.code() is grpc.StatusCode.PERMISSION_DENIED
     for secret, status in ((None, grpc.StatusCode.UNAUTHENTICATED),
                            ("wrong-secret-of-enough-length", grpc.StatusCode.PERMISSION_DENIED)):
-        stream = await HandWrittenStream.open(address, secret)
-        stream.send(encode_push(push(0)))
-        assert await stream.outcome() == ([], status)
+        for path, message in ((REPLICATE_PATH, encode_push(push(0))),
+                              (FORWARD_PATH, pb.AppendRequest(bodies=[b"x"]).SerializeToString())):
+            stream = await HandWrittenStream.open(address, secret, path)
+            stream.send(message)
+            assert await stream.outcome() == ([], status)
     client = client_for(address, secret=b"wrong-secret-of-enough-length")
     try:
         with pytest.raises(PeerUnavailable, match="PERMISSION_DENIED"):
             await client.vote("n2", VoteRequest("g", "n1", 1, -1, -1))
         with pytest.raises(PeerUnavailable):
             await client.open_stream("n2").send(push(0))
+        with pytest.raises(ApiError, match="wrong cluster secret") as forwarded:
+            await client.forward_append("n2", [b"x"])
+        assert forwarded.value.code is Code.NETWORK_ERROR
     finally:
         await client.close()
     assert node.pushes == []
@@ -331,7 +361,7 @@ async def test_garbage_on_the_stream_ends_it_with_a_protocol_error_and_the_port_
 async def test_a_replication_stream_gone_silent_is_closed_by_the_follower(
         follower: tuple[FollowerNode, str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A leader pings a quiet stream; one that stops (its machine died) holds nothing here for long."""
-    monkeypatch.setattr(replicate_server, "SILENT_PEER_S", 0.3)
+    monkeypatch.setattr(stream_server, "SILENT_PEER_S", 0.3)
     _, address = follower
     stream = await HandWrittenStream.open(address, SECRET.decode())
     stream.send(encode_push(push(0)))
@@ -393,12 +423,54 @@ async def test_a_forwarded_call_answers_as_the_leader_did(follower: tuple[Follow
         await client.close()
 
 
+async def test_appends_forwarded_meanwhile_go_to_the_leader_as_one_message_and_each_gets_its_own_answer() -> None:
+    """While FORWARDS_AHEAD_MAX messages are on their way, the appends a member takes wait, and go
+    together; each client's answer names its own entries and their positions."""
+    service = AppendingService()
+    async for address in serving(FollowerNode(), service=service):
+        client = client_for(address, timeout_ms=5000)
+        try:
+            ahead = []
+            for i in range(FORWARDS_AHEAD_MAX):
+                ahead.append(asyncio.ensure_future(client.forward_append("n2", [b"ahead-%d" % i])))
+                await service.arrived.wait()
+                service.arrived.clear()
+            sent = [[b"later-%d-%d" % (i, j) for j in range(i % 3 + 1)] for i in range(30)]
+            later = []
+            for bodies in sent:  # one turn of the loop each
+                later.append(asyncio.ensure_future(client.forward_append("n2", bodies)))
+                await asyncio.sleep(0)
+            service.release.set()
+            answers = await asyncio.gather(*ahead, *later)
+        finally:
+            await client.close()
+    assert service.batches == [1] * FORWARDS_AHEAD_MAX + [sum(map(len, sent))]
+    for bodies, answer in zip(sent, answers[FORWARDS_AHEAD_MAX:], strict=True):
+        first, last = answer["first_index"], answer["last_index"]
+        assert service.log[first - 1:last] == bodies
+        assert answer["positions"] == [100 * i for i in range(first, last + 1)]
+        assert (answer["term"], answer["leader"]) == (3, "n2")
+
+
+async def test_a_forwarded_message_keeps_to_the_leaders_batch_limit() -> None:
+    service = AppendingService()
+    service.release.set()
+    async for address in serving(FollowerNode(), service=service):
+        client = client_for(address, timeout_ms=5000)  # max_batch_entries=1000
+        try:
+            answers = await asyncio.gather(*(client.forward_append("n2", [b"%d" % i] * 400) for i in range(3)))
+        finally:
+            await client.close()
+    assert service.batches == [800, 400]
+    assert [(a["first_index"], a["last_index"]) for a in answers] == [(1, 400), (401, 800), (801, 1200)]
+
+
 async def test_a_push_wider_than_the_followers_window_goes_through(follower: tuple[FollowerNode, str]) -> None:
     """The stream writes within the follower's HTTP/2 flow-control window and sends the rest as the
     follower grants more."""
     node, address = follower
     client = client_for(address, timeout_ms=5000)
-    pushes = replicate_server.WINDOW_BYTES // (1 << 20) + 4
+    pushes = stream_server.WINDOW_BYTES // (1 << 20) + 4
     try:
         stream = client.open_stream("n2")
         answers = [stream.send(push(i, 1 << 20)) for i in range(pushes)]

@@ -1,6 +1,6 @@
 """Calls to a live member's peer port as a stranger or a hostile member would make them: raw
 gRPC (the bytes of each message as given), with or without the cluster secret; the replication
-stream on h2, as members open it."""
+and forwarding streams on h2, as members open them."""
 
 from __future__ import annotations
 
@@ -38,21 +38,22 @@ class HandWrittenStream:
     """A replication stream written by hand on h2, as a member opens one (its first SETTINGS say so),
     to send what a member never would."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: str | None) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: str | None,
+                 path: bytes = REPLICATE_PATH) -> None:
         self.reader, self.writer = reader, writer
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
         self.h2.local_settings = h2.settings.Settings(client=True, initial_values={REPLICATE_SETTING: 1})
         self.h2.initiate_connection()
-        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", REPLICATE_PATH),
+        headers = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", path),
                    (b":authority", b"peer"), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
                    *((k.encode(), v.encode()) for k, v in _metadata(secret))]
         self.h2.send_headers(1, headers)
         self.writer.write(self.h2.data_to_send())
 
     @classmethod
-    async def open(cls, address: str, secret: str | None) -> HandWrittenStream:
+    async def open(cls, address: str, secret: str | None, path: bytes = REPLICATE_PATH) -> HandWrittenStream:
         host, _, port = address.rpartition(":")
-        return cls(*await asyncio.open_connection(host, int(port)), secret)
+        return cls(*await asyncio.open_connection(host, int(port)), secret, path)
 
     def send(self, message: bytes) -> None:
         self.send_data(grpc_prefix(len(message)) + message)

@@ -73,12 +73,13 @@ def test_a_huge_peer_call_without_the_secret_leaves_memory_where_it_was(member: 
     port = member.members["n1"].peer_port
     for _ in range(2):  # warm up
         with pytest.raises(grpc.RpcError):
-            peer_call(port, "Append", b"\x0a\x00" * 10)
+            peer_call(port, "ChangeMembership", b"\x0a\x00" * 10)
     before = rss_bytes(member)
     with pytest.raises(grpc.RpcError) as refused:
-        peer_call(port, "Append", peer_pb2.AppendRequest(bodies=[bytes(PEER_MESSAGE_BYTES)]).SerializeToString())
+        peer_call(port, "ChangeMembership",
+                  peer_pb2.MembershipChange(id="n9", peer_address="x" * PEER_MESSAGE_BYTES).SerializeToString())
     after = rss_bytes(member)
-    print(f"peer Append of {PEER_MESSAGE_BYTES >> 20} MiB, no secret: RSS {before / 2**20:.1f} MiB before, "
+    print(f"peer ChangeMembership of {PEER_MESSAGE_BYTES >> 20} MiB, no secret: RSS {before / 2**20:.1f} MiB before, "
           f"{after / 2**20:.1f} MiB after")
     assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
     assert after - before < RSS_GROWTH_MAX

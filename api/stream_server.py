@@ -1,6 +1,8 @@
-"""The follower's end of the replication stream, on h2: one HTTP/2 connection carrying one
-`Replicate` stream, driven by h2's state machine on the event loop (the leader's end is
-api.peer_stream.H2PushStream).
+"""The serving end of the peer port's long-lived streams, on h2: one HTTP/2 connection carrying
+one stream, driven by h2's state machine on the event loop. A follower serves its leader's
+`Replicate` stream (the leader's end is api.peer_stream.H2PushStream); a leader serves its
+followers' `Forward` streams, their clients' appends (api.forward_stream). Each is a method of
+PeerService (`stream_method`): how a message is taken, how its answer is written.
 
 gRPC's server hands every message between its core's threads and the loop, twice per push; here
 the push is read, handed to the node and answered from the loop alone, for about half the CPU per
@@ -8,11 +10,11 @@ message and fewer thread wake-ups on the way of every acknowledgement
 (`python bench/peer_bench.py --transports raftlog-stream`). The wire is gRPC's: a 5-byte prefix per
 message, the outcome in trailers (grpc-status, grpc-message).
 
-Each push goes to the node as it arrives (the follower's handler orders them by index); the
-answers go back in the order the pushes came. The stream needs the cluster secret, when there is
-one. A push that does not decode ends the stream with INVALID_ARGUMENT, one over the message limit
-with RESOURCE_EXHAUSTED, after the answers to what came before; an HTTP/2 protocol error closes
-the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the leader pings
+Each message goes to the node as it arrives (a follower's handler orders pushes by index); the
+answers go back in the order the messages came. The stream needs the cluster secret, when there
+is one. A message that does not decode ends the stream with INVALID_ARGUMENT, one over the message
+limit with RESOURCE_EXHAUSTED, after the answers to what came before; an HTTP/2 protocol error
+closes the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the leader pings
 a quiet stream every KEEPALIVE_MS) is closed: its leader is gone.
 
 The secret is checked on the stream's HEADERS, before any of its DATA is taken: a refused stream
@@ -39,22 +41,20 @@ import h2.settings
 from hyperframe.frame import HeadersFrame
 
 from api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
-from api.peer_codec import PeerMessageError, decode_push, encode_push_response
+from api.peer_codec import PeerMessageError
 from api.peer_stream import (
-    REPLICATE_PATH,
     CompressedMessage,
     MessageTooLarge,
     grpc_prefix,
     take_message,
 )
-from raft.messages import PushResponse
 
 if TYPE_CHECKING:
-    from api.peer_server import PeerService
+    from api.peer_server import PeerService, StreamMethod
 
 log = logging.getLogger("raftlog.api.peer_server")
 
-ANSWERS_AHEAD_MAX = 1024  # pushes handed to the node and not yet answered: then the stream reads no more
+ANSWERS_AHEAD_MAX = 1024  # messages handed to the node and not yet answered: then the stream reads no more
 SILENT_PEER_S = (KEEPALIVE_MS + 2 * KEEPALIVE_TIMEOUT_MS) / 1000
 WINDOW_BYTES = 8 << 20  # what a leader may send ahead of our reading: twice push_inflight_bytes_max's
 # default, so the window does not slow a leader that keeps to it (ANSWERS_AHEAD_MAX bounds the rest)
@@ -78,7 +78,7 @@ class BoundedFrameBuffer(h2.frame_buffer.FrameBuffer):
         return frame
 
 
-class ReplicateConnection(asyncio.Protocol):
+class StreamConnection(asyncio.Protocol):
     def __init__(self, service: PeerService, peer: str, max_message_bytes: int) -> None:
         self.service = service
         self.peer = peer
@@ -97,8 +97,9 @@ class ReplicateConnection(asyncio.Protocol):
         self._h2.incoming_buffer = BoundedFrameBuffer(header_bytes)
         self._transport: Any = None
         self._stream_id: int | None = None
+        self._method: StreamMethod | None = None  # the open stream's
         self._received = bytearray()
-        self._answers: deque[asyncio.Future[PushResponse]] = deque()  # in the order the pushes came
+        self._answers: deque[asyncio.Future[Any]] = deque()  # in the order the messages came
         self._outbox = bytearray()  # answers, framed, that the leader's window has not taken
         self._ending: tuple[int, str] | None = None  # the status to end with once the answers are out
         self._paused = False
@@ -120,7 +121,7 @@ class ReplicateConnection(asyncio.Protocol):
             for event in self._h2.receive_data(data):
                 self._on(event)
         except h2.exceptions.ProtocolError as exc:
-            log.warning("replication stream from %s: HTTP/2 protocol error: %s", self.peer, exc)
+            log.warning("peer stream from %s: HTTP/2 protocol error: %s", self.peer, exc)
             self._h2.close_connection(h2.errors.ErrorCodes.PROTOCOL_ERROR)
             self._flush()
             self._transport.close()
@@ -152,7 +153,7 @@ class ReplicateConnection(asyncio.Protocol):
                 self._take(event.data)
         elif isinstance(event, h2.events.StreamEnded):
             if event.stream_id == self._stream_id:
-                self._end(OK, "")  # the leader is done: answer what it sent, then the trailers
+                self._end(OK, "")  # the peer is done: answer what it sent, then the trailers
         elif isinstance(event, h2.events.StreamReset):
             if event.stream_id == self._stream_id:
                 self._stream_id = None
@@ -165,14 +166,15 @@ class ReplicateConnection(asyncio.Protocol):
 
     def _open(self, stream_id: int, headers: dict[bytes, bytes]) -> None:
         """One stream at a time (MAX_CONCURRENT_STREAMS; h2 refuses a second as a protocol error)."""
-        if headers.get(b":path") != REPLICATE_PATH:
-            self._refuse(stream_id, UNIMPLEMENTED, "this connection serves Replicate alone")
+        method = self.service.stream_method(headers.get(b":path", b""))
+        if method is None:
+            self._refuse(stream_id, UNIMPLEMENTED, "this connection serves Replicate and Forward alone")
             return
-        refusal = self.service.refusal(headers.get(b"authorization"), "Replicate", self.peer)
+        refusal = self.service.refusal(headers.get(b"authorization"), method.name, self.peer)
         if refusal is not None:
             self._refuse(stream_id, int(refusal[0].value[0]), refusal[1])
             return
-        self._stream_id, self._ending = stream_id, None
+        self._stream_id, self._method, self._ending = stream_id, method, None
         self._received.clear()
         self._outbox.clear()
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
@@ -187,13 +189,12 @@ class ReplicateConnection(asyncio.Protocol):
             self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
 
     def _take(self, data: bytes) -> None:
-        """Each whole message is a push: to the node now, its answer in line behind the others'."""
-        received = self._received
+        """Each whole message to the node now, its answer in line behind the others'."""
+        received, take = self._received, self._method.take  # type: ignore[union-attr]  # a stream is open
         received += data
         try:
             while (message := take_message(received, self.max_message_bytes)) is not None:
-                request = decode_push(message)
-                answer = self.service.take_push(request)
+                answer = take(message)
                 self._answers.append(answer)
                 answer.add_done_callback(self._answered)
         except MessageTooLarge as exc:
@@ -206,16 +207,16 @@ class ReplicateConnection(asyncio.Protocol):
             self._paused = True  # the node is behind: read no more until it catches up
             self._transport.pause_reading()
 
-    def _answered(self, _answer: asyncio.Future[PushResponse]) -> None:
+    def _answered(self, _answer: asyncio.Future[Any]) -> None:
         """Send every answer at the head of the line that is ready."""
-        answers, outbox = self._answers, self._outbox
+        answers, outbox, encode = self._answers, self._outbox, self._method.encode  # type: ignore[union-attr]
         while answers and answers[0].done():
             answer = answers.popleft()
             if answer.cancelled() or answer.exception() is not None:
                 answers.clear()
-                self._end(INTERNAL, "a push failed on this member")  # PeerService logs why
+                self._end(INTERNAL, "a message failed on this member")  # PeerService logs why
                 break
-            message = encode_push_response(answer.result())
+            message = encode(answer.result())
             outbox += grpc_prefix(len(message))
             outbox += message
         if self._paused and len(answers) < ANSWERS_AHEAD_MAX:
@@ -249,7 +250,7 @@ class ReplicateConnection(asyncio.Protocol):
     def _check_silence(self) -> None:
         quiet = self._loop.time() - self._heard
         if quiet >= SILENT_PEER_S:
-            log.info("replication stream from %s: silent for %.0f s, closed", self.peer, quiet)
+            log.info("peer stream from %s: silent for %.0f s, closed", self.peer, quiet)
             self._transport.abort()
             return
         self._silence = self._loop.call_later(SILENT_PEER_S - quiet, self._check_silence)
