@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml storage/_codec.c
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 

@@ -26,7 +26,7 @@ from app.client_protocol import guarded_protocol
 from app.logs import configure_logging
 from app.node import Node
 from app.settings import NodeSettings, SettingsError
-from storage import StorageError
+from storage import StorageError, batch
 
 log = logging.getLogger("raftlog.server")
 
@@ -150,6 +150,15 @@ def _tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def codec_warnings() -> list[str]:
+    """One line at start when the compiled batch codec is not there (the package was installed
+    without a C compiler or zlib's headers): the Python reference serves, slower."""
+    if batch.compiled is not None:
+        return []
+    return ["the compiled batch codec (storage/_codec.c) is not built: batches are encoded and checked in "
+            "Python, at about 4 times the CPU per entry (reinstall with a C compiler and zlib's headers)"]
+
+
 async def serve(settings: NodeSettings) -> None:
     raise_open_files(settings.max_connections + settings.grpc_connections_max + settings.peer_connections_max)
     client_sock = bind(settings.client_host, settings.client_port, "client")
@@ -205,7 +214,7 @@ async def serve(settings: NodeSettings) -> None:
     log.info("%s: client API %s, gRPC API %s, peer port %s:%d", settings.id, settings.client_url,
              settings.grpc_address, *settings.peer_address)
     _tune_gc()
-    for warning in settings.cleartext_warnings():
+    for warning in [*settings.cleartext_warnings(), *codec_warnings()]:
         log.warning("%s", warning)
     try:
         stopping = asyncio.create_task(stop.wait())

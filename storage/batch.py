@@ -6,8 +6,10 @@ records. The store copies a batch into its files; the in-memory store keeps
 it in lists. Neither path touches storage, so a rejected batch leaves
 nothing behind.
 
-The loops are written for speed (locals, no per-entry function calls beyond
-struct and zlib): they are the hot path of both appends.
+The loops are the hot path of both appends. They run compiled (storage/_codec.c,
+built with the package) where it is built: the same bytes and verdicts, 3 to 4 times
+faster; a batch the compiled loop refuses, and every batch where it is not built,
+goes through the Python loops below, the reference, which also name what is wrong.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from storage.codec import (
     Magic,
 )
 from storage.errors import AppendRejectedError, EntryTooLargeError
+
+try:
+    from storage import _codec as compiled  # type: ignore[attr-defined]
+except ImportError:  # not built (no compiler at install): app.server says so at start
+    compiled = None
 
 
 @dataclass(slots=True)
@@ -53,6 +60,26 @@ class Batch:
 
 
 def encode_leader_batch(
+    bodies: list[bytes],
+    first_index: int,
+    term: int,
+    magic: int,
+    channel: int,
+    write_pos: int,
+    prev_chain_crc: int,
+    file_size: int,
+) -> Batch:
+    """Encode `bodies` as entries first_index..., placed from `write_pos`."""
+    if compiled is not None and type(bodies) is list and magic in ENTRY_MAGICS:
+        parts = compiled.encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc,
+                                      file_size)
+        if parts is not None:
+            data, runs, fillers, records, positions, chain, end_pos = parts
+            return Batch(first_index, data, runs, fillers, records, positions, term, chain, end_pos)
+    return reference_encode(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size)
+
+
+def reference_encode(
     bodies: list[bytes],
     first_index: int,
     term: int,
@@ -110,6 +137,28 @@ def encode_leader_batch(
 
 
 def validate_follower_batch(
+    data: bytes | memoryview,
+    first_index: int,
+    prev_term: int,
+    write_pos: int | None,
+    prev_chain_crc: int | None,
+    file_size: int,
+) -> Batch:
+    """Check raw entries from another replica against the local log end (reference_validate says
+    how); the compiled loop's verdict where it is built, the reference's words for a rejection."""
+    view = memoryview(data)
+    if compiled is not None and len(view) >= HEADER_SIZE:
+        pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
+        parts = compiled.validate_batch(view, first_index, prev_term, pos,
+                                        -1 if prev_chain_crc is None else prev_chain_crc, file_size)
+        if parts is not None:
+            runs, fillers, records, positions, last_term, chain, end_pos, config_indices = parts
+            return Batch(first_index, view, runs, fillers, records, positions, last_term, chain, end_pos,
+                         config_indices)
+    return reference_validate(view, first_index, prev_term, write_pos, prev_chain_crc, file_size)
+
+
+def reference_validate(
     data: bytes | memoryview,
     first_index: int,
     prev_term: int,

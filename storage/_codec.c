@@ -1,0 +1,285 @@
+/* The batch codec's hot loops in C: storage.batch's encode_leader_batch and
+ * validate_follower_batch, entry for entry the same bytes (storage/codec.py's
+ * HEADER, CHAIN and INDEX_RECORD, big-endian; zlib's CRC-32).
+ *
+ * Each returns the batch's parts, or None when the batch breaks a rule or does
+ * not fit these types: storage.batch then runs the pure-Python reference, which
+ * names the rule (rejections are off the hot path, so there is one wording).
+ * tests/storage/test_compiled_codec.py holds both to the same bytes and verdicts.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+#define HEADER_SIZE 48
+#define RECORD_SIZE 32
+#define CHAIN_SIZE 24
+#define MIN_BLANK_LEN 8
+#define MAGIC_NORMAL 1
+#define MAGIC_CONFIG_CHANGE 3
+/* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
+ * beyond, the Python reference (with its unbounded ints) decides */
+#define IN_RANGE(v) ((v) > -(1LL << 60) && (v) < (1LL << 60))
+
+static void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+static void put64(unsigned char *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static uint64_t get64(const unsigned char *p) {
+    return ((uint64_t)get32(p) << 32) | get32(p + 4);
+}
+
+static uint32_t crc_of(const unsigned char *p, Py_ssize_t n) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (n > 0) {  /* zlib takes a uInt length */
+        uInt chunk = n > (1 << 30) ? (1u << 30) : (uInt)n;
+        crc = crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return (uint32_t)crc;
+}
+
+static uint32_t chain_crc(uint32_t chain, int64_t index, int64_t term, uint32_t bcrc) {
+    unsigned char b[CHAIN_SIZE];
+    put32(b, chain);
+    put64(b + 4, (uint64_t)index);
+    put64(b + 12, (uint64_t)term);
+    put32(b + 20, bcrc);
+    return crc_of(b, CHAIN_SIZE);
+}
+
+static void put_record(unsigned char *r, int32_t magic, int64_t pos, int32_t size, int64_t index, int64_t term) {
+    put32(r, (uint32_t)magic);
+    put64(r + 4, (uint64_t)pos);
+    put32(r + 12, (uint32_t)size);
+    put64(r + 16, (uint64_t)index);
+    put64(r + 24, (uint64_t)term);
+}
+
+/* Where entries in the data file holding `pos` must end (storage.batch._room_end). */
+static int64_t room_end(int64_t pos, int64_t file_size) {
+    int64_t mod = pos % file_size;
+    if (mod < 0)
+        mod += file_size;
+    return pos - mod + file_size - MIN_BLANK_LEN;
+}
+
+static int append_run(PyObject *runs, int64_t from, int64_t to, int64_t pos) {
+    PyObject *run = Py_BuildValue("(LLL)", (long long)from, (long long)to, (long long)pos);
+    if (run == NULL)
+        return -1;
+    int failed = PyList_Append(runs, run);
+    Py_DECREF(run);
+    return failed;
+}
+
+static int append_int(PyObject *list, int64_t value) {
+    PyObject *item = PyLong_FromLongLong(value);
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+/* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size)
+ * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None */
+static PyObject *encode_batch(PyObject *self, PyObject *args) {
+    PyObject *bodies;
+    long long first_index, term, write_pos, prev_chain, file_size;
+    int magic, channel;
+    if (!PyArg_ParseTuple(args, "O!LLiiLLL", &PyList_Type, &bodies, &first_index, &term, &magic, &channel,
+                          &write_pos, &prev_chain, &file_size))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(bodies);
+    if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL
+            || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
+        Py_RETURN_NONE;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *body = PyList_GET_ITEM(bodies, i);
+        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE)
+            Py_RETURN_NONE;
+        total += HEADER_SIZE + PyBytes_GET_SIZE(body);
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *records = PyBytes_FromStringAndSize(NULL, count * RECORD_SIZE);
+    PyObject *positions = PyList_New(count);
+    PyObject *runs = PyList_New(0);
+    PyObject *fillers = PyList_New(0);
+    if (data == NULL || records == NULL || positions == NULL || runs == NULL || fillers == NULL)
+        goto failed;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
+    unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
+    int64_t pos = write_pos, end = room_end(pos, file_size), run_from = 0, offset = 0, run_pos = pos;
+    int64_t index = first_index;
+    uint32_t chain = (uint32_t)prev_chain;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *body = PyList_GET_ITEM(bodies, i);
+        const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
+        int32_t body_size = (int32_t)PyBytes_GET_SIZE(body);
+        int32_t size = HEADER_SIZE + body_size;
+        if (pos + size > end) {  /* the file is closed with a filler; the entry starts the next */
+            if ((int64_t)size + MIN_BLANK_LEN > file_size)
+                goto rejected;
+            if (offset > run_from && append_run(runs, run_from, offset, run_pos) < 0)
+                goto failed;
+            if (append_int(fillers, pos) < 0)
+                goto failed;
+            pos = end + MIN_BLANK_LEN;
+            end = pos + file_size - MIN_BLANK_LEN;
+            run_from = offset;
+            run_pos = pos;
+        }
+        uint32_t bcrc = crc_of(bytes, body_size);
+        chain = chain_crc(chain, index, term, bcrc);
+        put32(out, (uint32_t)magic);
+        put32(out + 4, (uint32_t)size);
+        put64(out + 8, (uint64_t)index);
+        put64(out + 16, (uint64_t)term);
+        put64(out + 24, (uint64_t)pos);
+        put32(out + 32, (uint32_t)channel);
+        put32(out + 36, chain);
+        put32(out + 40, bcrc);
+        put32(out + 44, (uint32_t)body_size);
+        memcpy(out + HEADER_SIZE, bytes, (size_t)body_size);
+        out += size;
+        put_record(record, magic, pos, size, index, term);
+        record += RECORD_SIZE;
+        PyObject *at = PyLong_FromLongLong(pos);
+        if (at == NULL)
+            goto failed;
+        PyList_SET_ITEM(positions, i, at);
+        pos += size;
+        offset += size;
+        index += 1;
+    }
+    if (append_run(runs, run_from, offset, run_pos) < 0)
+        goto failed;
+    return Py_BuildValue("(NNNNNkL)", data, runs, fillers, records, positions, (unsigned long)chain, (long long)pos);
+rejected:
+    Py_DECREF(data); Py_DECREF(records); Py_DECREF(positions); Py_DECREF(runs); Py_DECREF(fillers);
+    Py_RETURN_NONE;
+failed:
+    Py_XDECREF(data); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(runs); Py_XDECREF(fillers);
+    return NULL;
+}
+
+/* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size)
+ * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, config_indices) | None */
+static PyObject *validate_batch(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long first_index, prev_term, write_pos, prev_chain, file_size;
+    if (!PyArg_ParseTuple(args, "y*LLLLL", &view, &first_index, &prev_term, &write_pos, &prev_chain, &file_size))
+        return NULL;
+    PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *configs = NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    int64_t end_offset = view.len;
+    if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain > 0xFFFFFFFFLL
+            || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
+        goto rejected;
+    runs = PyList_New(0);
+    fillers = PyList_New(0);
+    positions = PyList_New(0);
+    configs = PyList_New(0);
+    /* at most one record per header's worth of bytes; trimmed at the end */
+    records = PyBytes_FromStringAndSize(NULL, (end_offset / HEADER_SIZE) * RECORD_SIZE);
+    if (runs == NULL || fillers == NULL || positions == NULL || configs == NULL || records == NULL)
+        goto failed;
+    unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
+    int has_chain = prev_chain >= 0;
+    uint32_t chain = has_chain ? (uint32_t)prev_chain : 0;
+    int64_t expected = first_index, term_floor = prev_term, pos = write_pos;
+    int64_t end = room_end(pos, file_size), run_from = 0, offset = 0, run_pos = pos;
+    Py_ssize_t count = 0;
+    while (offset < end_offset) {
+        if (offset > end_offset - HEADER_SIZE)
+            goto rejected;
+        const unsigned char *h = buf + offset;
+        int32_t magic = (int32_t)get32(h);
+        int32_t size = (int32_t)get32(h + 4);
+        int64_t index = (int64_t)get64(h + 8);
+        int64_t term = (int64_t)get64(h + 16);
+        int64_t entry_pos = (int64_t)get64(h + 24);
+        uint32_t entry_chain = get32(h + 36);
+        uint32_t bcrc = get32(h + 40);
+        int32_t body_size = (int32_t)get32(h + 44);
+        int64_t next_offset = offset + size;
+        if (magic < MAGIC_NORMAL || magic > MAGIC_CONFIG_CHANGE || (int64_t)size != HEADER_SIZE + (int64_t)body_size
+                || body_size < 0 || next_offset > end_offset || index != expected || term < term_floor)
+            goto rejected;
+        if (pos + size > end) {
+            if ((int64_t)size + MIN_BLANK_LEN > file_size)
+                goto rejected;
+            if (offset > run_from && append_run(runs, run_from, offset, run_pos) < 0)
+                goto failed;
+            if (append_int(fillers, pos) < 0)
+                goto failed;
+            pos = end + MIN_BLANK_LEN;
+            end = pos + file_size - MIN_BLANK_LEN;
+            run_from = offset;
+            run_pos = pos;
+        }
+        if (entry_pos != pos || crc_of(h + HEADER_SIZE, body_size) != bcrc)
+            goto rejected;
+        if (has_chain && chain_crc(chain, index, term, bcrc) != entry_chain)
+            goto rejected;
+        chain = entry_chain;
+        has_chain = 1;
+        if (magic == MAGIC_CONFIG_CHANGE && append_int(configs, index) < 0)
+            goto failed;
+        put_record(record, magic, pos, size, index, term);
+        record += RECORD_SIZE;
+        count += 1;
+        if (append_int(positions, pos) < 0)
+            goto failed;
+        term_floor = term;
+        pos += size;
+        offset = next_offset;
+        expected += 1;
+    }
+    if (append_run(runs, run_from, offset, run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0)
+        goto failed;
+    PyObject *config_indices = PyList_AsTuple(configs);
+    if (config_indices == NULL)
+        goto failed;
+    result = Py_BuildValue("(NNNNLkLN)", runs, fillers, records, positions, (long long)term_floor,
+                           (unsigned long)chain, (long long)pos, config_indices);
+    Py_DECREF(configs);
+    PyBuffer_Release(&view);
+    return result;
+rejected:
+    Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(configs);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+failed:
+    Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(configs);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"encode_batch", encode_batch, METH_VARARGS, "A leader's batch: storage.batch.encode_leader_batch's parts, or None."},
+    {"validate_batch", validate_batch, METH_VARARGS,
+     "A follower's batch: storage.batch.validate_follower_batch's parts, or None if it breaks a rule."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "storage._codec", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__codec(void) {
+    return PyModule_Create(&module);
+}

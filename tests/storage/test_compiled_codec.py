@@ -1,0 +1,103 @@
+"""The compiled batch codec (storage/_codec.c) against the Python reference (storage.batch):
+the same bytes for every batch a leader encodes, and the same verdict on every batch a follower
+is sent, valid, damaged or hostile (a rejection is the reference's, word for word)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage import batch as codec
+from storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch
+from storage.codec import HEADER_SIZE, MIN_BLANK_LEN
+from storage.errors import AppendRejectedError, EntryTooLargeError
+
+FILE_SIZES = st.integers(HEADER_SIZE + MIN_BLANK_LEN + 1, 2048)  # small files: fillers in most batches
+U32 = st.integers(0, 2**32 - 1)
+
+
+def test_the_compiled_codec_is_built() -> None:
+    """make test installs the package, which builds it (a machine without a compiler runs the reference)."""
+    assert codec.compiled is not None
+
+
+def parts(batch: Batch) -> dict[str, Any]:
+    fields = {field.name: getattr(batch, field.name) for field in dataclasses.fields(batch)}
+    fields["data"] = bytes(batch.data)
+    return fields
+
+
+def outcome(call: Any, *args: Any) -> dict[str, Any] | tuple[type, str]:
+    """A batch's parts, or the error it raised and its words."""
+    try:
+        return parts(call(*args))
+    except (AppendRejectedError, EntryTooLargeError) as exc:
+        return type(exc), str(exc)
+
+
+@st.composite
+def leader_batches(draw: st.DrawFn) -> tuple[Any, ...]:
+    file_size = draw(FILE_SIZES)
+    bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size), min_size=1, max_size=20))
+    write_pos = draw(st.integers(0, 4 * file_size))
+    return (bodies, draw(st.integers(1, 2**40)), draw(st.integers(0, 2**40)), draw(st.sampled_from([1, 2, 3])),
+            draw(st.integers(-2**31, 2**31 - 1)), write_pos, draw(U32), file_size)
+
+
+@settings(max_examples=400, deadline=None)
+@given(leader_batches())
+def test_a_leaders_batch_is_encoded_to_the_same_bytes(args: tuple[Any, ...]) -> None:
+    expected = outcome(reference_encode, *args)
+    assert outcome(codec.encode_leader_batch, *args) == expected
+    assert (codec.compiled.encode_batch(*args) is None) == isinstance(expected, tuple)  # it took the batch itself
+
+
+@st.composite
+def follower_batches(draw: st.DrawFn) -> tuple[Any, ...]:
+    """A valid batch as a leader sends it, then perhaps damaged: bytes flipped or cut, or sent to a
+    log that does not end where the leader's did."""
+    file_size = draw(FILE_SIZES)
+    bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size // 2), min_size=1, max_size=12))
+    first, term, pos, chain = draw(st.integers(1, 2**40)), draw(st.integers(1, 2**40)), \
+        draw(st.integers(0, 3 * file_size)), draw(U32)
+    magic = draw(st.sampled_from([1, 2, 3]))
+    try:
+        sent = reference_encode(bodies, first, term, magic, 0, pos, chain, file_size)
+    except EntryTooLargeError:
+        sent = None
+    data = bytearray(sent.data if sent else draw(st.binary(min_size=0, max_size=200)))
+    for _ in range(draw(st.integers(0, 3))):
+        if data and draw(st.booleans()):
+            at = draw(st.integers(0, len(data) - 1))
+            data[at] = draw(st.integers(0, 255))
+    if data and draw(st.booleans()):
+        del data[draw(st.integers(0, len(data) - 1)):]
+    return (bytes(data),
+            first + draw(st.sampled_from([0, 0, 0, 1, -1])),
+            term + draw(st.sampled_from([0, 0, 0, 1, -1])),
+            draw(st.sampled_from([pos, pos, None, pos + 1])),
+            draw(st.sampled_from([chain, chain, None, chain ^ 1])),
+            file_size)
+
+
+@settings(max_examples=800, deadline=None)
+@given(follower_batches())
+def test_a_followers_batch_gets_the_same_verdict(args: tuple[Any, ...]) -> None:
+    expected = outcome(reference_validate, *args)
+    assert outcome(validate_follower_batch, *args) == expected
+    data, first, term, pos, chain, file_size = args
+    if len(data) >= HEADER_SIZE and pos is not None:  # (else the reference alone decides)
+        compiled = codec.compiled.validate_batch(data, first, term, pos, -1 if chain is None else chain, file_size)
+        assert (compiled is None) == isinstance(expected, tuple)
+
+
+def test_a_rejection_is_worded_by_the_reference() -> None:
+    sent = reference_encode([b"a", b"b"], 5, 2, 1, 0, 0, 7, 1024)
+    damaged = bytearray(sent.data)
+    damaged[-1] ^= 0xFF
+    assert codec.compiled.validate_batch(bytes(damaged), 5, 2, 0, 7, 1024) is None
+    assert outcome(validate_follower_batch, bytes(damaged), 5, 2, 0, 7, 1024) == (
+        AppendRejectedError, str(AppendRejectedError(6, "body CRC mismatch")))
