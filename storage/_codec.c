@@ -1,6 +1,7 @@
 /* The batch codec's hot loops in C: storage.batch's encode_leader_batch and
  * validate_follower_batch, entry for entry the same bytes (storage/codec.py's
- * HEADER, CHAIN and INDEX_RECORD, big-endian; zlib's CRC-32).
+ * HEADER, CHAIN and INDEX_RECORD, big-endian; zlib's CRC-32), and the split of
+ * a client's binary batch into bodies (api.bodies.decode_bodies).
  *
  * Each returns the batch's parts, or None when the batch breaks a rule or does
  * not fit these types: storage.batch then runs the pure-Python reference, which
@@ -271,7 +272,45 @@ failed:
     return NULL;
 }
 
+/* split_bodies(data, max_entries or -1) -> [body, ...] | None: api.bodies.decode_bodies's loop over a
+ * binary batch (u32 big-endian length, then the body); None when the lengths do not add up or there
+ * are more than max_entries */
+static PyObject *split_bodies(PyObject *self, PyObject *args) {
+    const unsigned char *buf;
+    Py_ssize_t end;
+    long long max_entries;
+    if (!PyArg_ParseTuple(args, "y#L", &buf, &end, &max_entries))
+        return NULL;
+    PyObject *bodies = PyList_New(0);
+    if (bodies == NULL)
+        return NULL;
+    Py_ssize_t offset = 0;
+    while (offset < end) {
+        if (max_entries >= 0 && PyList_GET_SIZE(bodies) == max_entries)
+            goto rejected;
+        if (end - offset < 4)
+            goto rejected;
+        Py_ssize_t size = (Py_ssize_t)get32(buf + offset);
+        offset += 4;
+        if (size > end - offset)
+            goto rejected;
+        PyObject *body = PyBytes_FromStringAndSize((const char *)buf + offset, size);
+        if (body == NULL || PyList_Append(bodies, body) < 0) {
+            Py_XDECREF(body);
+            Py_DECREF(bodies);
+            return NULL;
+        }
+        Py_DECREF(body);
+        offset += size;
+    }
+    return bodies;
+rejected:
+    Py_DECREF(bodies);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"split_bodies", split_bodies, METH_VARARGS, "A binary batch's bodies: api.bodies.decode_bodies's, or None."},
     {"encode_batch", encode_batch, METH_VARARGS, "A leader's batch: storage.batch.encode_leader_batch's parts, or None."},
     {"validate_batch", validate_batch, METH_VARARGS,
      "A follower's batch: storage.batch.validate_follower_batch's parts, or None if it breaks a rule."},

@@ -1,6 +1,7 @@
-"""The compiled batch codec (storage/_codec.c) against the Python reference (storage.batch):
-the same bytes for every batch a leader encodes, and the same verdict on every batch a follower
-is sent, valid, damaged or hostile (a rejection is the reference's, word for word)."""
+"""The compiled batch codec (storage/_codec.c) against the Python reference (storage.batch,
+api.bodies): the same bytes for every batch a leader encodes, the same verdict on every batch a
+follower is sent, valid, damaged or hostile, and the same bodies from every client's binary
+batch (a rejection is the reference's, word for word)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from api.bodies import BatchFormatError, decode_bodies, encode_bodies, reference_decode
 from storage import batch as codec
 from storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch
 from storage.codec import HEADER_SIZE, MIN_BLANK_LEN
@@ -101,3 +103,28 @@ def test_a_rejection_is_worded_by_the_reference() -> None:
     assert codec.compiled.validate_batch(bytes(damaged), 5, 2, 0, 7, 1024) is None
     assert outcome(validate_follower_batch, bytes(damaged), 5, 2, 0, 7, 1024) == (
         AppendRejectedError, str(AppendRejectedError(6, "body CRC mismatch")))
+
+
+def split(call: Any, data: bytes, max_entries: int | None) -> list[bytes] | tuple[type, str]:
+    try:
+        return call(data, max_entries)  # type: ignore[no-any-return]
+    except BatchFormatError as exc:
+        return type(exc), str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=12), st.integers(0, 3), st.data(),
+       st.one_of(st.none(), st.integers(0, 12)))
+def test_a_clients_binary_batch_is_split_into_the_same_bodies(bodies: list[bytes], damage: int, data: st.DataObject,
+                                                              max_entries: int | None) -> None:
+    sent = bytearray(encode_bodies(bodies))
+    for _ in range(damage):  # a length made larger or smaller, or the batch cut short
+        if sent:
+            at = data.draw(st.integers(0, len(sent) - 1))
+            sent[at] = data.draw(st.integers(0, 255))
+    if sent and data.draw(st.booleans()):
+        del sent[data.draw(st.integers(0, len(sent) - 1)):]
+    expected = split(reference_decode, bytes(sent), max_entries)
+    assert split(decode_bodies, bytes(sent), max_entries) == expected
+    assert (codec.compiled.split_bodies(bytes(sent), -1 if max_entries is None else max_entries) is None) == (
+        isinstance(expected, tuple))
