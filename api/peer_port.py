@@ -5,9 +5,10 @@ to another (api.peer_stream): a leader's replication stream, or a follower's for
 api.stream_server serves it on the event loop. Every other connection, the members' gRPC
 channels (votes, heartbeats, fetches, read index, transfers, membership changes, status), is
 spliced byte for byte to grpcio's server, which listens on a Unix socket in a directory only
-this user can enter. The choice is made on the HTTP/2 preface and the SETTINGS frame that must
-follow it, which a client sends before it waits for anything: no byte of either protocol is
-changed or answered on the way. Mutual TLS, when on, ends here for both.
+this user can enter (one that a member killed without a clean stop leaves is removed by the
+next member to start: sweep_abandoned_sockets). The choice is made on the HTTP/2 preface and
+the SETTINGS frame that must follow it, which a client sends before it waits for anything: no
+byte of either protocol is changed or answered on the way. Mutual TLS, when on, ends here for both.
 
 At most `peer_connections_max` connections are open at once, counted from the moment one is
 accepted (this port accepts them itself, for that reason), its TLS handshake included: one more
@@ -52,6 +53,8 @@ GRACE_S = 1.0  # at stop, calls under way get this long to finish
 REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are logged at most this often
 ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
 BACKLOG = 128
+SOCKET_DIR_PREFIX = "raftlog-peer-"  # grpcio's socket's directory, under the system's temporary directory
+ABANDONED_AFTER_S = 60.0  # a socket directory this old that no process serves was left by a member that died
 
 
 class PeerPort:
@@ -79,7 +82,8 @@ class PeerPort:
 
     async def start(self) -> None:
         """Listen; fails with OSError when the port is taken."""
-        self._dir = tempfile.mkdtemp(prefix="raftlog-peer-")  # 0700
+        sweep_abandoned_sockets(tempfile.gettempdir())
+        self._dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)  # 0700
         self._grpc = grpc_server(self.service, f"unix:{self._dir}/grpc", self.max_message_bytes)
         await self._grpc.start()
         self._tls_context = None if self.tls is None else server_tls(self.tls)
@@ -265,6 +269,39 @@ class _Pipe(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.to.resume_reading()
+
+
+def sweep_abandoned_sockets(root: str) -> int:
+    """Remove the socket directories of this user's members that died without a clean stop (SIGKILL,
+    a power cut): older than ABANDONED_AFTER_S (a member starting now may not have bound its socket
+    yet) and with no process listening on the socket. How many went.
+
+    The socket lives under the temporary directory, not the member's data directory: a data
+    directory's path can be longer than a Unix socket's (108 bytes), and a live socket in it breaks
+    copying the directory (cp -r, shutil.copytree)."""
+    removed, uid, now = 0, os.getuid(), time.time()
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if not entry.name.startswith(SOCKET_DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            stat = entry.stat(follow_symlinks=False)
+            if stat.st_uid != uid or now - stat.st_mtime < ABANDONED_AFTER_S or _served(f"{entry.path}/grpc"):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _served(path: str) -> bool:
+    """Whether a process listens on the Unix socket at `path` (in doubt: yes)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            return True
+    return True
 
 
 def route_of(received: bytes | bytearray) -> str | None:
