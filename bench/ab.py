@@ -15,7 +15,9 @@ Workloads:
   (etcd: POST /v3/kv/put, a new key each time);
 - forward: the same, to a follower (etcd: to a follower);
 - batch: binary batches of 1000 bodies of 100 bytes, 16 clients in this process, to the leader
-  (etcd: transactions of 128 puts).
+  (etcd: transactions of 128 puts);
+- read: wrk, linearizable GET /v1/entries/{i} of committed entries from a follower, CPU per read
+  (raftlog only).
 
 `--old` is a checkout of another commit (`git worktree add /tmp/raftlog-old HEAD~1`); its members
 run with that checkout first on their path, on this virtualenv.
@@ -62,7 +64,12 @@ class Contender:
         pids = self.pids()
         before = {member: cpu_s([pid]) for member, pid in pids.items()}
         first = self.committed() if self.committed else 0
-        if workload == "batch":
+        if workload == "read":
+            report = wrk(self.follower, "wrk_get.lua", seconds, {"WRK_MAX_INDEX": str(first)},
+                         connections=connections)
+            entries = int(report["requests"])
+            report = {"eps": rate(report), "p50_ms": report["p50_us"] / 1000, "p99_ms": report["p99_us"] / 1000}
+        elif workload == "batch":
             send = etcd_txn(target, BATCH, f"ab{time.monotonic_ns()}-") if etcd else raftlog_batch(target, BATCH)
             started = time.monotonic()
             entries, _ = asyncio.run(drive(send, BATCH_CLIENTS, lambda _done: time.monotonic() - started >= seconds))
@@ -75,7 +82,7 @@ class Contender:
             entries = int(report["requests"])
             report = {"eps": rate(report), "p50_ms": report["p50_us"] / 1000, "p99_ms": report["p99_us"] / 1000}
         used = {member: cpu_s([pid]) - before[member] for member, pid in pids.items()}
-        if self.committed is not None:
+        if self.committed is not None and workload != "read":
             entries = self.committed() - first
         report["cpu_us"] = sum(used.values()) * 1e6 / entries
         report["leader_cpu_us"] = used[self.leader_id] * 1e6 / entries
@@ -136,13 +143,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--old", type=Path, help="another checkout of raftlog")
     parser.add_argument("--new", type=Path, default=Path(__file__).resolve().parent.parent)
-    parser.add_argument("--workload", choices=("single", "forward", "batch"), default="single")
+    parser.add_argument("--workload", choices=("single", "forward", "batch", "read"), default="single")
     parser.add_argument("--connections", type=int, default=1)
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--etcd", action="store_true", help="etcd takes its turn too")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if args.etcd and args.workload == "read":
+        raise SystemExit("the read workload is raftlog's alone (etcd's reads by key: bench/compare.py)")
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: run `make bench`, or apt-get install wrk")
     root = Path(tempfile.mkdtemp(prefix="raftlog-ab-"))
