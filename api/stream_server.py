@@ -14,8 +14,8 @@ Each message goes to the node as it arrives (a follower's handler orders pushes 
 answers go back in the order the messages came. The stream needs the cluster secret, when there
 is one. A message that does not decode ends the stream with INVALID_ARGUMENT, one over the message
 limit with RESOURCE_EXHAUSTED, after the answers to what came before; an HTTP/2 protocol error
-closes the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the leader pings
-a quiet stream every KEEPALIVE_MS) is closed: its leader is gone.
+closes the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the
+member at the other end pings a quiet stream every KEEPALIVE_MS) is closed: that member is gone.
 
 The secret is checked on the stream's HEADERS, before any of its DATA is taken: a refused stream
 is answered (trailers only), reset, and what it still sends is dropped. Its header block may not
