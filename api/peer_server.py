@@ -149,11 +149,11 @@ class PeerService:
         once committed, or with the error a client of this member would get. The message's bytes are
         held in the request budget until then; a batch over max_batch_entries is refused as it is
         counted, before it is built."""
-        limit = self.service.limits.max_batch_entries
+        limit, size = self.service.limits.max_batch_entries, len(message)
         refused = None
-        if len(message) >= 2 * (limit + 1) and batch_entries(message, limit + 1) > limit:
+        if size >= 2 * (limit + 1) and batch_entries(message, limit + 1) > limit:
             refused = too_large(f"over {limit} entries in one batch: max_batch_entries")
-        elif not self.budget.take(len(message)):
+        elif not self.budget.take(size):
             refused = self.budget.refusal()
         if refused is not None:
             answer: asyncio.Future[pb.AppendResponse] = asyncio.get_running_loop().create_future()
@@ -162,10 +162,10 @@ class PeerService:
         try:
             bodies = list(pb.AppendRequest.FromString(message).bodies)
         except DecodeError as exc:
-            self.budget.give(len(message))
+            self.budget.give(size)
             raise PeerMessageError(f"a forwarded append that does not decode: {exc}") from None
         appending = self._keep(asyncio.ensure_future(self._append(bodies)))
-        appending.add_done_callback(lambda _: self.budget.give(len(message)))
+        appending.add_done_callback(lambda _: self.budget.give(size))  # the message itself is not held
         return appending
 
     async def _append(self, bodies: list[bytes]) -> pb.AppendResponse:

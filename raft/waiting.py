@@ -47,9 +47,6 @@ class Wakeup:
     def clear(self) -> None:
         self._set = False
 
-    def is_set(self) -> bool:
-        return self._set
-
     async def wait(self, timeout: float | None = None) -> bool:
         """Until set or `timeout` seconds pass (None: forever); True if set. A timeout of 0 or less
         still yields: a caller looping on a deadline cannot starve the loop."""

@@ -96,6 +96,37 @@ static int append_int(PyObject *list, int64_t value) {
     return failed;
 }
 
+/* Where the entries go: the write position, the end of room in its data file, and the run of
+ * entries (from data offset run_from, placed at run_pos) that the next filler ends. */
+typedef struct {
+    int64_t pos, end, run_from, run_pos;
+} Placement;
+
+static Placement placement(int64_t pos, int64_t file_size) {
+    Placement at = {pos, room_end(pos, file_size), 0, pos};
+    return at;
+}
+
+/* Place an entry of `size` bytes at data offset `offset` (at->pos is then where it goes): one that
+ * does not fit its file closes the file with a filler and starts the next. 1: placed; 0: it fits
+ * no data file; -1: a Python error is set. */
+static int place(Placement *at, PyObject *runs, PyObject *fillers, int64_t offset, int64_t size,
+                 int64_t file_size) {
+    if (at->pos + size <= at->end)
+        return 1;
+    if (size + MIN_BLANK_LEN > file_size)
+        return 0;
+    if (offset > at->run_from && append_run(runs, at->run_from, offset, at->run_pos) < 0)
+        return -1;
+    if (append_int(fillers, at->pos) < 0)
+        return -1;
+    at->pos = at->end + MIN_BLANK_LEN;
+    at->end = at->pos + file_size - MIN_BLANK_LEN;
+    at->run_from = offset;
+    at->run_pos = at->pos;
+    return 1;
+}
+
 /* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size)
  * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None */
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
@@ -125,26 +156,20 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         goto failed;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
     unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
-    int64_t pos = write_pos, end = room_end(pos, file_size), run_from = 0, offset = 0, run_pos = pos;
-    int64_t index = first_index;
+    Placement at = placement(write_pos, file_size);
+    int64_t offset = 0, index = first_index;
     uint32_t chain = (uint32_t)prev_chain;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
         int32_t body_size = (int32_t)PyBytes_GET_SIZE(body);
         int32_t size = HEADER_SIZE + body_size;
-        if (pos + size > end) {  /* the file is closed with a filler; the entry starts the next */
-            if ((int64_t)size + MIN_BLANK_LEN > file_size)
-                goto rejected;
-            if (offset > run_from && append_run(runs, run_from, offset, run_pos) < 0)
-                goto failed;
-            if (append_int(fillers, pos) < 0)
-                goto failed;
-            pos = end + MIN_BLANK_LEN;
-            end = pos + file_size - MIN_BLANK_LEN;
-            run_from = offset;
-            run_pos = pos;
-        }
+        int placed = place(&at, runs, fillers, offset, size, file_size);
+        if (placed == 0)
+            goto rejected;
+        if (placed < 0)
+            goto failed;
+        int64_t pos = at.pos;
         uint32_t bcrc = crc_of(bytes, body_size);
         chain = chain_crc(chain, index, term, bcrc);
         put32(out, (uint32_t)magic);
@@ -160,17 +185,18 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         out += size;
         put_record(record, magic, pos, size, index, term);
         record += RECORD_SIZE;
-        PyObject *at = PyLong_FromLongLong(pos);
-        if (at == NULL)
+        PyObject *where = PyLong_FromLongLong(pos);
+        if (where == NULL)
             goto failed;
-        PyList_SET_ITEM(positions, i, at);
-        pos += size;
+        PyList_SET_ITEM(positions, i, where);
+        at.pos = pos + size;
         offset += size;
         index += 1;
     }
-    if (append_run(runs, run_from, offset, run_pos) < 0)
+    if (append_run(runs, at.run_from, offset, at.run_pos) < 0)
         goto failed;
-    return Py_BuildValue("(NNNNNkL)", data, runs, fillers, records, positions, (unsigned long)chain, (long long)pos);
+    return Py_BuildValue("(NNNNNkL)", data, runs, fillers, records, positions, (unsigned long)chain,
+                         (long long)at.pos);
 rejected:
     Py_DECREF(data); Py_DECREF(records); Py_DECREF(positions); Py_DECREF(runs); Py_DECREF(fillers);
     Py_RETURN_NONE;
@@ -203,8 +229,8 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
     int has_chain = prev_chain >= 0;
     uint32_t chain = has_chain ? (uint32_t)prev_chain : 0;
-    int64_t expected = first_index, term_floor = prev_term, pos = write_pos;
-    int64_t end = room_end(pos, file_size), run_from = 0, offset = 0, run_pos = pos;
+    int64_t expected = first_index, term_floor = prev_term, offset = 0;
+    Placement at = placement(write_pos, file_size);
     Py_ssize_t count = 0;
     while (offset < end_offset) {
         if (offset > end_offset - HEADER_SIZE)
@@ -222,18 +248,12 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         if (magic < MAGIC_NORMAL || magic > MAGIC_CONFIG_CHANGE || (int64_t)size != HEADER_SIZE + (int64_t)body_size
                 || body_size < 0 || next_offset > end_offset || index != expected || term < term_floor)
             goto rejected;
-        if (pos + size > end) {
-            if ((int64_t)size + MIN_BLANK_LEN > file_size)
-                goto rejected;
-            if (offset > run_from && append_run(runs, run_from, offset, run_pos) < 0)
-                goto failed;
-            if (append_int(fillers, pos) < 0)
-                goto failed;
-            pos = end + MIN_BLANK_LEN;
-            end = pos + file_size - MIN_BLANK_LEN;
-            run_from = offset;
-            run_pos = pos;
-        }
+        int placed = place(&at, runs, fillers, offset, size, file_size);
+        if (placed == 0)
+            goto rejected;
+        if (placed < 0)
+            goto failed;
+        int64_t pos = at.pos;
         if (entry_pos != pos || crc_of(h + HEADER_SIZE, body_size) != bcrc)
             goto rejected;
         if (has_chain && chain_crc(chain, index, term, bcrc) != entry_chain)
@@ -248,17 +268,17 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         if (append_int(positions, pos) < 0)
             goto failed;
         term_floor = term;
-        pos += size;
+        at.pos = pos + size;
         offset = next_offset;
         expected += 1;
     }
-    if (append_run(runs, run_from, offset, run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0)
+    if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0)
         goto failed;
     PyObject *config_indices = PyList_AsTuple(configs);
     if (config_indices == NULL)
         goto failed;
     result = Py_BuildValue("(NNNNLkLN)", runs, fillers, records, positions, (long long)term_floor,
-                           (unsigned long)chain, (long long)pos, config_indices);
+                           (unsigned long)chain, (long long)at.pos, config_indices);
     Py_DECREF(configs);
     PyBuffer_Release(&view);
     return result;
