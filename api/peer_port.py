@@ -284,7 +284,10 @@ def sweep_abandoned_sockets(root: str) -> int:
         for entry in entries:
             if not entry.name.startswith(SOCKET_DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
                 continue
-            stat = entry.stat(follow_symlinks=False)
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:  # another member starting at the same time swept it first
+                continue
             if stat.st_uid != uid or now - stat.st_mtime < ABANDONED_AFTER_S or _served(f"{entry.path}/grpc"):
                 continue
             shutil.rmtree(entry.path, ignore_errors=True)

@@ -213,7 +213,7 @@ class LocalCluster:
     def wait_healthy(self, member_id: str, timeout_s: float = 30.0) -> None:
         member = self.members[member_id]
         self._wait(lambda: self._get(member, "/healthz") is not None, timeout_s, f"{member_id} to answer",
-                   member)
+                   [member])
 
     def wait_leader(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
         """Wait until every running member (or those in `among`) is ready under one leader."""
@@ -226,18 +226,21 @@ class LocalCluster:
             return leaders[0] is not None and len(set(leaders)) == 1
 
         try:
-            self._wait(agreed, timeout_s, f"one leader among {ids}")
+            self._wait(agreed, timeout_s, f"one leader among {ids}",
+                       [self.members[m] for m in ids if self.members[m].running])
         except TimeoutError as exc:
             raise TimeoutError(f"{exc} (last seen {leaders})") from None
         assert leaders[0] is not None
         return leaders[0]
 
     def _wait(self, condition: Callable[[], bool], timeout_s: float, what: str,
-              member: Member | None = None) -> None:
+              watched: list[Member] | None = None) -> None:
+        """Poll `condition`; a member of `watched` that exits meanwhile ends the wait with its log."""
         deadline = time.monotonic() + timeout_s
         while not condition():
-            if member is not None and not member.running:
-                raise RuntimeError(f"{member.id} exited; see {member.log_path}:\n{self.tail(member.id)}")
+            for member in watched or ():
+                if not member.running:
+                    raise RuntimeError(f"{member.id} exited; see {member.log_path}:\n{self.tail(member.id)}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out waiting for {what}")
             time.sleep(POLL_S)

@@ -40,3 +40,25 @@ def test_the_socket_directories_of_dead_members_are_removed_and_no_other(tmp_pat
         assert sweep_abandoned_sockets(str(tmp_path)) == 0
     finally:
         server.close()
+
+
+def test_a_directory_another_member_sweeps_first_is_passed_over(tmp_path: Path, monkeypatch) -> None:
+    """Members of one group start together, and each sweeps: a directory listed by one and removed
+    by another before the first looks at it does not stop the first from starting."""
+    dead, _ = socket_dir(tmp_path, "dead", listening=False, age_s=ABANDONED_AFTER_S + 10)
+    scandir = os.scandir
+
+    class SweptMeanwhile:
+        def __enter__(self) -> list[os.DirEntry[str]]:
+            with scandir(tmp_path) as entries:
+                listed = list(entries)
+            (dead / "grpc").unlink()
+            dead.rmdir()  # the other member's sweep, between this one's listing and its stat
+            return listed
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(os, "scandir", lambda root: SweptMeanwhile())
+    assert sweep_abandoned_sockets(str(tmp_path)) == 0
+    assert not dead.exists()
