@@ -85,22 +85,20 @@ class BrowserGuard:
                 host = value
             elif name == b"origin":
                 origin = value
-        refusal = self._refusal(scope, host, origin)
+        refusal = self.refusal(scope, host, origin)
         if refusal is not None:
             await self.failures.refuse(scope, receive, send, *refusal)
             return
 
         async def send_guarded(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                if not any(name.lower() == CSP for name, _ in headers):
-                    headers.append((CSP, API_POLICY))
-                message = {**message, "headers": headers + ALWAYS}
+                message = {**message, "headers": guarded_headers(message.get("headers", ()))}
             await send(message)
 
         await self.app(scope, receive, send_guarded)
 
-    def _refusal(self, scope: Scope, host: bytes | None, origin: bytes | None) -> tuple[ApiError, str] | None:
+    def refusal(self, scope: Scope, host: bytes | None, origin: bytes | None) -> tuple[ApiError, str] | None:
+        """Why a request of these Host and Origin headers is refused (the error, the reason counted), or None."""
         if (self.hosts is not None and scope["scheme"] == "http" and scope["path"] not in PROBE_PATHS
                 and (host is None or host_name(host.decode("latin-1")).encode() not in self.hosts)):
             shown = "no Host header" if host is None else f"Host {host.decode('latin-1')[:100]!r}"
@@ -114,3 +112,12 @@ class BrowserGuard:
                                 f"{origin.decode('latin-1')[:100]!r}: only this member's own pages and "
                                 "allowed_origins may change state"), "origin"
         return None
+
+
+def guarded_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """An answer's headers as every answer of the client port carries them: its own, the API's
+    Content-Security-Policy unless it has one, no framing, no sniffing."""
+    headers = list(headers)
+    if not any(name.lower() == CSP for name, _ in headers):
+        headers.append((CSP, API_POLICY))
+    return headers + ALWAYS

@@ -1,27 +1,44 @@
-"""The hottest public requests, answered in plain ASGI ahead of FastAPI.
+"""The hottest public requests, answered without FastAPI, and for most clients without ASGI.
 
-A single append costs the leader about 0.6 ms of CPU, and py-spy showed half
-of it in FastAPI and Starlette: middleware, routing, dependency solving.
+A single append costs the leader a few hundred µs of CPU, and py-spy showed
+much of it in the frameworks: FastAPI's routing and dependency solving, then
+at 64 connections about a fifth of the leader in the middleware layers
+(request counter, Host and Origin checks, limits, token check), each a
+coroutine and a wrapped `send` per request.
+
 `POST /v1/entries`, `POST /v1/entries/batch` (JSON or binary) and
-`GET /v1/entries/{index}` (with no query string but `consistency`) are
-answered here by the same `EntryHandlers` methods their FastAPI routes call,
-with the same answers and errors; every other request, and anything unusual
-about these (a bad index, another parameter), goes on to FastAPI, which also
-documents the routes in openapi.yaml.
+`GET /v1/entries/{index}` (with no query string but `consistency`) are hot
+(`EntryFastPath.match`). They are answered by the same `EntryHandlers`
+methods their FastAPI routes call, with the same answers and errors; anything
+unusual about them (a bad index, another parameter) goes on to FastAPI, which
+also documents the routes in openapi.yaml. Two ways in:
 
-This sits inside the request counter, the limits and the token check
-(api.public.serve_public), so those apply here as to FastAPI's routes.
+- `BelowAsgi`: the connection protocol (app.client_protocol) asks it about
+  each request before uvicorn runs the ASGI app. The checks of the layers
+  above run on the headers first, by the same functions; a request any of them
+  would refuse, or whose client and scheme a proxy's headers rewrite (uvicorn's
+  ProxyHeadersMiddleware), goes the ASGI way, which answers it. The others are
+  answered here, counted and held in the limits, their answers carrying the
+  headers BrowserGuard adds.
+- `EntryFastPath`: the same answers inside the ASGI stack (api.public.serve_public),
+  for what went the ASGI way and for ASGI callers (tests).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.auth import Tokens, bearer_credentials, refusal, required_role
+from api.browser import BrowserGuard, guarded_headers
 from api.errors import api_error, error_response
+from api.limits import RequestLimits
 
 if TYPE_CHECKING:
     from api.public import EntryHandlers
@@ -31,6 +48,9 @@ BATCH = "/v1/entries/batch"
 ENTRY_PREFIX = "/v1/entries/"
 CONSISTENCY = {b"": True, b"consistency=linearizable": True, b"consistency=local": False}
 INDEX_DIGITS_MAX = 18  # longer numbers go to FastAPI, whose validation answers them
+PROXY_HEADERS = frozenset({b"x-forwarded-for", b"x-forwarded-proto"})  # what ProxyHeadersMiddleware reads
+
+Handling = Callable[[Request], Awaitable[Response]]
 
 
 class EntryFastPath:
@@ -39,36 +59,34 @@ class EntryFastPath:
         self.handlers = handlers
         self._routes: dict[str, Any] = {}  # path template -> FastAPI's route, for the request counter
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path, method = scope["path"], scope["method"]
-            if method == "POST" and path == ENTRIES:
-                self._route(scope, ENTRIES)
-                await self._answer(self.handlers.append_one(Request(scope, receive)), scope, receive, send)
-                return
-            if method == "POST" and path == BATCH:
-                self._route(scope, BATCH)
-                await self._answer(self.handlers.append_batch(Request(scope, receive)), scope, receive, send)
-                return
-            if method == "GET" and path.startswith(ENTRY_PREFIX):
-                digits = path[len(ENTRY_PREFIX):]
-                linearizable = CONSISTENCY.get(scope["query_string"])
-                plain = digits.isdigit() and digits.isascii() and len(digits) <= INDEX_DIGITS_MAX
-                if plain and linearizable is not None:
-                    self._route(scope, ENTRY_PREFIX + "{index}")
-                    accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), "")
-                    await self._answer(self.handlers.get_one(int(digits), linearizable, accept), scope, receive,
-                                       send)
-                    return
-        await self.app(scope, receive, send)
+    def match(self, scope: Scope) -> tuple[str, Handling] | None:
+        """A hot request's route template and what answers it; None: FastAPI's to answer."""
+        path, method = scope["path"], scope["method"]
+        if method == "POST":
+            if path == ENTRIES:
+                return ENTRIES, self.handlers.append_one
+            if path == BATCH:
+                return BATCH, self.handlers.append_batch
+        elif method == "GET" and path.startswith(ENTRY_PREFIX):
+            digits = path[len(ENTRY_PREFIX):]
+            linearizable = CONSISTENCY.get(scope["query_string"])
+            if linearizable is not None and digits.isdigit() and digits.isascii() and len(digits) <= INDEX_DIGITS_MAX:
+                accept = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"accept"), "")
+                return ENTRY_PREFIX + "{index}", partial(self._get, int(digits), linearizable, accept)
+        return None
 
-    @staticmethod
-    async def _answer(handling: Any, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            response = await handling
-        except Exception as exc:  # every error has one shape, as in FastAPI's handlers (api_error logs
-            response = error_response(api_error(exc))  # an unexpected one with its incident id)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hot = self.match(scope) if scope["type"] == "http" else None
+        if hot is None:
+            await self.app(scope, receive, send)
+            return
+        template, handling = hot
+        self._route(scope, template)
+        response = await answer(handling, Request(scope, receive))
         await response(scope, receive, send)
+
+    async def _get(self, index: int, linearizable: bool, accept: str, request: Request) -> Response:
+        return await self.handlers.get_one(index, linearizable, accept)
 
     def _route(self, scope: Scope, template: str) -> None:
         """Name the route as FastAPI would, for CountRequests' labels."""
@@ -79,3 +97,60 @@ class EntryFastPath:
                           and r.matches({**scope, "type": "http"})[0] is Match.FULL), None)
             self._routes[template] = route
         scope["route"] = route
+
+
+class BelowAsgi:
+    """Answers hot requests from the connection protocol, before an ASGI call exists: `take(scope)`
+    gives the ASGI callable that answers it, or None for the app uvicorn serves."""
+
+    def __init__(self, fast_path: EntryFastPath, guard: BrowserGuard, limits: RequestLimits,
+                 tokens: Tokens | None, requests: Any) -> None:
+        self.fast_path = fast_path
+        self.guard = guard
+        self.limits = limits
+        self.tokens = tokens
+        self.requests = requests  # NodeMetrics.http_requests, CountRequests' counter
+
+    def take(self, scope: Scope) -> ASGIApp | None:
+        hot = self.fast_path.match(scope)
+        if hot is None:
+            return None
+        host = origin = authorization = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"origin":
+                origin = value
+            elif name == b"authorization":
+                authorization = value
+            elif name in PROXY_HEADERS:
+                return None
+        if self.guard.refusal(scope, host, origin) is not None or self.limits.refusal(scope) is not None:
+            return None
+        if self.tokens is not None:
+            needed = required_role(scope["method"], scope["path"])
+            if needed is not None and refusal(self.tokens, bearer_credentials(authorization), needed, "") is not None:
+                return None
+        return partial(self._answer, *hot)
+
+    async def _answer(self, template: str, handling: Handling, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self.limits.admit(receive)
+        status = 500  # as CountRequests counts an answer that never started
+        try:
+            response = await answer(handling, Request(scope, body))
+            status = response.status_code
+            await send({"type": "http.response.start", "status": status,
+                        "headers": guarded_headers(response.raw_headers)})
+            await send({"type": "http.response.body", "body": response.body})
+        finally:
+            self.limits.release(body)
+            self.requests.inc((template, scope["method"], str(status)))
+
+
+async def answer(handling: Handling, request: Request) -> Response:
+    """The handler's answer, or its error's: every error has one shape, as in FastAPI's handlers
+    (api_error logs an unexpected one with its incident id)."""
+    try:
+        return await handling(request)
+    except Exception as exc:
+        return error_response(api_error(exc))

@@ -89,32 +89,29 @@ class RequestLimits:
             finally:
                 self.followers -= 1
             return
-        refusal = self._refusal(scope)
+        refusal = self.refusal(scope)
         if refusal is not None:
             await error_response(refusal)(scope, receive, send)
             return
-        self.inflight_requests += 1
-        held = 0
-
-        async def counted_receive() -> Any:
-            nonlocal held
-            message = await receive()
-            size = len(message.get("body", b""))
-            if size:
-                if held + size > self.max_request_bytes:
-                    raise too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})")
-                if not self.budget.take(size):
-                    raise self.budget.refusal()
-                held += size
-            return message
-
+        body = self.admit(receive)
         try:
-            await self.app(scope, counted_receive, send)
+            await self.app(scope, body, send)
         finally:
-            self.inflight_requests -= 1
-            self.budget.give(held)
+            self.release(body)
 
-    def _refusal(self, scope: Scope) -> ApiError | None:
+    def admit(self, receive: Receive) -> CountedBody:
+        """A request let in (refusal() found nothing to refuse): counted in flight, and its body in
+        the budget as it arrives, until release()."""
+        self.inflight_requests += 1
+        return CountedBody(receive, self.max_request_bytes, self.budget)
+
+    def release(self, body: CountedBody) -> None:
+        self.inflight_requests -= 1
+        self.budget.give(body.held)
+
+    def refusal(self, scope: Scope) -> ApiError | None:
+        """Why a request is refused before its body is read (too many in flight, a Content-Length
+        over the limit or not a number), or None."""
         if self.inflight_requests >= self.max_inflight_requests:
             return busy(f"{self.inflight_requests} requests in flight on this member: max_inflight_requests")
         for name, value in scope["headers"]:
@@ -124,6 +121,28 @@ class RequestLimits:
                 if len(value) > 19 or int(value) > self.max_request_bytes:
                     return too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})")
         return None
+
+
+class CountedBody:
+    """A request's receive, whose body bytes are held in the budget as they arrive: over
+    max_request_bytes, or past the budget, the route's read raises the refusal."""
+
+    def __init__(self, receive: Receive, max_request_bytes: int, budget: InflightBytes) -> None:
+        self.receive = receive
+        self.max_request_bytes = max_request_bytes
+        self.budget = budget
+        self.held = 0
+
+    async def __call__(self) -> Any:
+        message = await self.receive()
+        size = len(message.get("body", b""))
+        if size:
+            if self.held + size > self.max_request_bytes:
+                raise too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})")
+            if not self.budget.take(size):
+                raise self.budget.refusal()
+            self.held += size
+        return message
 
 
 def _follows(scope: Scope) -> bool:

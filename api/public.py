@@ -34,7 +34,7 @@ from api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_ro
 from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
 from api.browser import PROBE_PATHS, BrowserGuard, page_policy
 from api.errors import ApiError, api_error, bad_request, error_response, too_large
-from api.fast_path import INDEX_DIGITS_MAX, EntryFastPath
+from api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
 from api.follow import LogStream, committed_chunks
 from api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
@@ -389,11 +389,13 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
 
 def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens: Tokens | None, *,
                  budget: InflightBytes, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = (),
-                 ) -> ASGIApp:
-    """The ASGI app the client port serves: `app` behind the fast path, the token check (when there
-    are tokens), the limits (request bodies in `budget`, the member's ports' one), the Host and Origin
-    checks and the request counter."""
-    served: ASGIApp = EntryFastPath(app, EntryHandlers(service, metrics))
+                 ) -> tuple[ASGIApp, BelowAsgi]:
+    """What the client port serves: the ASGI app (`app` behind the fast path, the token check when
+    there are tokens, the limits with request bodies in `budget`, the member's ports' one, the Host
+    and Origin checks and the request counter), and the hot requests' answers below ASGI, under the
+    same checks and counters."""
+    fast_path = EntryFastPath(app, EntryHandlers(service, metrics))
+    served: ASGIApp = fast_path
     failures = AuthFailures(metrics.auth_failures, "client")
     if tokens is not None:
         served = ClientAuth(served, tokens, failures,
@@ -404,7 +406,8 @@ def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens
                             max_followers=limits.max_followers, budget=budget)
     metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes,
                          lambda: bounded.followers, lambda: service.follow_budget.held)
-    return CountRequests(BrowserGuard(bounded, allowed_hosts, allowed_origins, failures), metrics)
+    guard = BrowserGuard(bounded, allowed_hosts, allowed_origins, failures)
+    return CountRequests(guard, metrics), BelowAsgi(fast_path, guard, bounded, tokens, metrics.http_requests)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -19,6 +19,10 @@ buffer is full, the client has `write_stall_s` (follow_stall_ms) to take some,
 else the connection is cut and its buffer dropped. A route may cut its
 connection at once through the `raftlog.abort` ASGI extension.
 
+A request `below_asgi` takes (api.fast_path.BelowAsgi: the hottest ones, which
+pass every check on their headers alone) is answered by what it returns, in
+uvicorn's request cycle, in place of the ASGI app and its middleware layers.
+
 Every write goes through CorkedTransport, so an answer's head and body leave
 in one send: uvicorn writes them apart, a system call and a packet more for
 every small answer.
@@ -35,8 +39,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import ASGIApp, Scope
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from api.errors import RETRY_AFTER_S, ApiError
 from api.follow import ABORT_EXTENSION
@@ -50,7 +56,8 @@ LINGER_S = 1.0  # after an answer that ends a connection, what the client still 
 
 
 def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int,
-                     write_stall_s: float) -> type[asyncio.Protocol]:
+                     write_stall_s: float, below_asgi: Callable[[Scope], ASGIApp | None] | None = None,
+                     ) -> type[asyncio.Protocol]:
     """The protocol class to give uvicorn.Config(http=...)."""
     refused_logged = [float("-inf")]  # when a refused connection was last logged
 
@@ -138,6 +145,13 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             super().on_response_complete()
             if self._mid_message and not self.transport.is_closing():
                 self._arm()  # the next request, which had to wait, now reads on
+
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGIApp) -> None:
+            """Run the request's cycle, with what `below_asgi` answers it by in place of the app (never
+            in place of another: uvicorn's own refusals)."""
+            if below_asgi is not None and app is self.app:
+                app = below_asgi(cycle.scope) or app  # type: ignore[assignment]
+            super()._start_asgi_task(cycle, app)
 
         def _answering(self) -> bool:
             return self.cycle is not None and not self.cycle.response_complete

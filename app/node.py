@@ -70,10 +70,9 @@ class Node:
                                   remote_members=secret is not None or settings.insecure)
         self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
         install_admin_page(self.public_app)
-        self.public_asgi = serve_public(self.public_app, self.service, self.metrics,  # what the client port serves
-                                        settings.client_tokens(), budget=self.request_bytes,
-                                        allowed_hosts=settings.client_hosts(),
-                                        allowed_origins=settings.client_origins())
+        self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
+            self.public_app, self.service, self.metrics, settings.client_tokens(), budget=self.request_bytes,
+            allowed_hosts=settings.client_hosts(), allowed_origins=settings.client_origins())
         self.handlers = EntryHandlers(self.service, self.metrics)  # the gRPC API's appends, as REST's
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes)

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
-from api.fast_path import ENTRY_PREFIX, EntryFastPath
+from api.fast_path import ENTRY_PREFIX, EntryFastPath, Handling
 from api.grpc_api import LogServicer
 from api.peer_server import PeerService
 from api.peer_stream import H2PushStream
@@ -67,26 +68,29 @@ def drops_push_on_reconnect(original: Callable[..., Any]) -> Callable[..., Any]:
 def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., Any]:
     """The client port's fast path answers a get of any index its member's log holds, committed or not."""
 
-    async def call(self: EntryFastPath, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        digits = path[len(ENTRY_PREFIX):]
-        if scope["type"] == "http" and scope["method"] == "GET" and path.startswith(ENTRY_PREFIX) and digits.isdigit():
-            service = self.handlers.service
-            index = int(digits)
-            if service.node.committed_index < index <= service.store.end_index:
-                await Response(bytes(service.store.get(index).body), media_type="application/octet-stream")(
-                    scope, receive, send)
-                return
-        await original(self, scope, receive, send)
+    def match(self: EntryFastPath, scope: Scope) -> tuple[str, Handling] | None:
+        hot = original(self, scope)
+        if hot is None or scope["method"] != "GET":
+            return hot
+        template, handling = hot
+        index = int(scope["path"][len(ENTRY_PREFIX):])
 
-    return call
+        async def past_commit(request: Request) -> Response:
+            service = self.handlers.service
+            if service.node.committed_index < index <= service.store.end_index:
+                return Response(bytes(service.store.get(index).body), media_type="application/octet-stream")
+            return await handling(request)
+
+        return template, past_commit
+
+    return match
 
 
 FAULT_MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-pushes-before-handling": (PeerService, "take_push", acks_pushes_before_handling),
     "drops-push-on-reconnect": (H2PushStream, "connection_made", drops_push_on_reconnect),
     "retries-grpc-forwarded-appends": (LogServicer, "_append", partial(retries_forwarded_appends, codes=UNKNOWN)),
-    "fast-path-reads-past-commit": (EntryFastPath, "__call__", fast_path_reads_past_commit),
+    "fast-path-reads-past-commit": (EntryFastPath, "match", fast_path_reads_past_commit),
 }
 ALL = {**MUTANTS, **FAULT_MUTANTS}
 
