@@ -161,7 +161,22 @@ class LeaderElector:
                 if self.node.passive:
                     self.state.lose_leader()
                 else:
-                    self.state.change_to_candidate(self.state.current_term)
+                    self._stand_after_losing()
+
+    def _stand_after_losing(self) -> None:
+        """Become a candidate, first asking at a random moment within min_vote_interval_ms: the other
+        followers lost the same leader at the same heartbeat, and asking at once, together, each would
+        keep its vote for itself, and all would wait a vote interval to ask again. The first to ask
+        usually gets the others' votes.
+
+        A member that voted for another in this term (the leader it lost, most often) cannot have its own
+        vote in it: its first round is in the next term. (DLedger asks in the current term first, and
+        there that round always fails.)"""
+        self.state.change_to_candidate(self.state.current_term)
+        self.next_time_to_request_vote = self.node.now() + self._ms(
+            self.node.rng.uniform(0, self.config.min_vote_interval_ms))
+        if self.state.voted_for not in (None, self.config.self_id):
+            self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
 
     # -- candidate ---------------------------------------------------------------------
 

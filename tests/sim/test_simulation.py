@@ -55,12 +55,12 @@ def test_membership_changes_beside_the_faults(seed: int) -> None:
 
 def test_membership_schedules_make_every_kind_of_change() -> None:
     """The schedules above are not vacuous: between them, members are added, promoted and removed."""
-    made = [c.split()[0] for seed in MEMBERSHIP[:12] for c in run_scenario(seed, membership=True).changes]
+    made = [c.split()[0] for seed in MEMBERSHIP for c in run_scenario(seed, membership=True).changes]
     assert {"add", "promote", "remove"} <= set(made) and len(made) >= 24, made
 
 
-FAILOVER_MEDIAN_S = 0.45  # the README's figure, from `python -m tests.sim --failover --seeds 200`, is below
-FAILOVER_WORST_S = 0.6  # 300 ms to miss 3 beats, up to 150 ms of vote back-off, a vote and a NOOP's round trips
+FAILOVER_MEDIAN_S = 0.36  # the README's figure, from `python -m tests.sim --failover --seeds 200`, is below
+FAILOVER_WORST_S = 0.5  # 300 ms to miss 3 beats, up to 50 ms before a candidate asks, a vote and a NOOP's round trips
 
 
 def test_a_killed_leader_is_replaced_within_the_failover_bound() -> None:
