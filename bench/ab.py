@@ -14,7 +14,7 @@ Workloads:
 - single: wrk, --connections connections, POST /v1/entries of 100 bytes, to the leader
   (etcd: POST /v3/kv/put, a new key each time);
 - forward: the same, to a follower (etcd: to a follower);
-- batch: binary batches of 1000 bodies of 100 bytes, 16 clients in this process, to the leader
+- batch: binary batches of 1000 bodies of 100 bytes, wrk with 16 connections, to the leader
   (etcd: transactions of 128 puts);
 - read: wrk, linearizable GET /v1/entries/{i} of committed entries from a follower, CPU per read
   (raftlog only).
@@ -26,22 +26,20 @@ run with that checkout first on their path, on this virtualenv.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-from cluster_bench import drive, raftlog_batch, wrk  # this folder's siblings: run as `python bench/ab.py`
-from compare import BODY, committed_index, cpu_s, etcd_txn, machine, rate
+from cluster_bench import wrk, wrk_batches  # this folder's siblings: run as `python bench/ab.py`
+from compare import BODY, ETCD_TXN_OPS_MAX, committed_index, cpu_s, machine, rate
 from etcd_cluster import EtcdCluster, b64
 
 from app.launcher import LocalCluster
@@ -70,11 +68,10 @@ class Contender:
             entries = int(report["requests"])
             report = {"eps": rate(report), "p50_ms": report["p50_us"] / 1000, "p99_ms": report["p99_us"] / 1000}
         elif workload == "batch":
-            send = etcd_txn(target, BATCH, f"ab{time.monotonic_ns()}-") if etcd else raftlog_batch(target, BATCH)
-            started = time.monotonic()
-            entries, _ = asyncio.run(drive(send, BATCH_CLIENTS, lambda _done: time.monotonic() - started >= seconds))
-            elapsed = time.monotonic() - started
-            report: dict[str, float] = {"eps": entries / elapsed}
+            report = wrk_batches(target, min(BATCH, ETCD_TXN_OPS_MAX) if etcd else BATCH, seconds, BATCH_CLIENTS,
+                                 etcd=etcd)
+            entries = int(report["entries"])
+            report = {"eps": report["entries"] / report["duration_us"] * 1e6}
         else:
             script, env = ("wrk_etcd_put.lua", {"WRK_VALUE_B64": b64(BODY)}) if etcd else ("wrk_append.lua", {})
             url = target if etcd else f"{target}/v1/entries"

@@ -11,7 +11,7 @@ median of its rounds:
    (etcd: `POST /v3/kv/put`, a new key each time): requests/s and latency percentiles; then at 64
    connections to a follower, which forwards them to the leader (etcd's follower forwards its
    proposals too);
-2. batch appends of 100 and 1000 bodies of 100 bytes, 16 concurrent clients (etcd: a transaction of
+2. batch appends of 100 and 1000 bodies of 100 bytes, wrk with 16 connections (etcd: a transaction of
    puts, at most its `--max-txn-ops` of 128): entries/s;
 3. linearizable reads by index (etcd: by key, among 10,000 written) with wrk, 64 connections, from a
    follower;
@@ -58,10 +58,10 @@ from typing import Any, TypeVar
 
 import httpx
 from cluster_bench import (  # this folder's siblings: run as `python bench/compare.py`
-    Send,
     drive,
     raftlog_batch,
     wrk,
+    wrk_batches,
 )
 from etcd_cluster import EtcdCluster, b64
 from pysyncobj_cluster import max_rate
@@ -231,29 +231,6 @@ def single_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, round
 # -- 2. batch appends ----------------------------------------------------------------------
 
 
-def etcd_txn(url: str, size: int, key_prefix: str) -> Send:
-    size = min(size, ETCD_TXN_OPS_MAX)
-    value = b64(BODY)
-    counter = 0
-
-    async def send(http: httpx.AsyncClient) -> int:
-        nonlocal counter
-        counter += 1
-        puts = [{"requestPut": {"key": b64(f"{key_prefix}{counter}-{i}".encode()), "value": value}}
-                for i in range(size)]
-        response = await http.post(f"{url}/v3/kv/txn", json={"success": puts})
-        response.raise_for_status()
-        return size
-
-    return send
-
-
-def drive_seconds(send: Send, seconds: float) -> tuple[int, float]:
-    """BATCH_CLIENTS loops of `send` for `seconds`: (entries written, seconds taken)."""
-    deadline = time.monotonic() + seconds
-    return asyncio.run(drive(send, BATCH_CLIENTS, lambda _done: time.monotonic() >= deadline))
-
-
 Medians = dict[str, dict[int, float]]  # system: batch size: the median of its rounds
 
 
@@ -262,19 +239,20 @@ def batch_appends(raftlog: LocalCluster, etcd: EtcdCluster, seconds: int, rounds
     """(entries/s, CPU µs per entry), by system and batch size."""
     runs: dict[str, dict[int, list[float]]] = {"raftlog": {}, "etcd": {}}
     cpu: dict[str, dict[int, list[float]]] = {"raftlog": {}, "etcd": {}}
-    for round_ in range(rounds):
+    for _ in range(rounds):
         for size in BATCHES:
             raftlog_leader, _ = raftlog_urls(raftlog)
             etcd_leader, _ = etcd_urls(etcd)
-            raftlog_run = partial(drive_seconds, raftlog_batch(raftlog_leader, size), seconds)
-            etcd_run = partial(drive_seconds, etcd_txn(etcd_leader, size, f"b{round_}-{size}-"), seconds)
-            (a, a_s), a_cpu = raftlog_metered(raftlog, raftlog_leader, raftlog_run)
-            (b, b_s), b_cpu = etcd_metered(etcd, etcd_run, lambda done: done[0])
-            for system, eps, us in (("raftlog", a / a_s, a_cpu), ("etcd", b / b_s, b_cpu)):
+            a, a_cpu = raftlog_metered(raftlog, raftlog_leader,
+                                       partial(wrk_batches, raftlog_leader, size, seconds, BATCH_CLIENTS))
+            b, b_cpu = etcd_metered(etcd, partial(wrk_batches, etcd_leader, min(size, ETCD_TXN_OPS_MAX), seconds,
+                                                  BATCH_CLIENTS, etcd=True), lambda report: report["entries"])
+            for system, eps, us in (("raftlog", a["entries"] / a["duration_us"] * 1e6, a_cpu),
+                                    ("etcd", b["entries"] / b["duration_us"] * 1e6, b_cpu)):
                 runs[system].setdefault(size, []).append(eps)
                 cpu[system].setdefault(size, []).append(us)
-            log(f"  batches of {size}: raftlog {a / a_s:,.0f} entries/s, {a_cpu:,.1f} CPU µs per entry; "
-                f"etcd {b / b_s:,.0f} entries/s, {b_cpu:,.1f} CPU µs per entry "
+            log(f"  batches of {size}: raftlog {runs['raftlog'][size][-1]:,.0f} entries/s, {a_cpu:,.1f} CPU µs per "
+                f"entry; etcd {runs['etcd'][size][-1]:,.0f} entries/s, {b_cpu:,.1f} CPU µs per entry "
                 f"(transactions of {min(size, ETCD_TXN_OPS_MAX)} puts)")
 
     def medians(by_system: dict[str, dict[int, list[float]]]) -> Medians:
