@@ -35,6 +35,7 @@ import h2.exceptions
 import h2.settings
 import hyperframe.frame
 
+from api.data_frames import DEFAULT_WINDOW, DataFrames
 from api.peer_codec import PeerMessageError, decode_push_response, encode_push
 from raft.messages import PushRequest, PushResponse
 from raft.transport import PeerUnavailable, fail_push
@@ -116,6 +117,8 @@ class H2CallStream(asyncio.Protocol):
             (b":path", self.path), (b":authority", address.encode()),
             (b"content-type", b"application/grpc"), (b"te", b"trailers"), (b"user-agent", b"raftlog"),
             *((name.encode(), value.encode()) for name, value in client.metadata)]
+        self._frames = DataFrames(self._h2, server=False, inbound_window=DEFAULT_WINDOW)
+        self._control = b""  # WINDOW_UPDATE frames to send
         self._transport: Any = None  # once connected; uvloop's transports are not asyncio.Transport's
         self._stream_id = 1
         self._outbox: deque[bytes | memoryview] = deque()  # messages, framed, the other end's window has not taken
@@ -177,6 +180,7 @@ class H2CallStream(asyncio.Protocol):
         self._transport = transport
         self._h2.initiate_connection()  # answers are small and taken at once: the default window holds them
         self._h2.send_headers(self._stream_id, self._headers)
+        self._frames.opened(self._stream_id)
         self._write()
 
     def data_received(self, data: bytes) -> None:
@@ -185,8 +189,7 @@ class H2CallStream(asyncio.Protocol):
         self._heard = self._loop.time()
         self._pinged = None
         try:
-            for event in self._h2.receive_data(data):
-                self._on(event)
+            self._frames.receive(data, self._data, self._on)
         except (h2.exceptions.ProtocolError, PeerMessageError) as exc:
             self._break(exc)
             return
@@ -204,15 +207,24 @@ class H2CallStream(asyncio.Protocol):
         except OSError as exc:  # refused, unreachable, a TLS handshake that failed
             self._break(exc)
 
+    def _data(self, data: bytes) -> None:
+        """DATA of the stream: answers; the window given back for what is not held."""
+        self._unacknowledged += len(data)
+        self._take(data)
+        taken = self._unacknowledged - len(self._received)
+        if taken > 0:
+            self._unacknowledged -= taken
+            self._control += self._frames.give_back(taken)
+
     def _on(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.DataReceived):
+        if isinstance(event, h2.events.DataReceived):  # one h2 read: padded, or the last of the stream
             self._unacknowledged += event.flow_controlled_length
             self._take(event.data)
             taken = self._unacknowledged - len(self._received)  # what is still held is not given back
             if taken > 0:
                 self._unacknowledged -= taken
                 self._h2.acknowledge_received_data(taken, event.stream_id)
-        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
             pass  # _write, after the events, sends what the wider window allows
         elif isinstance(event, h2.events.ResponseReceived):
             headers = dict(event.headers)
@@ -244,22 +256,13 @@ class H2CallStream(asyncio.Protocol):
                 answer.set_result(response)
 
     def _write(self) -> None:
-        """Hand h2 what the follower's window takes of the outbox, and send what h2 has."""
+        """Send what h2 has, and what the follower's windows take of the outbox."""
         if self._transport is None or self._broken is not None:
             return
-        h2_, outbox = self._h2, self._outbox
-        while outbox:
-            room = min(h2_.local_flow_control_window(self._stream_id), h2_.max_outbound_frame_size)
-            if room <= 0:
-                break  # a WINDOW_UPDATE brings more room, and data_received calls here again
-            head = outbox[0]
-            if len(head) <= room:  # whole, as it is: a frame's bytes are copied once, into the frame
-                h2_.send_data(self._stream_id, outbox.popleft())
-            else:
-                head = memoryview(head)
-                h2_.send_data(self._stream_id, head[:room])
-                outbox[0] = head[room:]
-        data = h2_.data_to_send()
+        out: list[bytes | memoryview] = [self._h2.data_to_send(), self._control]
+        self._control = b""
+        self._frames.take_outbox(self._outbox, out)
+        data = b"".join(out)
         if data:
             self._transport.write(data)
 

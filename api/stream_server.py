@@ -40,6 +40,7 @@ import h2.frame_buffer
 import h2.settings
 from hyperframe.frame import HeadersFrame
 
+from api.data_frames import DataFrames
 from api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
 from api.peer_codec import PeerMessageError
 from api.peer_stream import (
@@ -95,12 +96,14 @@ class StreamConnection(asyncio.Protocol):
         self._h2.max_inbound_frame_size = FRAME_BYTES_MAX  # h2 took it from its default settings
         self._h2.decoder.max_header_list_size = header_bytes  # ... and this, until the leader acknowledges ours
         self._h2.incoming_buffer = BoundedFrameBuffer(header_bytes)
+        self._frames = DataFrames(self._h2, server=True, inbound_window=WINDOW_BYTES)
+        self._control = b""  # WINDOW_UPDATE frames to send
         self._transport: Any = None
         self._stream_id: int | None = None
         self._method: StreamMethod | None = None  # the open stream's
         self._received = bytearray()
         self._answers: deque[asyncio.Future[Any]] = deque()  # in the order the messages came
-        self._outbox = bytearray()  # answers, framed, that the leader's window has not taken
+        self._outbox: deque[bytes | memoryview] = deque()  # answers, framed, the leader's windows have not taken
         self._ending: tuple[int, str] | None = None  # the status to end with once the answers are out
         self._paused = False
         self._heard = self._loop.time()
@@ -118,8 +121,7 @@ class StreamConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._heard = self._loop.time()
         try:
-            for event in self._h2.receive_data(data):
-                self._on(event)
+            self._frames.receive(data, self._data, self._on)
         except h2.exceptions.ProtocolError as exc:
             log.warning("peer stream from %s: HTTP/2 protocol error: %s", self.peer, exc)
             self._h2.close_connection(h2.errors.ErrorCodes.PROTOCOL_ERROR)
@@ -144,19 +146,27 @@ class StreamConnection(asyncio.Protocol):
 
     # -- the stream --------------------------------------------------------------------
 
+    def _data(self, data: bytes) -> None:
+        """DATA of the open stream (api.data_frames): its window is given back at once, as the
+        bounds on what is held are ANSWERS_AHEAD_MAX's."""
+        self._control += self._frames.give_back(len(data))
+        if self._ending is None:
+            self._take(data)
+
     def _on(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
             self._open(event.stream_id, dict(event.headers))
-        elif isinstance(event, h2.events.DataReceived):
+        elif isinstance(event, h2.events.DataReceived):  # one h2 read: padded, or the last of the stream
             self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
             if event.stream_id == self._stream_id and self._ending is None:
                 self._take(event.data)
         elif isinstance(event, h2.events.StreamEnded):
             if event.stream_id == self._stream_id:
+                self._frames.reading = False
                 self._end(OK, "")  # the peer is done: answer what it sent, then the trailers
         elif isinstance(event, h2.events.StreamReset):
             if event.stream_id == self._stream_id:
-                self._stream_id = None
+                self._stream_id = self._frames.stream_id = None
                 self._answers.clear()
                 if self._paused:
                     self._paused = False
@@ -178,6 +188,7 @@ class StreamConnection(asyncio.Protocol):
         self._received.clear()
         self._outbox.clear()
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        self._frames.opened(stream_id)
 
     def _refuse(self, stream_id: int, status: int, message: str) -> None:
         """A trailers-only answer, as gRPC ends a call it refuses; the stream is reset, so the leader
@@ -217,8 +228,8 @@ class StreamConnection(asyncio.Protocol):
                 self._end(INTERNAL, "a message failed on this member")  # PeerService logs why
                 break
             message = encode(answer.result())
-            outbox += grpc_prefix(len(message))
-            outbox += message
+            outbox.append(grpc_prefix(len(message)))
+            outbox.append(message)
         if self._paused and len(answers) < ANSWERS_AHEAD_MAX:
             self._paused = False
             self._transport.resume_reading()
@@ -231,19 +242,17 @@ class StreamConnection(asyncio.Protocol):
             self._received.clear()
 
     def _flush(self) -> None:
-        """Send the answers the leader's window takes, the trailers once all are out, and what h2 has."""
-        stream_id, outbox, h2_ = self._stream_id, self._outbox, self._h2
+        """Send what h2 has, the answers the leader's windows take, and the trailers once all are out."""
+        stream_id, h2_ = self._stream_id, self._h2
+        out: list[bytes | memoryview] = [h2_.data_to_send(), self._control]
+        self._control = b""
         if stream_id is not None:
-            while outbox:
-                room = min(h2_.local_flow_control_window(stream_id), h2_.max_outbound_frame_size)
-                if room <= 0:
-                    break  # a WINDOW_UPDATE brings more room, and data_received calls here again
-                h2_.send_data(stream_id, bytes(outbox[:room]))
-                del outbox[:room]
-            if self._ending is not None and not self._answers and not outbox:
-                self._stream_id = None
+            self._frames.take_outbox(self._outbox, out)
+            if self._ending is not None and not self._answers and not self._outbox:
+                self._stream_id = self._frames.stream_id = None
                 h2_.send_headers(stream_id, _status(*self._ending), end_stream=True)
-        data = h2_.data_to_send()
+                out.append(h2_.data_to_send())
+        data = b"".join(out)
         if data and self._transport is not None:
             self._transport.write(data)
 
