@@ -1,5 +1,6 @@
 """The peer port's long-lived streams on h2, each one HTTP/2 stream on a connection of its own,
-driven by h2's state machine on an asyncio protocol: the replication stream
+driven by h2's state machine on an asyncio protocol, their DATA frames read and written beside it
+(api.data_frames): the replication stream
 (raft.transport.PushStream, to a follower's Replicate method) and the forwarding stream
 (api.forward_stream, a follower's appends to its leader's Forward method).
 

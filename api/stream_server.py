@@ -1,5 +1,6 @@
 """The serving end of the peer port's long-lived streams, on h2: one HTTP/2 connection carrying
-one stream, driven by h2's state machine on the event loop. A follower serves its leader's
+one stream, driven by h2's state machine on the event loop, its DATA frames read and written beside
+it (api.data_frames). A follower serves its leader's
 `Replicate` stream (the leader's end is api.peer_stream.H2PushStream); a leader serves its
 followers' `Forward` streams, their clients' appends (api.forward_stream). Each is a method of
 PeerService (`stream_method`): how a message is taken, how its answer is written.

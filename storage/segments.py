@@ -86,11 +86,15 @@ class SegmentList:
         return seg.view[offset:offset + length]
 
     def write(self, pos: int, data: bytes | bytearray | memoryview) -> Segment:
-        """Copy `data` to [pos, pos + len), which must lie in one existing file."""
+        """Write `data` to [pos, pos + len), which must lie in one existing file. With pwrite, not
+        through the mapping (which reads see at once: one page cache): an fdatasync after writes
+        through a shared mapping cost ten times as much on ext4 here once the file had tens of MiB
+        behind the write position (0.55 against 0.04 ms), and with it the latency of every append."""
         seg = self.find(pos)
         offset = pos - seg.start
         assert offset + len(data) <= self.file_size
-        seg.view[offset:offset + len(data)] = data
+        if os.pwrite(seg.fd, data, offset) != len(data):
+            raise OSError(f"a short write to {seg.path} at {offset}")
         return seg
 
     def spans(self, pos: int, length: int) -> Iterator[tuple[Segment, memoryview, int]]:

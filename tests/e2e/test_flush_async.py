@@ -2,8 +2,8 @@
 acknowledged without waiting for fdatasync, and the background flush makes it durable within
 `flush_interval_ms`.
 
-What is on disk is read from the kernel: a page written through the node's mapping of a data
-file counts as dirty in /proc/<pid>/smaps until writeback (the node's fdatasync) cleans it. So
+What is on disk is read from the kernel: cachestat(2) counts the dirty pages of a file in the page
+cache until writeback (the node's fdatasync) cleans them, however they were written. So
 "acknowledged, not yet durable" is an acknowledgement while the node's own data file still has
 dirty pages and no flush round has run; "durable" is those pages clean. (The kernel's own
 writeback would clean them too, but only after vm.dirty_expire_centisecs, 30 s by default.)
@@ -11,7 +11,10 @@ writeback would clean them too, but only after vm.dirty_expire_centisecs, 30 s b
 
 from __future__ import annotations
 
+import ctypes
+import os
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
@@ -21,19 +24,27 @@ from tests.processes import ClusterFactory, eventually, metric
 LONG_MS = 3_600_000  # no periodic flush during the test
 
 
+class _CacheStat(ctypes.Structure):
+    _fields_: ClassVar = [(name, ctypes.c_uint64) for name in
+                          ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+CACHESTAT = 451  # the syscall's number on x86-64 and arm64 (Linux 6.5)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
 def dirty_kib(cluster: LocalCluster, member_id: str) -> int:
-    """Dirty KiB of the member's mappings of its data files, as the kernel counts them."""
-    member = cluster.members[member_id]
-    assert member.process is not None
-    data = str(Path(member.data_dir, "data").resolve())
-    dirty, inside = 0, False
-    with open(f"/proc/{member.process.pid}/smaps") as smaps:
-        for line in smaps:
-            fields = line.split()
-            if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line
-                inside = len(fields) >= 6 and fields[5].startswith(data + "/")
-            elif inside and fields[0] in ("Shared_Dirty:", "Private_Dirty:"):
-                dirty += int(fields[1])
+    """Dirty KiB of the member's data files in the page cache, as the kernel counts them."""
+    dirty = 0
+    for path in Path(cluster.members[member_id].data_dir, "data").iterdir():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            whole, stat = (ctypes.c_uint64 * 2)(0, 0), _CacheStat()  # offset 0, length 0: the whole file
+            if _libc.syscall(CACHESTAT, fd, whole, ctypes.byref(stat), 0) != 0:
+                raise OSError(ctypes.get_errno(), "cachestat")
+            dirty += stat.nr_dirty * os.sysconf("SC_PAGE_SIZE") // 1024
+        finally:
+            os.close(fd)
     return dirty
 
 

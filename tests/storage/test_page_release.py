@@ -24,8 +24,11 @@ BODIES = [bytes([i % 256]) * 1000 for i in range(1000)]  # about 1 MiB a batch
 
 
 async def append_flushed(store: Store, batches: int) -> None:
+    """Batches appended, each read back through the mapping (as pushes and reads take entries,
+    which maps their pages), and flushed."""
     for _ in range(batches):
-        await store.append_as_leader(BODIES, term=1)
+        appended = await store.append_as_leader(BODIES, term=1)
+        assert len(bytes(store.read_range(appended.first_index, len(BODIES), 1 << 30).data)) > 0
         await store.flush()
 
 
