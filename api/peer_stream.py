@@ -209,21 +209,22 @@ class H2CallStream(asyncio.Protocol):
             self._break(exc)
 
     def _data(self, data: bytes) -> None:
-        """DATA of the stream: answers; the window given back for what is not held."""
-        self._unacknowledged += len(data)
+        """DATA of the stream (api.data_frames)."""
+        self._control += self._frames.give_back(self._taken(data, len(data)))
+
+    def _taken(self, data: bytes, counted: int) -> int:
+        """Answers from `data` (`counted` bytes of the window); how many bytes the window may take
+        back: what is still held, part of an answer, is not given back."""
+        self._unacknowledged += counted
         self._take(data)
-        taken = self._unacknowledged - len(self._received)
-        if taken > 0:
-            self._unacknowledged -= taken
-            self._control += self._frames.give_back(taken)
+        taken = max(self._unacknowledged - len(self._received), 0)
+        self._unacknowledged -= taken
+        return taken
 
     def _on(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.DataReceived):  # one h2 read: padded, or the last of the stream
-            self._unacknowledged += event.flow_controlled_length
-            self._take(event.data)
-            taken = self._unacknowledged - len(self._received)  # what is still held is not given back
-            if taken > 0:
-                self._unacknowledged -= taken
+            taken = self._taken(event.data, event.flow_controlled_length)
+            if taken:
                 self._h2.acknowledge_received_data(taken, event.stream_id)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             pass  # _write, after the events, sends what the wider window allows
