@@ -52,7 +52,7 @@ mutants: $(STAMP)
 	$(BIN)/python -m tests.faults.mutation $(if $(ONLY),--only $(ONLY),)
 
 openapi: $(STAMP)
-	$(BIN)/python -m app.openapi > openapi.yaml.tmp && mv openapi.yaml.tmp openapi.yaml
+	$(BIN)/python -m raftlog.app.openapi > openapi.yaml.tmp && mv openapi.yaml.tmp openapi.yaml
 
 # the peer port's messages and the public gRPC API, generated from proto/ (committed; tests/api/test_proto_drift.py
 # checks them); the public service's stubs import its messages from api/
@@ -60,7 +60,7 @@ proto: $(STAMP)
 	rm -rf .proto-out && mkdir .proto-out
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=.proto-out --pyi_out=.proto-out proto/raftlog/peer/v1/peer.proto
 	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=.proto-out --pyi_out=.proto-out --grpc_python_out=.proto-out proto/raftlog/v1/log.proto
-	sed -i 's/^from raftlog.v1 import log_pb2/from api import log_pb2/' .proto-out/raftlog/v1/log_pb2_grpc.py
+	sed -i 's/^from raftlog.v1 import log_pb2/from raftlog.api import log_pb2/' .proto-out/raftlog/v1/log_pb2_grpc.py
 	mv .proto-out/raftlog/peer/v1/peer_pb2.py .proto-out/raftlog/peer/v1/peer_pb2.pyi api/
 	mv .proto-out/raftlog/v1/log_pb2.py .proto-out/raftlog/v1/log_pb2.pyi .proto-out/raftlog/v1/log_pb2_grpc.py api/
 	rm -rf .proto-out

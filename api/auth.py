@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from raftlog.api.errors import ApiError, error_response
+from raftlog.raft.messages import Code
 from starlette.types import ASGIApp, Receive, Scope, Send
-
-from api.errors import ApiError, error_response
-from raft.messages import Code
 
 log = logging.getLogger("raftlog.auth")
 

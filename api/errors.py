@@ -17,18 +17,17 @@ from __future__ import annotations
 import logging
 import secrets
 
-from starlette.responses import JSONResponse
-
-from raft.errors import RaftError
-from raft.membership import MembershipError
-from raft.messages import Code
-from storage.errors import (
+from raftlog.raft.errors import RaftError
+from raftlog.raft.membership import MembershipError
+from raftlog.raft.messages import Code
+from raftlog.storage.errors import (
     DiskFullError,
     EntryTooLargeError,
     IndexCleanedError,
     IndexOutOfRangeError,
     StorageError,
 )
+from starlette.responses import JSONResponse
 
 # The HTTP status of each code a client can meet; openapi.yaml documents the same table.
 STATUS = {

@@ -24,10 +24,9 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from raftlog.raft.waiting import Signal
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
-
-from raft.waiting import Signal
 
 log = logging.getLogger("raftlog.api")
 
@@ -35,7 +34,7 @@ ABORTED_WAIT_S = 5.0  # for the server to see a cut connection gone
 ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: cuts the request's connection (app.client_protocol)
 
 if TYPE_CHECKING:
-    from api.service import LogService, RawRead
+    from raftlog.api.service import LogService, RawRead
 
 
 class ByteBudget:

@@ -22,14 +22,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
-
-from api import peer_pb2 as pb
-from api.peer_codec import PeerMessageError
-from api.peer_stream import FORWARD_PATH, H2CallStream
-from raft.transport import fail_push
+from raftlog.api import peer_pb2 as pb
+from raftlog.api.peer_codec import PeerMessageError
+from raftlog.api.peer_stream import FORWARD_PATH, H2CallStream
+from raftlog.raft.transport import fail_push
 
 if TYPE_CHECKING:
-    from api.peer_client import PeerClient
+    from raftlog.api.peer_client import PeerClient
 
 FORWARDS_AHEAD_MAX = 2  # messages on their way to the leader; the appends that come meanwhile wait to go together
 ANSWER_OVERHEAD_BYTES = 4096  # an answer's fields around its positions (an error's message included)

@@ -25,20 +25,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
-
-from api import log_pb2 as pb
-from api import log_pb2_grpc
-from api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
-from api.errors import ApiError, api_error, bad_request, too_large
-from api.follow import committed_chunks
-from api.limits import InflightBytes, batch_entries
-from api.public import EntryHandlers, parse_model
-from api.schemas import NewMember
-from api.service import LogService
-from raft.messages import Code
-from raft.messages import Role as RaftRole
-from raft.waiting import consume
-from storage.codec import Entry, Magic, iter_entries
+from raftlog.api import log_pb2 as pb
+from raftlog.api import log_pb2_grpc
+from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
+from raftlog.api.errors import ApiError, api_error, bad_request, too_large
+from raftlog.api.follow import committed_chunks
+from raftlog.api.limits import InflightBytes, batch_entries
+from raftlog.api.public import EntryHandlers, parse_model
+from raftlog.api.schemas import NewMember
+from raftlog.api.service import LogService
+from raftlog.raft.messages import Code
+from raftlog.raft.messages import Role as RaftRole
+from raftlog.raft.waiting import consume
+from raftlog.storage.codec import Entry, Magic, iter_entries
 
 log = logging.getLogger("raftlog.api.grpc")
 

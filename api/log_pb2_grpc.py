@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from api import log_pb2 as raftlog_dot_v1_dot_log__pb2
+from raftlog.api import log_pb2 as raftlog_dot_v1_dot_log__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

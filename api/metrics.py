@@ -15,9 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-
-from raft.messages import Role
-from raft.node import RaftNode
+from raftlog.raft.messages import Role
+from raftlog.raft.node import RaftNode
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 HISTORY_INTERVAL_S = 1.0

@@ -34,14 +34,13 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError, Message
-
-from api import peer_pb2 as pb
-from api.errors import ApiError
-from api.forward_stream import ForwardStream
-from api.peer_codec import PeerMessageError, decode_message, encode_message
-from api.peer_stream import H2PushStream
-from raft.config import Peer
-from raft.messages import (
+from raftlog.api import peer_pb2 as pb
+from raftlog.api.errors import ApiError
+from raftlog.api.forward_stream import ForwardStream
+from raftlog.api.peer_codec import PeerMessageError, decode_message, encode_message
+from raftlog.api.peer_stream import H2PushStream
+from raftlog.raft.config import Peer
+from raftlog.raft.messages import (
     Code,
     FetchRequest,
     HeartbeatRequest,
@@ -51,7 +50,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport import PeerUnavailable
+from raftlog.raft.transport import PeerUnavailable
 
 log = logging.getLogger("raftlog.api.peers")
 

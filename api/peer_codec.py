@@ -15,9 +15,8 @@ from functools import cache
 from typing import Any, TypeVar, get_type_hints
 
 from google.protobuf.message import DecodeError, Message
-
-from api import peer_pb2 as pb
-from raft.messages import (
+from raftlog.api import peer_pb2 as pb
+from raftlog.raft.messages import (
     Code,
     FetchRequest,
     HeartbeatRequest,

@@ -33,11 +33,10 @@ from typing import Any
 
 import grpc
 import grpc.aio
-
-from api.peer_client import PeerTls, channel_options, load_identity
-from api.peer_server import PeerService
-from api.peer_stream import REPLICATE_SETTING
-from api.stream_server import StreamConnection
+from raftlog.api.peer_client import PeerTls, channel_options, load_identity
+from raftlog.api.peer_server import PeerService
+from raftlog.api.peer_stream import REPLICATE_SETTING
+from raftlog.api.stream_server import StreamConnection
 
 log = logging.getLogger("raftlog.api.peer_server")
 

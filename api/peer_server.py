@@ -29,18 +29,25 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError, Message
-
-from api import peer_pb2 as pb
-from api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
-from api.errors import ApiError, too_large
-from api.limits import InflightBytes, batch_entries
-from api.peer_client import api_error_message
-from api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push_response
-from api.peer_stream import FORWARD_PATH, REPLICATE_PATH
-from api.service import LogService
-from raft.config import Peer
-from raft.messages import Code, FetchRequest, HeartbeatRequest, PushRequest, PushResponse, TransferRequest, VoteRequest
-from raft.node import RaftNode
+from raftlog.api import peer_pb2 as pb
+from raftlog.api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
+from raftlog.api.errors import ApiError, too_large
+from raftlog.api.limits import InflightBytes, batch_entries
+from raftlog.api.peer_client import api_error_message
+from raftlog.api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push_response
+from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH
+from raftlog.api.service import LogService
+from raftlog.raft.config import Peer
+from raftlog.raft.messages import (
+    Code,
+    FetchRequest,
+    HeartbeatRequest,
+    PushRequest,
+    PushResponse,
+    TransferRequest,
+    VoteRequest,
+)
+from raftlog.raft.node import RaftNode
 
 log = logging.getLogger("raftlog.api.peer_server")
 

@@ -35,14 +35,13 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import hyperframe.frame
-
-from api.data_frames import DEFAULT_WINDOW, DataFrames
-from api.peer_codec import PeerMessageError, decode_push_response, encode_push
-from raft.messages import PushRequest, PushResponse
-from raft.transport import PeerUnavailable, fail_push
+from raftlog.api.data_frames import DEFAULT_WINDOW, DataFrames
+from raftlog.api.peer_codec import PeerMessageError, decode_push_response, encode_push
+from raftlog.raft.messages import PushRequest, PushResponse
+from raftlog.raft.transport import PeerUnavailable, fail_push
 
 if TYPE_CHECKING:
-    from api.peer_client import PeerClient
+    from raftlog.api.peer_client import PeerClient
 
 PREFIX_SIZE = 5  # gRPC's message prefix: a compressed flag and a u32 big-endian length
 PING_DATA = b"raftlog!"  # a PING frame carries 8 bytes

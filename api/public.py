@@ -24,21 +24,16 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
-from starlette.routing import Match
-from starlette.types import ASGIApp
-
-from api import schemas
-from api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
-from api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
-from api.browser import PROBE_PATHS, BrowserGuard, page_policy
-from api.errors import ApiError, api_error, bad_request, error_response, too_large
-from api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
-from api.follow import LogStream, committed_chunks
-from api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
-from api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
-from api.schemas import (
+from raftlog.api import schemas
+from raftlog.api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
+from raftlog.api.browser import PROBE_PATHS, BrowserGuard, page_policy
+from raftlog.api.errors import ApiError, api_error, bad_request, error_response, too_large
+from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
+from raftlog.api.follow import LogStream, committed_chunks
+from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
+from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
+from raftlog.api.schemas import (
     Appended,
     BatchAppended,
     ChartHistory,
@@ -55,9 +50,13 @@ from api.schemas import (
     Transferred,
     TransferTarget,
 )
-from api.service import LogService, entry_json, entry_type
-from raft.messages import Code
-from storage.codec import iter_entries
+from raftlog.api.service import LogService, entry_json, entry_type
+from raftlog.raft.messages import Code
+from raftlog.storage.codec import iter_entries
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
+from starlette.types import ASGIApp
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"

@@ -19,18 +19,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from api.auth import is_loopback
-from api.errors import ApiError, api_error, bad_request, too_large
-from api.follow import ByteBudget
-from api.peer_client import PeerClient
-from raft.config import Peer
-from raft.errors import NotLeaderError
-from raft.membership import Configuration
-from raft.messages import Code, Role
-from raft.node import RaftNode
-from raft.waiting import consume, wait_event
-from storage.codec import Entry, Magic, iter_entries
-from storage.protocol import LogStore
+from raftlog.api.auth import is_loopback
+from raftlog.api.errors import ApiError, api_error, bad_request, too_large
+from raftlog.api.follow import ByteBudget
+from raftlog.api.peer_client import PeerClient
+from raftlog.raft.config import Peer
+from raftlog.raft.errors import NotLeaderError
+from raftlog.raft.membership import Configuration
+from raftlog.raft.messages import Code, Role
+from raftlog.raft.node import RaftNode
+from raftlog.raft.waiting import consume, wait_event
+from raftlog.storage.codec import Entry, Magic, iter_entries
+from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
 STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer

@@ -40,11 +40,10 @@ import h2.exceptions
 import h2.frame_buffer
 import h2.settings
 from hyperframe.frame import HeadersFrame
-
-from api.data_frames import DataFrames
-from api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
-from api.peer_codec import PeerMessageError
-from api.peer_stream import (
+from raftlog.api.data_frames import DataFrames
+from raftlog.api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
+from raftlog.api.peer_codec import PeerMessageError
+from raftlog.api.peer_stream import (
     CompressedMessage,
     MessageTooLarge,
     grpc_prefix,
@@ -52,7 +51,7 @@ from api.peer_stream import (
 )
 
 if TYPE_CHECKING:
-    from api.peer_server import PeerService, StreamMethod
+    from raftlog.api.peer_server import PeerService, StreamMethod
 
 log = logging.getLogger("raftlog.api.peer_server")
 

@@ -12,10 +12,9 @@ from importlib.resources import files
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
+from raftlog.api.browser import page_policy
 
-from api.browser import page_policy
-
-PAGE = files("app") / "admin" / "index.html"
+PAGE = files("raftlog.app") / "admin" / "index.html"
 
 
 def install_admin_page(app: FastAPI) -> None:

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
-from app.settings import Settings, SettingsError, load_settings
-from pipeline.cli import add_commands as add_pipeline_commands
+from raftlog.app.settings import Settings, SettingsError, load_settings
+from raftlog.pipeline.cli import add_commands as add_pipeline_commands
 
 DEFAULT_URL = "http://127.0.0.1:8001"
 CLUSTER_CLIENT_PORT = 8001
@@ -134,7 +133,7 @@ A new machine can also add itself:  raftlog serve --id n4 --peers n4-127.0.0.1:9
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.server import run
+    from raftlog.app.server import run
 
     values = {k.removeprefix("setting_"): v for k, v in vars(args).items()
               if k.startswith("setting_") and v is not None}
@@ -143,7 +142,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from app.launcher import LocalCluster
+    from raftlog.app.launcher import LocalCluster
 
     settings = {}
     for item in args.set:
@@ -155,7 +154,7 @@ def _cluster(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir, n, client_ports=[args.client_port + i for i in range(n)],
                            peer_ports=[args.peer_port + i for i in range(n)],
                            grpc_ports=[args.grpc_port + i for i in range(n)], settings=settings)
-    from app.server import bind
+    from raftlog.app.server import bind
 
     for member in cluster.members.values():  # fail with one line, not with n node logs
         bind("127.0.0.1", member.client_port, f"{member.id} client").close()
@@ -238,7 +237,7 @@ def _append(args: argparse.Namespace) -> int:
         answer = _request(args, "POST", f"{args.url}/v1/entries", content=bodies[0],
                           headers={"content-type": "application/octet-stream"}).json()
     else:
-        from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+        from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 
         answer = _request(args, "POST", f"{args.url}/v1/entries/batch", content=encode_bodies(bodies),
                           headers={"content-type": BATCH_CONTENT_TYPE}).json()

@@ -41,12 +41,11 @@ import json
 import logging
 from collections.abc import Callable
 
+from raftlog.api.errors import RETRY_AFTER_S, ApiError
+from raftlog.api.follow import ABORT_EXTENSION
+from raftlog.raft.messages import Code
 from starlette.types import ASGIApp, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
-
-from api.errors import RETRY_AFTER_S, ApiError
-from api.follow import ABORT_EXTENSION
-from raft.messages import Code
 
 log = logging.getLogger("raftlog.server")
 

@@ -20,11 +20,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-
-from api.auth import is_loopback
-from api.browser import host_name
-from app.settings import NodeSettings, SettingsError
-from raft.membership import Configuration, MembershipError
+from raftlog.api.auth import is_loopback
+from raftlog.api.browser import host_name
+from raftlog.app.settings import NodeSettings, SettingsError
+from raftlog.raft.membership import Configuration, MembershipError
 
 log = logging.getLogger("raftlog.join")
 

@@ -135,7 +135,7 @@ class LocalCluster:
 
     def command(self, member: Member) -> list[str]:
         peers = self.peers_for(member) if member.join is None else f"{member.id}-127.0.0.1:{member.peer_port}"
-        args = [sys.executable, "-m", "app.cli", "serve", "--id", member.id, "--peers", peers,
+        args = [sys.executable, "-m", "raftlog.app.cli", "serve", "--id", member.id, "--peers", peers,
                 "--data-dir", str(member.data_dir), "--client-port", str(member.client_port),
                 "--grpc-port", str(member.grpc_port)]
         if member.join is not None:

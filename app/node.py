@@ -11,21 +11,20 @@ from typing import Any
 
 import grpc
 from fastapi import FastAPI
-
-from api.auth import AuthFailures
-from api.grpc_api import GrpcApi
-from api.limits import InflightBytes
-from api.metrics import NodeMetrics
-from api.peer_client import PeerClient
-from api.peer_server import PeerService
-from api.public import EntryHandlers, create_public_app, serve_public
-from api.service import LogService
-from app.admin import install_admin_page
-from app.join import join_group
-from app.settings import NodeSettings
-from raft.membership import Configuration, describe_members, saved_configuration
-from raft.node import RaftNode, trusted_commit_end
-from storage import Checkpoint, CleanService, CorruptLogError, Store
+from raftlog.api.auth import AuthFailures
+from raftlog.api.grpc_api import GrpcApi
+from raftlog.api.limits import InflightBytes
+from raftlog.api.metrics import NodeMetrics
+from raftlog.api.peer_client import PeerClient
+from raftlog.api.peer_server import PeerService
+from raftlog.api.public import EntryHandlers, create_public_app, serve_public
+from raftlog.api.service import LogService
+from raftlog.app.admin import install_admin_page
+from raftlog.app.join import join_group
+from raftlog.app.settings import NodeSettings
+from raftlog.raft.membership import Configuration, describe_members, saved_configuration
+from raftlog.raft.node import RaftNode, trusted_commit_end
+from raftlog.storage import Checkpoint, CleanService, CorruptLogError, Store
 
 log = logging.getLogger("raftlog.node")
 

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from app.launcher import SMALL_FILES
-from app.node import Node
-from app.settings import load_settings
+from raftlog.app.launcher import SMALL_FILES
+from raftlog.app.node import Node
+from raftlog.app.settings import load_settings
 
 
 async def served_spec() -> dict[str, Any]:

@@ -20,13 +20,12 @@ from collections.abc import Iterator
 
 import uvicorn
 import uvloop
-
-from api.peer_port import GRACE_S, PeerPort
-from app.client_protocol import guarded_protocol
-from app.logs import configure_logging
-from app.node import Node
-from app.settings import NodeSettings, SettingsError
-from storage import StorageError, batch
+from raftlog.api.peer_port import GRACE_S, PeerPort
+from raftlog.app.client_protocol import guarded_protocol
+from raftlog.app.logs import configure_logging
+from raftlog.app.node import Node
+from raftlog.app.settings import NodeSettings, SettingsError
+from raftlog.storage import StorageError, batch
 
 log = logging.getLogger("raftlog.server")
 

@@ -22,14 +22,13 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
-
-from api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential, is_loopback
-from api.browser import LOOPBACK_NAMES, host_name
-from api.peer_client import PeerTls
-from api.service import ApiLimits
-from raft.config import RaftConfig, parse_peers, parse_routes
-from storage.codec import HEADER_SIZE
-from storage.config import StoreConfig
+from raftlog.api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential, is_loopback
+from raftlog.api.browser import LOOPBACK_NAMES, host_name
+from raftlog.api.peer_client import PeerTls
+from raftlog.api.service import ApiLimits
+from raftlog.raft.config import RaftConfig, parse_peers, parse_routes
+from raftlog.storage.codec import HEADER_SIZE
+from raftlog.storage.config import StoreConfig
 
 NOT_SETTINGS = {"self_id", "peers", "preferred_leader_ids"}
 

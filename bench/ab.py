@@ -41,8 +41,7 @@ import httpx
 from cluster_bench import wrk, wrk_batches  # this folder's siblings: run as `python bench/ab.py`
 from compare import BODY, ETCD_TXN_OPS_MAX, committed_index, cpu_s, machine, rate
 from etcd_cluster import EtcdCluster, b64
-
-from app.launcher import LocalCluster
+from raftlog.app.launcher import LocalCluster
 
 BATCH = 1000
 BATCH_CLIENTS = 16
@@ -87,13 +86,25 @@ class Contender:
         return report
 
 
+def package_farm(tree: Path, root: Path) -> Path:
+    """A directory whose `raftlog` package is `tree`'s folders, linked: the editable install maps
+    raftlog.* to the checkout it was installed from, whichever tree the working directory is."""
+    farm = root / "farm"
+    (farm / "raftlog").mkdir(parents=True)
+    (farm / "raftlog" / "__init__.py").touch()
+    for name in ("storage", "raft", "api", "app", "pipeline"):
+        (farm / "raftlog" / name).symlink_to(tree.resolve() / name, target_is_directory=True)
+    return farm
+
+
 @contextmanager
 def raftlog_tree(tree: Path, root: Path) -> Any:
     """A 3-member cluster whose processes import raftlog from `tree`."""
     saved_cwd, saved_path = os.getcwd(), os.environ.get("PYTHONPATH")
     cluster = LocalCluster(root, 3)
-    os.chdir(tree)  # `python -m app.cli` puts its working directory first on the path
-    os.environ["PYTHONPATH"] = str(tree)
+    farm = package_farm(tree, root)
+    os.chdir(farm)  # `python -m raftlog.app.cli` puts its working directory first on the path
+    os.environ["PYTHONPATH"] = os.pathsep.join((str(farm), str(tree)))  # the tree: a tree before raftlog.*
     try:
         cluster.start()
     finally:

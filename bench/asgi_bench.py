@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-
-from app.launcher import free_ports
-from app.node import Node
-from app.settings import load_settings
+from raftlog.app.launcher import free_ports
+from raftlog.app.node import Node
+from raftlog.app.settings import load_settings
 
 TOKEN = "reader-token-for-the-bench"
 

@@ -32,9 +32,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
-
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from app.launcher import LocalCluster
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from raftlog.app.launcher import LocalCluster
 
 HERE = Path(__file__).resolve().parent
 BODY = b"x" * 100

@@ -65,8 +65,7 @@ from cluster_bench import (  # this folder's siblings: run as `python bench/comp
 )
 from etcd_cluster import EtcdCluster, b64
 from pysyncobj_cluster import max_rate
-
-from app.launcher import LocalCluster
+from raftlog.app.launcher import LocalCluster
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -43,10 +43,9 @@ from cluster_bench import (  # this folder's siblings: run as `python bench/gate
     wrk,
 )
 from compare import cpu_s, median, raftlog_metered, rate
-
-from api import log_pb2 as pb
-from api import log_pb2_grpc
-from app.launcher import LocalCluster
+from raftlog.api import log_pb2 as pb
+from raftlog.api import log_pb2_grpc
+from raftlog.app.launcher import LocalCluster
 
 IDLE_FOLLOWERS = 1000
 TAIL_APPENDS = 400

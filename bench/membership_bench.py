@@ -35,9 +35,8 @@ from typing import Any
 import httpx
 from cluster_bench import BATCH, BATCH_CLIENTS, raftlog_batch  # this folder's siblings: run as a script
 from compare import background_load, first_write_after
-
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from app.launcher import LocalCluster
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from raftlog.app.launcher import LocalCluster
 
 BIG_BODY = b"y" * 1000
 ENTRY_BYTES = 48 + len(BIG_BODY)  # DLedger's header and the body

@@ -49,10 +49,9 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-
-from api.peer_codec import decode_message, decode_push, encode_message, encode_push
-from raft.messages import Code, PushRequest, PushResponse, PushType
-from storage.codec import HEADER_SIZE
+from raftlog.api.peer_codec import decode_message, decode_push, encode_message, encode_push
+from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.storage.codec import HEADER_SIZE
 
 BODY_BYTES = 100
 HOST = "127.0.0.1"
@@ -307,8 +306,8 @@ async def grpc_stream_drive(port: int, request: PushRequest, inflight: int, wind
 
 def raftlog_stream_missing() -> str | None:
     try:
-        from api.peer_client import PeerClient
-        from api.peer_port import PeerPort  # noqa: F401
+        from raftlog.api.peer_client import PeerClient
+        from raftlog.api.peer_port import PeerPort  # noqa: F401
     except ImportError as exc:
         return f"this tree has no peer port with its own replication stream server ({exc})"
     if not hasattr(PeerClient, "open_stream"):
@@ -331,8 +330,8 @@ class PushOnlyNode:
 
 
 async def raftlog_serve(port: int, stop: asyncio.Event) -> None:
-    from api.peer_port import PeerPort
-    from api.peer_server import PeerService
+    from raftlog.api.peer_port import PeerPort
+    from raftlog.api.peer_server import PeerService
 
     service = PeerService(PushOnlyNode(), None, None)  # type: ignore[arg-type]  # no public API calls here
     server = PeerPort(service, f"{HOST}:{port}", MESSAGE_BYTES_MAX)
@@ -342,8 +341,8 @@ async def raftlog_serve(port: int, stop: asyncio.Event) -> None:
 
 
 async def raftlog_drive(port: int, request: PushRequest, inflight: int, window: Window) -> None:
-    from api.peer_client import PeerClient
-    from raft.config import Peer
+    from raftlog.api.peer_client import PeerClient
+    from raftlog.raft.config import Peer
 
     client = PeerClient("n1", [Peer("n1", f"{HOST}:1"), Peer("n2", f"{HOST}:{port}")], rpc_timeout_ms=30_000,
                         push_timeout_ms=30_000, wait_timeout_ms=30_000, max_message_bytes=MESSAGE_BYTES_MAX,
@@ -422,7 +421,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
     """One transport: its server and its client in two fresh processes; the client's report."""
-    from app.launcher import free_ports
+    from raftlog.app.launcher import free_ports
 
     port = free_ports(1)[0]
     server = subprocess.Popen(child("serve", name, port, args), stdout=subprocess.DEVNULL,

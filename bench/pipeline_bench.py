@@ -28,9 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from app.launcher import LocalCluster
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from raftlog.app.launcher import LocalCluster
 
 BODY = b"x" * 100
 BATCH = 1000
@@ -79,7 +78,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pipeline import jobs
+    from raftlog.pipeline import jobs
 
     root = Path(tempfile.mkdtemp(prefix="raftlog-pipeline-bench-"))
     cluster = LocalCluster(root / "cluster", 3, settings={"data_file_size": DATA_FILE_SIZE})

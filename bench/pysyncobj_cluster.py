@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from app.launcher import free_ports
+from raftlog.app.launcher import free_ports
 
 WARMUP_S = 2.0
 DRAIN_S = 3.0

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from storage import Store, StoreConfig, clean_stop
+from raftlog.storage import Store, StoreConfig, clean_stop
 
 BODY_SIZE = 100
 BATCH = 1000

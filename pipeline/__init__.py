@@ -1,6 +1,6 @@
 """Spark data source and jobs over the public API and the storage codecs.
 
-    from pipeline import register
+    from raftlog.pipeline import register
     register(spark)
     spark.read.format("raftlog").option("url", "http://127.0.0.1:7200").load()
 """
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def register(spark: SparkSession) -> None:
     """Make `format("raftlog")` known to this session (batch, streaming and offline reads)."""
-    from pipeline.source import RaftlogDataSource
+    from raftlog.pipeline.source import RaftlogDataSource
 
     spark.dataSource.register(RaftlogDataSource)
 

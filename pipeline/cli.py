@@ -48,11 +48,11 @@ def add_commands(commands: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        from pipeline import jobs
+        from raftlog.pipeline import jobs
     except ImportError as exc:
         print(f"raftlog: the pipeline needs the spark extra (pip install 'raftlog[spark]'): {exc}", file=sys.stderr)
         return 2
-    from pipeline.options import PipelineError
+    from raftlog.pipeline.options import PipelineError
 
     spark = jobs.session(args.master)
     spark.sparkContext.setLogLevel("ERROR")

@@ -18,10 +18,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
-
-from pipeline import register
-from pipeline.offline import open_data_dir
-from pipeline.options import PipelineError
+from raftlog.pipeline import register
+from raftlog.pipeline.offline import open_data_dir
+from raftlog.pipeline.options import PipelineError
 
 DEFAULT_MASTER = "local[*]"
 EXPORT_RANGE = 1_000_000  # entries per `range_start` partition folder of an export

@@ -24,13 +24,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.entries import CorruptDataError, Decoder, Stop
-from pipeline.options import PipelineError
-from storage import read_checkpoint
-from storage.codec import BLANK, ENTRY_MAGICS, HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
-from storage.meta import META_NAME
-from storage.segments import NAME_DIGITS
+from raftlog.pipeline.entries import CorruptDataError, Decoder, Stop
+from raftlog.pipeline.options import PipelineError
+from raftlog.storage import read_checkpoint
+from raftlog.storage.codec import BLANK, ENTRY_MAGICS, HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
+from raftlog.storage.meta import META_NAME
+from raftlog.storage.segments import NAME_DIGITS
 
 CHECKPOINT_FILE = "checkpoint.db"  # app.node's name for it
 log = logging.getLogger("raftlog.pipeline")

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 
 import httpx
 import pyarrow as pa
-
-from pipeline.entries import Decoder
-from pipeline.options import Access, PipelineError
-from storage.codec import HEADER, HEADER_SIZE
+from raftlog.pipeline.entries import Decoder
+from raftlog.pipeline.options import Access, PipelineError
+from raftlog.storage.codec import HEADER, HEADER_SIZE
 
 log = logging.getLogger("raftlog.pipeline")
 

@@ -23,9 +23,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
-
-from pipeline import offline, online
-from pipeline.options import PipelineError, ReadOptions, parse_options
+from raftlog.pipeline import offline, online
+from raftlog.pipeline.options import PipelineError, ReadOptions, parse_options
 
 SCHEMA = ("index long, term long, pos long, type string, channel int, body binary, body_crc int, "
           "chain_crc int")

@@ -20,14 +20,14 @@ import logging
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from raft.messages import Code, PushRequest, PushResponse, PushType
-from raft.transport import PeerUnavailable, PushStream
-from raft.waiting import Wakeup
-from storage.codec import POS_OFFSET
-from storage.errors import StorageError
+from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.transport import PeerUnavailable, PushStream
+from raftlog.raft.waiting import Wakeup
+from raftlog.storage.codec import POS_OFFSET
+from raftlog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from raft.node import RaftNode
+    from raftlog.raft.node import RaftNode
 
 log = logging.getLogger("raftlog.raft.dispatcher")
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from raft.messages import Code, HeartbeatRequest, ParseResult, VoteRequest, VoteResult
+from raftlog.raft.messages import Code, HeartbeatRequest, ParseResult, VoteRequest, VoteResult
 
 
 @dataclass(frozen=True, slots=True)

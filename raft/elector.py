@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from raft.election import (
+from raftlog.raft.election import (
     Backoff,
     HeartbeatAction,
     LeaderVerdict,
@@ -24,7 +24,7 @@ from raft.election import (
     parse_votes,
     tally_votes,
 )
-from raft.messages import (
+from raftlog.raft.messages import (
     Code,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -33,12 +33,12 @@ from raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from raft.transport import PeerUnavailable
-from raft.waiting import Wakeup, consume
-from storage.errors import StorageError
+from raftlog.raft.transport import PeerUnavailable
+from raftlog.raft.waiting import Wakeup, consume
+from raftlog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from raft.node import RaftNode
+    from raftlog.raft.node import RaftNode
 
 log = logging.getLogger("raftlog.raft.elector")
 

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from raft.messages import Code
+from raftlog.raft.messages import Code
 
 
 class RaftError(Exception):

@@ -21,14 +21,14 @@ from collections import deque
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from raft.membership import Configuration, MembershipError
-from raft.messages import Code, PushRequest, PushResponse, PushType
-from raft.waiting import Wakeup
-from storage.codec import HEADER, HEADER_SIZE
-from storage.errors import AppendRejectedError, DiskFullError, StorageError
+from raftlog.raft.membership import Configuration, MembershipError
+from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.waiting import Wakeup
+from raftlog.storage.codec import HEADER, HEADER_SIZE
+from raftlog.storage.errors import AppendRejectedError, DiskFullError, StorageError
 
 if TYPE_CHECKING:
-    from raft.node import RaftNode
+    from raftlog.raft.node import RaftNode
 
 log = logging.getLogger("raftlog.raft.handler")
 

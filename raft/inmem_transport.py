@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raft.messages import (
+from raftlog.raft.messages import (
     FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -39,7 +39,7 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.transport import PeerHandler, PeerUnavailable, fail_push
+from raftlog.raft.transport import PeerHandler, PeerUnavailable, fail_push
 
 log = logging.getLogger("raftlog.raft.inmem_transport")
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from raft.messages import Role
+from raftlog.raft.messages import Role
 
 log = logging.getLogger("raftlog.raft")
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from raft.config import LEARNER_MARK, Peer
+from raftlog.raft.config import LEARNER_MARK, Peer
 
 FORMAT_VERSION = 1
 SEED_INDEX = -1  # the configuration from the `peers` setting, before any CONFIG_CHANGE entry

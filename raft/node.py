@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from raft.config import Peer, RaftConfig
-from raft.dispatcher import EntryDispatcher
-from raft.election import LeaderVerdict
-from raft.elector import LeaderElector
-from raft.errors import (
+from raftlog.raft.config import Peer, RaftConfig
+from raftlog.raft.dispatcher import EntryDispatcher
+from raftlog.raft.election import LeaderVerdict
+from raftlog.raft.elector import LeaderElector
+from raftlog.raft.errors import (
     AckTimeoutError,
     LeaderTransferringError,
     NotLeaderError,
@@ -28,10 +28,10 @@ from raft.errors import (
     RaftError,
     TermChangedError,
 )
-from raft.handler import EntryHandler
-from raft.member_state import MemberState, TermStore
-from raft.membership import ConfigLog, Configuration, MembershipError, Refusal, plan_change
-from raft.messages import (
+from raftlog.raft.handler import EntryHandler
+from raftlog.raft.member_state import MemberState, TermStore
+from raftlog.raft.membership import ConfigLog, Configuration, MembershipError, Refusal, plan_change
+from raftlog.raft.messages import (
     Code,
     FetchRequest,
     HeartbeatRequest,
@@ -44,13 +44,13 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.quorum import quorum_index
-from raft.repair import Repairer
-from raft.transport import PeerUnavailable, Transport
-from raft.waiting import Signal, Wakeup, wait_event
-from storage.codec import Entry, Magic
-from storage.errors import StorageError
-from storage.protocol import LogStore
+from raftlog.raft.quorum import quorum_index
+from raftlog.raft.repair import Repairer
+from raftlog.raft.transport import PeerUnavailable, Transport
+from raftlog.raft.waiting import Signal, Wakeup, wait_event
+from raftlog.storage.codec import Entry, Magic
+from raftlog.storage.errors import StorageError
+from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.node")
 

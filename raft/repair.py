@@ -16,13 +16,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from raft.messages import FetchRequest
-from raft.transport import PeerUnavailable
-from raft.waiting import Wakeup
-from storage.errors import StorageError
+from raftlog.raft.messages import FetchRequest
+from raftlog.raft.transport import PeerUnavailable
+from raftlog.raft.waiting import Wakeup
+from raftlog.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from raft.node import RaftNode
+    from raftlog.raft.node import RaftNode
 
 log = logging.getLogger("raftlog.raft.repair")
 

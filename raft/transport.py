@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
-from raft.messages import (
+from raftlog.raft.messages import (
     FetchRequest,
     HeartbeatRequest,
     HeartbeatResponse,

@@ -1,10 +1,10 @@
 """Storage: DLedger-format memory-mapped segments, recovery, flushing, cleaning, checkpoint."""
 
-from storage.checkpoint import Checkpoint, CheckpointState, read_checkpoint
-from storage.cleaner import CleanService
-from storage.codec import Entry, Magic, iter_entries
-from storage.config import StoreConfig
-from storage.errors import (
+from raftlog.storage.checkpoint import Checkpoint, CheckpointState, read_checkpoint
+from raftlog.storage.cleaner import CleanService
+from raftlog.storage.codec import Entry, Magic, iter_entries
+from raftlog.storage.config import StoreConfig
+from raftlog.storage.errors import (
     AppendRejectedError,
     CheckpointCorruptError,
     CheckpointError,
@@ -21,10 +21,10 @@ from storage.errors import (
     StoreLockedError,
     StoreOpenError,
 )
-from storage.memory import MemoryStore
-from storage.protocol import LogStore
-from storage.recovery import RecoveryReport
-from storage.store import AppendResult, FollowerAppend, HeadFile, RawEntries, Store
+from raftlog.storage.memory import MemoryStore
+from raftlog.storage.protocol import LogStore
+from raftlog.storage.recovery import RecoveryReport
+from raftlog.storage.store import AppendResult, FollowerAppend, HeadFile, RawEntries, Store
 
 __all__ = [
     "AppendRejectedError",

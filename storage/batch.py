@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from storage.codec import (
+from raftlog.storage.codec import (
     CHAIN,
     ENTRY_MAGICS,
     HEADER,
@@ -26,10 +26,10 @@ from storage.codec import (
     MIN_BLANK_LEN,
     Magic,
 )
-from storage.errors import AppendRejectedError, EntryTooLargeError
+from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
 
 try:
-    from storage import _codec as compiled  # type: ignore[attr-defined]
+    from raftlog.storage import _codec as compiled  # type: ignore[attr-defined]
 except ImportError:  # not built (no compiler at install): app.server says so at start
     compiled = None
 

@@ -31,6 +31,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+from raftlog.storage.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointFullError,
+    CheckpointLockedError,
+    CheckpointMissingError,
+)
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -48,14 +55,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
-
-from storage.errors import (
-    CheckpointCorruptError,
-    CheckpointError,
-    CheckpointFullError,
-    CheckpointLockedError,
-    CheckpointMissingError,
-)
 
 log = logging.getLogger("raftlog.storage.checkpoint")
 

@@ -25,10 +25,10 @@ import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from storage.codec import HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE, MIN_BLANK_LEN
-from storage.meta import StoreMeta, save_json
-from storage.recovery import LogEnd
-from storage.segments import SegmentList, fsync_dir
+from raftlog.storage.codec import HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE, MIN_BLANK_LEN
+from raftlog.storage.meta import StoreMeta, save_json
+from raftlog.storage.recovery import LogEnd
+from raftlog.storage.segments import SegmentList, fsync_dir
 
 NAME = "clean-stop.json"
 CLOCK_WAIT_S_MAX = 1.0

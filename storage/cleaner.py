@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from storage.config import parse_delete_when
-from storage.store import HeadFile, Store
+from raftlog.storage.config import parse_delete_when
+from raftlog.storage.store import HeadFile, Store
 
 log = logging.getLogger("raftlog.storage.cleaner")
 

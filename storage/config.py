@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from storage.codec import HEADER_SIZE, INDEX_RECORD_SIZE, MIN_BLANK_LEN
+from raftlog.storage.codec import HEADER_SIZE, INDEX_RECORD_SIZE, MIN_BLANK_LEN
 
 GIB = 1 << 30
 MIB = 1 << 20

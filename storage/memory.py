@@ -12,18 +12,18 @@ import asyncio
 import zlib
 from collections.abc import Callable, Sequence
 
-from storage.batch import Batch, encode_leader_batch, validate_follower_batch
-from storage.checkpoint import check_vote
-from storage.codec import HEADER, Entry, Magic, decode_entry
-from storage.config import StoreConfig
-from storage.errors import (
+from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
+from raftlog.storage.checkpoint import check_vote
+from raftlog.storage.codec import HEADER, Entry, Magic, decode_entry
+from raftlog.storage.config import StoreConfig
+from raftlog.storage.errors import (
     CorruptEntryError,
     DiskFullError,
     IndexCleanedError,
     StorageError,
     check_in_log,
 )
-from storage.store import AppendResult, FollowerAppend, RawEntries, Verified
+from raftlog.storage.store import AppendResult, FollowerAppend, RawEntries, Verified
 
 
 class MemoryStore:

@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from storage.errors import FileSizeMismatchError, StoreOpenError
-from storage.segments import fsync_dir
+from raftlog.storage.errors import FileSizeMismatchError, StoreOpenError
+from raftlog.storage.segments import fsync_dir
 
 META_NAME = "store.json"
 META_VERSION = 1

@@ -9,8 +9,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from storage.codec import Entry
-from storage.store import AppendResult, FollowerAppend, RawEntries, Verified
+from raftlog.storage.codec import Entry
+from raftlog.storage.store import AppendResult, FollowerAppend, RawEntries, Verified
 
 
 class LogStore(Protocol):

@@ -18,7 +18,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from storage.codec import (
+from raftlog.storage.codec import (
     BLANK,
     BLANK_MAGIC,
     CHAIN,
@@ -29,9 +29,9 @@ from storage.codec import (
     INDEX_RECORD_SIZE,
     MIN_BLANK_LEN,
 )
-from storage.errors import CorruptLogError
-from storage.meta import StoreMeta
-from storage.segments import SegmentList
+from raftlog.storage.errors import CorruptLogError
+from raftlog.storage.meta import StoreMeta
+from raftlog.storage.segments import SegmentList
 
 log = logging.getLogger("raftlog.storage.recovery")
 

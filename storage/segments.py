@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.errors import DiskFullError, StoreOpenError
+from raftlog.storage.errors import DiskFullError, StoreOpenError
 
 NAME_DIGITS = 20
 

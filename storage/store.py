@@ -39,9 +39,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from storage import clean_stop
-from storage.batch import Batch, encode_leader_batch, validate_follower_batch
-from storage.codec import (
+from raftlog.storage import clean_stop
+from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
+from raftlog.storage.codec import (
     BLANK_MAGIC,
     ENTRY_MAGICS,
     HEADER,
@@ -55,8 +55,8 @@ from storage.codec import (
     decode_entry,
     encode_blank,
 )
-from storage.config import StoreConfig
-from storage.errors import (
+from raftlog.storage.config import StoreConfig
+from raftlog.storage.errors import (
     CorruptEntryError,
     DiskFullError,
     IndexCleanedError,
@@ -65,10 +65,10 @@ from storage.errors import (
     StoreOpenError,
     check_in_log,
 )
-from storage.flush import GroupFlusher
-from storage.meta import StoreMeta, load_index_mark, load_meta, save_index_mark, save_meta
-from storage.recovery import LogEnd, RecoveryReport, recover
-from storage.segments import Segment, SegmentList
+from raftlog.storage.flush import GroupFlusher
+from raftlog.storage.meta import StoreMeta, load_index_mark, load_meta, save_index_mark, save_meta
+from raftlog.storage.recovery import LogEnd, RecoveryReport, recover
+from raftlog.storage.segments import Segment, SegmentList
 
 log = logging.getLogger("raftlog.storage")
 

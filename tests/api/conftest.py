@@ -7,11 +7,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from app.launcher import SMALL_FILES, free_ports
-from app.node import Node
-from app.settings import load_settings
-from raft.messages import Role
+from raftlog.app.launcher import SMALL_FILES, free_ports
+from raftlog.app.node import Node
+from raftlog.app.settings import load_settings
+from raftlog.raft.messages import Role
 
 
 @pytest.fixture

@@ -16,15 +16,14 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from api.bodies import BATCH_CONTENT_TYPE, BatchTooLargeError, decode_bodies, encode_bodies
-from api.errors import ApiError
-from api.fast_path import EntryFastPath
-from api.public import _decode_body, _json_batch_bodies, parse_model
-from api.schemas import NewBatch
-from app.launcher import SMALL_FILES, free_ports
-from app.node import Node
-from app.settings import load_settings
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchTooLargeError, decode_bodies, encode_bodies
+from raftlog.api.errors import ApiError
+from raftlog.api.fast_path import EntryFastPath
+from raftlog.api.public import _decode_body, _json_batch_bodies, parse_model
+from raftlog.api.schemas import NewBatch
+from raftlog.app.launcher import SMALL_FILES, free_ports
+from raftlog.app.node import Node
+from raftlog.app.settings import load_settings
 
 WRITER = "writer-token-0123456789"
 READER = "reader-token-0123456789"
@@ -301,7 +300,7 @@ def test_the_json_batch_reader_reads_the_common_form_without_the_model(monkeypat
     def unused(*_args: Any) -> None:
         raise AssertionError("the model was used")
 
-    monkeypatch.setattr("api.public.parse_model", unused)
+    monkeypatch.setattr("raftlog.api.public.parse_model", unused)
     batch = {"entries": [{"body": "a"}, {"body": "YQ==", "encoding": "base64"}, {"body": "é", "encoding": "utf-8"}]}
     assert _json_batch_bodies(json.dumps(batch).encode(), 3) == [b"a", b"a", "é".encode()]
 
@@ -333,8 +332,8 @@ def test_a_json_batch_over_the_limit_is_refused_before_it_is_decoded(monkeypatch
     def unused(*_args: Any, **_kwargs: Any) -> None:
         raise AssertionError("the batch was decoded")
 
-    monkeypatch.setattr("api.public.json.loads", unused)
-    monkeypatch.setattr("api.public.parse_model", unused)
+    monkeypatch.setattr("raftlog.api.public.json.loads", unused)
+    monkeypatch.setattr("raftlog.api.public.parse_model", unused)
     with pytest.raises(ApiError) as refused:
         _json_batch_bodies(doc, 10_000)
     assert (refused.value.status, refused.value.code.name) == (413, "UNEXPECTED_ARGUMENT")
@@ -360,7 +359,7 @@ def test_a_binary_batch_stops_at_the_entry_after_max_batch_entries(monkeypatch: 
     data = bytes(4) * 1_000_000  # a million empty bodies
     assert len(decode_bodies(encode_bodies([b"a"] * 50), 50)) == 50
     taken = []
-    monkeypatch.setattr("api.bodies.LENGTH", type("Counted", (), {"unpack_from": staticmethod(
+    monkeypatch.setattr("raftlog.api.bodies.LENGTH", type("Counted", (), {"unpack_from": staticmethod(
         lambda data, offset: taken.append(offset) or (0,))}))
     with pytest.raises(BatchTooLargeError):
         decode_bodies(data, 50)

@@ -17,13 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-
-from api.errors import ApiError
-from api.service import LogService
-from app.launcher import SMALL_FILES, free_ports
-from app.node import Node
-from app.settings import load_settings
-from raft.config import Peer
+from raftlog.api.errors import ApiError
+from raftlog.api.service import LogService
+from raftlog.app.launcher import SMALL_FILES, free_ports
+from raftlog.app.node import Node
+from raftlog.app.settings import load_settings
+from raftlog.raft.config import Peer
 
 EVIL = "http://evil.example"
 NEW_MEMBER = {"id": "n9", "peer_address": "127.0.0.1:9", "client_url": "http://127.0.0.1:9"}

@@ -10,8 +10,7 @@ import h2.exceptions
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from api.data_frames import DEFAULT_WINDOW, DataFrames
+from raftlog.api.data_frames import DEFAULT_WINDOW, DataFrames
 
 HEADERS = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/raftlog.peer.v1.Peer/Replicate"),
            (b":authority", b"peer"), (b"content-type", b"application/grpc")]

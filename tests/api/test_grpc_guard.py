@@ -16,12 +16,11 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
-
-from api import log_pb2 as pb
-from api.auth import AuthFailures, Tokens
-from api.grpc_api import GrpcApi
-from app.launcher import free_ports
-from app.node import Node
+from raftlog.api import log_pb2 as pb
+from raftlog.api.auth import AuthFailures, Tokens
+from raftlog.api.grpc_api import GrpcApi
+from raftlog.app.launcher import free_ports
+from raftlog.app.node import Node
 
 WRITER = "writer-token-0123456789"
 AS_WRITER = (("authorization", f"Bearer {WRITER}"),)

@@ -23,20 +23,20 @@ import h2.exceptions
 import h2.settings
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+from raftlog.api import peer_pb2 as pb
+from raftlog.api.auth import AuthFailures
+from raftlog.api.limits import InflightBytes, RequestLimits, batch_entries
+from raftlog.api.peer_client import PeerClient, PeerTls
+from raftlog.api.peer_codec import encode_message, encode_push
+from raftlog.api.peer_port import PeerPort
+from raftlog.api.peer_server import PeerService
+from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
+from raftlog.app.launcher import free_ports
+from raftlog.app.settings import SettingsError, load_settings
+from raftlog.raft.config import Peer
+from raftlog.raft.messages import Code, VoteRequest, VoteResponse, VoteResult
+from raftlog.raft.transport import PeerUnavailable
 
-from api import peer_pb2 as pb
-from api.auth import AuthFailures
-from api.limits import InflightBytes, RequestLimits, batch_entries
-from api.peer_client import PeerClient, PeerTls
-from api.peer_codec import encode_message, encode_push
-from api.peer_port import PeerPort
-from api.peer_server import PeerService
-from api.peer_stream import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
-from app.launcher import free_ports
-from app.settings import SettingsError, load_settings
-from raft.config import Peer
-from raft.messages import Code, VoteRequest, VoteResponse, VoteResult
-from raft.transport import PeerUnavailable
 from tests.api.test_peer_transport import MESSAGE_MAX, SECRET, FollowerNode, ForwardingService, push
 from tests.e2e.peer_port import HandWrittenStream
 from tests.pki import Pki

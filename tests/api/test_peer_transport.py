@@ -13,21 +13,27 @@ import grpc
 import grpc.aio
 import pytest
 from prometheus_client import CollectorRegistry, Counter
-
-from api import peer_client, stream_server
-from api import peer_pb2 as pb
-from api.auth import AuthFailures
-from api.errors import ApiError
-from api.forward_stream import FORWARDS_AHEAD_MAX
-from api.peer_client import PeerClient
-from api.peer_codec import PUSH_TYPES, PeerMessageError, decode_message, decode_push, encode_message, encode_push
-from api.peer_port import PeerPort
-from api.peer_server import PeerService
-from api.peer_stream import FORWARD_PATH, REPLICATE_PATH, grpc_prefix
-from api.service import ApiLimits
-from app.launcher import free_ports
-from raft.config import Peer
-from raft.messages import (
+from raftlog.api import peer_client, stream_server
+from raftlog.api import peer_pb2 as pb
+from raftlog.api.auth import AuthFailures
+from raftlog.api.errors import ApiError
+from raftlog.api.forward_stream import FORWARDS_AHEAD_MAX
+from raftlog.api.peer_client import PeerClient
+from raftlog.api.peer_codec import (
+    PUSH_TYPES,
+    PeerMessageError,
+    decode_message,
+    decode_push,
+    encode_message,
+    encode_push,
+)
+from raftlog.api.peer_port import PeerPort
+from raftlog.api.peer_server import PeerService
+from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH, grpc_prefix
+from raftlog.api.service import ApiLimits
+from raftlog.app.launcher import free_ports
+from raftlog.raft.config import Peer
+from raftlog.raft.messages import (
     Code,
     HeartbeatRequest,
     HeartbeatResponse,
@@ -40,7 +46,8 @@ from raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from raft.transport import PeerUnavailable
+from raftlog.raft.transport import PeerUnavailable
+
 from tests.e2e.peer_port import HandWrittenStream
 from tests.faults.proxy import Link
 

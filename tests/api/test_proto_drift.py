@@ -21,6 +21,6 @@ def test_the_generated_code_matches_the_proto(tmp_path: Path) -> None:
             assert committed.with_suffix(suffix).read_text() == fresh, f"run `make proto`: {committed}{suffix} is stale"
         if with_stubs:
             fresh = (tmp_path / f"{source}_pb2_grpc.py").read_text().replace(
-                "\nfrom raftlog.v1 import log_pb2", "\nfrom api import log_pb2")
+                "\nfrom raftlog.v1 import log_pb2", "\nfrom raftlog.api import log_pb2")
             stub = committed.with_name(committed.name + "_grpc.py")
             assert stub.read_text() == fresh, f"run `make proto`: {stub} is stale"

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
-from api.service import SharedRounds
+from raftlog.api.service import SharedRounds
 
 
 class Rounds:

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import httpx
 import yaml
-
-from api.fast_path import EntryFastPath
-from app.node import Node
+from raftlog.api.fast_path import EntryFastPath
+from raftlog.app.node import Node
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +85,7 @@ async def test_metrics_cover_what_an_operator_alerts_on(client: httpx.AsyncClien
 
 
 async def test_hot_requests_skip_fastapi_and_answer_as_it_does(node: Node, client: httpx.AsyncClient) -> None:
-    """api.fast_path answers single appends and JSON gets; FastAPI answers the rest, the same way."""
+    """raftlog.api.fast_path answers single appends and JSON gets; FastAPI answers the rest, the same way."""
     fast_path = node.public_asgi
     while not isinstance(fast_path, EntryFastPath):  # under the request counter, limits and auth
         fast_path = fast_path.app

@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from api.peer_port import ABANDONED_AFTER_S, SOCKET_DIR_PREFIX, sweep_abandoned_sockets
+from raftlog.api.peer_port import ABANDONED_AFTER_S, SOCKET_DIR_PREFIX, sweep_abandoned_sockets
 
 
 def socket_dir(root: Path, name: str, *, listening: bool, age_s: float) -> tuple[Path, socket.socket]:

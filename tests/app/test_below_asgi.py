@@ -14,13 +14,12 @@ from typing import Any
 
 import pytest
 import uvicorn
-
-from api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from app.client_protocol import guarded_protocol
-from app.launcher import SMALL_FILES, free_ports
-from app.node import Node
-from app.server import bind
-from app.settings import load_settings
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from raftlog.app.client_protocol import guarded_protocol
+from raftlog.app.launcher import SMALL_FILES, free_ports
+from raftlog.app.node import Node
+from raftlog.app.server import bind
+from raftlog.app.settings import load_settings
 
 WRITER = "writer-token-0123456789"
 READER = "reader-token-0123456789"

@@ -11,16 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from raftlog.api.auth import Role
+from raftlog.app.launcher import SMALL_FILES, free_ports
+from raftlog.app.settings import SettingsError, load_settings
 
-from api.auth import Role
-from app.launcher import SMALL_FILES, free_ports
-from app.settings import SettingsError, load_settings
 from tests.pki import Pki
 from tests.processes import ClusterFactory, free_port_run
 
 
 def raftlog(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], input=stdin.decode(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "raftlog.app.cli", *args], input=stdin.decode(), capture_output=True,
                           text=True, timeout=60, env={**os.environ, **(env or {})})
 
 
@@ -162,7 +162,7 @@ def test_cluster_command_starts_nodes_and_ctrl_c_stops_them_all(tmp_path: Path) 
     peer, grpc_port = client + 3, client + 6
     settings = [arg for name, value in SMALL_FILES.items() for arg in ("--set", f"{name}={value}")]
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "cluster", "--nodes", "3", "--data-dir", str(tmp_path / "data"),
+        [sys.executable, "-m", "raftlog.app.cli", "cluster", "--nodes", "3", "--data-dir", str(tmp_path / "data"),
          "--client-port", str(client), "--peer-port", str(peer), "--grpc-port", str(grpc_port), *settings],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

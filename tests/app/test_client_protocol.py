@@ -12,10 +12,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
-
-from app.client_protocol import CORK_BYTES_MAX, CorkedTransport, guarded_protocol
-from app.launcher import free_ports
-from app.server import bind
+from raftlog.app.client_protocol import CORK_BYTES_MAX, CorkedTransport, guarded_protocol
+from raftlog.app.launcher import free_ports
+from raftlog.app.server import bind
 
 DEADLINE_S = 0.3
 BIG_ANSWER_MB = 64

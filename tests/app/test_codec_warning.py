@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from app.server import codec_warnings
-from storage import batch
-from storage.batch import reference_encode
+from raftlog.app.server import codec_warnings
+from raftlog.storage import batch
+from raftlog.storage.batch import reference_encode
 
 
 def test_a_member_without_the_compiled_codec_says_so_at_start_and_encodes_in_python(

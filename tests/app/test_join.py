@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 import uvicorn
+from raftlog.app import join
+from raftlog.app.join import ANSWER_BYTES_MAX, join_group
+from raftlog.app.launcher import free_ports
+from raftlog.app.server import bind
+from raftlog.app.settings import SettingsError, load_settings
+from raftlog.raft.config import Peer
+from raftlog.raft.membership import Configuration
 
-from app import join
-from app.join import ANSWER_BYTES_MAX, join_group
-from app.launcher import free_ports
-from app.server import bind
-from app.settings import SettingsError, load_settings
-from raft.config import Peer
-from raft.membership import Configuration
 from tests.pki import Pki
 
 TOKEN = "admin-token-for-the-join"

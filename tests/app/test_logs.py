@@ -6,8 +6,7 @@ import json
 import logging
 
 import pytest
-
-from app.logs import configure_logging
+from raftlog.app.logs import configure_logging
 
 
 def test_json_logs_are_one_object_per_line(capsys: pytest.CaptureFixture[str]) -> None:

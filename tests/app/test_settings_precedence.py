@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from raftlog.app.cli import _parser
+from raftlog.app.launcher import SMALL_FILES, _die_with_parent, free_ports
+from raftlog.app.settings import NodeSettings, load_settings
 
-from app.cli import _parser
-from app.launcher import SMALL_FILES, _die_with_parent, free_ports
-from app.settings import NodeSettings, load_settings
 from tests.processes import eventually
 
 LAYERS = ("flag", "env", "toml")
@@ -83,7 +83,7 @@ def node(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, in
     log = tmp_path / "node.log"
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--config", str(toml), "--id", "n1",
+            [sys.executable, "-m", "raftlog.app.cli", "serve", "--config", str(toml), "--id", "n1",
              "--peers", f"n1-127.0.0.1:{ports['peer']}", "--data-dir", str(tmp_path / "n1"),
              "--client-port", str(ports["flag"]), "--grpc-port", str(ports["grpc"])],
             stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=_die_with_parent)

@@ -17,10 +17,10 @@ import grpc
 import httpx
 import pytest
 from grpc_status import rpc_status
+from raftlog.api import log_pb2 as pb
+from raftlog.api import log_pb2_grpc
+from raftlog.app.launcher import SMALL_FILES, LocalCluster
 
-from api import log_pb2 as pb
-from api import log_pb2_grpc
-from app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import eventually, metric, serving
 
 TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",
@@ -63,7 +63,7 @@ def append(cluster: LocalCluster, via: str, count: int) -> int:
 
 def cli(cluster: LocalCluster, via: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RAFTLOG_URL": url(cluster, via), "RAFTLOG_TOKEN": TOKENS["admin"]}
-    return subprocess.run([sys.executable, "-m", "app.cli", "members", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "raftlog.app.cli", "members", *args], capture_output=True, text=True,
                           env=env, timeout=60)
 
 

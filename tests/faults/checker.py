@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.offline import open_data_dir, read_file
+from raftlog.pipeline.offline import open_data_dir, read_file
+
 from tests.faults.workload import History, Op
 
 COUNTS = ("lost", "misplaced", "duplicated", "failed_present", "torn_batches", "reordered", "unwritten",

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from raftlog.app.launcher import LocalCluster, Member
 
-from app.launcher import LocalCluster, Member
 from tests.faults.mutants import ENV, planted_pids
 from tests.faults.proxy import Network
 
 SPARES = 3  # fresh machines a run may add to replace a member
-NODE_MODULE = ["-m", "app.cli"]
+NODE_MODULE = ["-m", "raftlog.app.cli"]
 PLANTED_NODE_MODULE = ["-m", "tests.faults.node"]  # app.cli's main, with a bug planted first
 STOPPED = "T"  # a process stopped by a signal, in /proc/PID/stat
 

@@ -9,8 +9,9 @@ import logging
 import os
 import sys
 
-from app.cli import main
-from app.logs import TEXT_FORMAT
+from raftlog.app.cli import main
+from raftlog.app.logs import TEXT_FORMAT
+
 from tests.faults.mutants import ENV, plant
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from raftlog.app.launcher import SMALL_FILES, LocalCluster
 
-from app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import eventually
 
 ENTRIES = 6000  # ~3 MB of log: several 1 MiB data files on every node
@@ -23,7 +23,7 @@ def spark() -> Iterator[object]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    import pipeline
+    from raftlog import pipeline
 
     session = (SparkSession.builder.master("local[2]").appName("raftlog-tests")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

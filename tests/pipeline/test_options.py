@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from pipeline.options import PipelineError, parse_options
+from raftlog.pipeline.options import PipelineError, parse_options
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -18,12 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
+from raftlog.app.launcher import SMALL_FILES, LocalCluster, free_ports
+from raftlog.pipeline import jobs
+from raftlog.pipeline.options import parse_options
+from raftlog.pipeline.source import BatchReader
+from raftlog.storage.codec import HEADER_SIZE
 
-from app.launcher import SMALL_FILES, LocalCluster, free_ports
-from pipeline import jobs
-from pipeline.options import parse_options
-from pipeline.source import BatchReader
-from storage.codec import HEADER_SIZE
 from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log, signed32
 from tests.pki import Pki
 from tests.processes import eventually, metric
@@ -183,8 +183,8 @@ def test_audit_agrees_on_healthy_replicas_and_finds_a_planted_divergence(spark: 
     with open(data_file, "r+b") as f:
         f.seek(pos % SMALL_DATA_FILE + HEADER_SIZE + 7)
         f.write(b"!")
-    out = subprocess.run([sys.executable, "-m", "app.cli", "pipeline", "--master", "local[1]", "--json", "audit",
-                          *[arg for c in copies for arg in ("--data-dir", str(c))], "--range-size", "1000"],
+    out = subprocess.run([sys.executable, "-m", "raftlog.app.cli", "pipeline", "--master", "local[1]", "--json",
+                          "audit", *[arg for c in copies for arg in ("--data-dir", str(c))], "--range-size", "1000"],
                          capture_output=True, text=True, timeout=300, env=spark_env())
     assert out.returncode == 1, out.stderr[-2000:]
     report = json.loads(out.stdout)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
-from raft.election import (
+from raftlog.raft.election import (
     Backoff,
     HeartbeatAction,
     LeaderVerdict,
@@ -23,7 +22,7 @@ from raft.election import (
     parse_votes,
     tally_votes,
 )
-from raft.messages import Code, HeartbeatRequest, ParseResult, VoteRequest, VoteResult
+from raftlog.raft.messages import Code, HeartbeatRequest, ParseResult, VoteRequest, VoteResult
 
 ME = LocalView(self_id="n0", current_term=5, voted_for=None, leader_id=None,
                ledger_end_term=4, ledger_end_index=100)

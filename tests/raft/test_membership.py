@@ -4,9 +4,8 @@ a member uses as its log grows, is truncated and commits, and which changes are 
 from __future__ import annotations
 
 import pytest
-
-from raft.config import Peer, parse_peers
-from raft.membership import ConfigLog, Configuration, MembershipError, Refusal, plan_change
+from raftlog.raft.config import Peer, parse_peers
+from raftlog.raft.membership import ConfigLog, Configuration, MembershipError, Refusal, plan_change
 
 SEED = Configuration(parse_peers("n1-10.0.0.1:9001;n2-10.0.0.2:9001;n3-10.0.0.3:9001"))
 N4 = Peer("n4", "10.0.0.4:9001", learner=True, client_url="http://10.0.0.4:8001", grpc_address="10.0.0.4:7001")

@@ -10,21 +10,21 @@ import gc
 from pathlib import Path
 
 import pytest
-
-from raft.config import RaftConfig, parse_peers
-from raft.errors import (
+from raftlog.raft.config import RaftConfig, parse_peers
+from raftlog.raft.errors import (
     AckTimeoutError,
     LeaderTransferringError,
     NotLeaderError,
     PendingFullError,
     TermChangedError,
 )
-from raft.inmem_transport import Network
-from raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteResult
-from raft.node import RaftNode
-from storage import CorruptEntryError, Store, StoreConfig
-from storage.codec import Entry, Magic
-from storage.memory import MemoryCheckpoint, MemoryStore
+from raftlog.raft.inmem_transport import Network
+from raftlog.raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteResult
+from raftlog.raft.node import RaftNode
+from raftlog.storage import CorruptEntryError, Store, StoreConfig
+from raftlog.storage.codec import Entry, Magic
+from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
+
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.vloop import InlineExecutor, run_virtual
 
@@ -297,7 +297,7 @@ async def test_a_vote_is_on_disk_before_it_is_granted() -> None:
 
 
 def test_the_push_quota_holds_a_far_behind_follower_to_its_rate() -> None:
-    from raft.dispatcher import Quota
+    from raftlog.raft.dispatcher import Quota
     quota = Quota(per_second=1000)
     assert quota.wait(10.0) == 0.0
     quota.sample(600)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from raft.config import parse_peers
-from raft.quorum import quorum_index
+from raftlog.raft.config import parse_peers
+from raftlog.raft.quorum import quorum_index
 
 
 def naive(watermarks: dict[str, int], voters: list[str]) -> int:

@@ -28,17 +28,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from api.errors import ApiError
-from api.service import ApiLimits, LogService
-from raft.config import Peer, RaftConfig, parse_peers
-from raft.errors import RaftError
-from raft.inmem_transport import Fate, Network
-from raft.membership import Configuration, saved_configuration
-from raft.messages import Code, Role
-from raft.node import RaftNode, trusted_commit_end
-from storage import CorruptLogError, Store, StoreConfig
-from storage.codec import Magic
-from storage.memory import MemoryCheckpoint, MemoryStore
+from raftlog.api.errors import ApiError
+from raftlog.api.service import ApiLimits, LogService
+from raftlog.raft.config import Peer, RaftConfig, parse_peers
+from raftlog.raft.errors import RaftError
+from raftlog.raft.inmem_transport import Fate, Network
+from raftlog.raft.membership import Configuration, saved_configuration
+from raftlog.raft.messages import Code, Role
+from raftlog.raft.node import RaftNode, trusted_commit_end
+from raftlog.storage import CorruptLogError, Store, StoreConfig
+from raftlog.storage.codec import Magic
+from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
+
 from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
 from tests.sim.peers import Endpoint, SimPeers
 from tests.sim.vloop import InlineExecutor

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from raft.messages import PushRequest, PushType, Role
-from raft.node import RaftNode
-from raft.transport import PeerUnavailable
+from raftlog.raft.messages import PushRequest, PushType, Role
+from raftlog.raft.node import RaftNode
+from raftlog.raft.transport import PeerUnavailable
+
 from tests.sim.cluster import Faults, SimCluster, run_until
 from tests.sim.wire import round_trip
 

@@ -11,14 +11,14 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from api.errors import ApiError
-from api.service import LogService
-from raft.handler import EntryHandler
-from raft.member_state import MemberState
-from raft.messages import Code, PushRequest, PushResponse, PushType
-from raft.node import RaftNode
-from raft.quorum import quorum_index
-from storage.codec import Magic
+from raftlog.api.errors import ApiError
+from raftlog.api.service import LogService
+from raftlog.raft.handler import EntryHandler
+from raftlog.raft.member_state import MemberState
+from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.node import RaftNode
+from raftlog.raft.quorum import quorum_index
+from raftlog.storage.codec import Magic
 
 
 def votes_twice(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,10 +13,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from api.errors import ApiError
-from api.service import LogService
-from raft.inmem_transport import Network
-from raft.messages import (
+from raftlog.api.errors import ApiError
+from raftlog.api.service import LogService
+from raftlog.raft.inmem_transport import Network
+from raftlog.raft.messages import (
     Code,
     FetchRequest,
     HeartbeatRequest,
@@ -28,8 +28,8 @@ from raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raft.node import RaftNode
-from raft.transport import PeerUnavailable
+from raftlog.raft.node import RaftNode
+from raftlog.raft.transport import PeerUnavailable
 
 
 class Endpoint:

@@ -17,14 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raft.config import Peer
-from raft.errors import RaftError
-from raft.membership import Configuration, MembershipError
-from raft.messages import Code, Role
-from raft.node import RaftNode
-from storage import Store
-from storage.codec import HEADER, HEADER_SIZE
-from storage.recovery import SCAN_FILES
+from raftlog.raft.config import Peer
+from raftlog.raft.errors import RaftError
+from raftlog.raft.membership import Configuration, MembershipError
+from raftlog.raft.messages import Code, Role
+from raftlog.raft.node import RaftNode
+from raftlog.storage import Store
+from raftlog.storage.codec import HEADER, HEADER_SIZE
+from raftlog.storage.recovery import SCAN_FILES
+
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.mutants import MUTANTS
 from tests.sim.vloop import run_virtual

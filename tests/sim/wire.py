@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from api import peer_pb2
-from api.peer_codec import (
+from raftlog.api import peer_pb2
+from raftlog.api.peer_codec import (
     decode_message,
     decode_push,
     decode_push_response,
@@ -21,7 +21,7 @@ from api.peer_codec import (
     encode_push,
     encode_push_response,
 )
-from raft.messages import PushRequest, PushResponse
+from raftlog.raft.messages import PushRequest, PushResponse
 
 
 def round_trip(kind: str, message: Any) -> Any:

@@ -6,8 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-from storage import Store, StoreConfig
+from raftlog.storage import Store, StoreConfig
 
 # 100-byte bodies make 148-byte entries: six to a data file, then a filler of 128 bytes
 SMALL = StoreConfig(data_file_size=1016, index_file_size=10 * 32)

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from storage import (
+from raftlog.storage import (
     Checkpoint,
     CheckpointCorruptError,
     CheckpointError,

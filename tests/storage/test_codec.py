@@ -5,8 +5,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
-
-from storage.codec import (
+from raftlog.storage.codec import (
     HEADER_SIZE,
     INDEX_RECORD,
     POS_OFFSET,

@@ -10,12 +10,11 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from api.bodies import BatchFormatError, decode_bodies, encode_bodies, reference_decode
-from storage import batch as codec
-from storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch
-from storage.codec import HEADER_SIZE, MIN_BLANK_LEN
-from storage.errors import AppendRejectedError, EntryTooLargeError
+from raftlog.api.bodies import BatchFormatError, decode_bodies, encode_bodies, reference_decode
+from raftlog.storage import batch as codec
+from raftlog.storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch
+from raftlog.storage.codec import HEADER_SIZE, MIN_BLANK_LEN
+from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
 
 FILE_SIZES = st.integers(HEADER_SIZE + MIN_BLANK_LEN + 1, 2048)  # small files: fillers in most batches
 U32 = st.integers(0, 2**32 - 1)

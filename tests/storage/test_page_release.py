@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage import Store, StoreConfig
+from raftlog.storage import Store, StoreConfig
 
 MIB = 1 << 20
 

@@ -8,8 +8,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-
-from storage import (
+from raftlog.storage import (
     AppendRejectedError,
     CorruptEntryError,
     DiskFullError,
@@ -25,7 +24,8 @@ from storage import (
     StoreLockedError,
     iter_entries,
 )
-from storage.codec import BLANK, HEADER, encode_entry, place
+from raftlog.storage.codec import BLANK, HEADER, encode_entry, place
+
 from tests.storage.conftest import SMALL, body, file_bytes
 
 
@@ -419,7 +419,7 @@ async def test_position_is_saved_before_the_first_file_after_a_reset(
 async def test_an_interrupted_reset_is_finished_on_open(store: Store) -> None:
     from dataclasses import replace
 
-    from storage.meta import save_meta
+    from raftlog.storage.meta import save_meta
     await store.append_as_leader([body(i) for i in range(10)], term=1)
     await store.close()
     # what a crash right after reset_begin moved the base leaves: old files, a flagged base
