@@ -153,37 +153,36 @@ class _StateCollector(Collector):
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
-        node, store = self.node, self.node.store
+        progress, store = self.node.snapshot(), self.node.store
         role = GaugeMetricFamily("raftlog_role", "1 for this member's current role", labels=["role"])
         for r in Role:
-            role.add_metric([r.value], 1.0 if node.role is r else 0.0)
+            role.add_metric([r.value], 1.0 if progress.role is r else 0.0)
         yield role
         for name, value, doc in (
-                ("raftlog_term", node.term, "Current term"),
+                ("raftlog_term", progress.term, "Current term"),
                 ("raftlog_begin_index", store.begin_index, "First index kept in the log"),
                 ("raftlog_end_index", store.end_index, "Last index in the log"),
-                ("raftlog_committed_index", node.committed_index, "Commit index"),
-                ("raftlog_applied_index", node.applied_index, "Applied index"),
-                ("raftlog_pending_appends", node.pending_appends, "Client appends waiting for a quorum"),
+                ("raftlog_committed_index", progress.committed_index, "Commit index"),
+                ("raftlog_applied_index", progress.applied_index, "Applied index"),
+                ("raftlog_pending_appends", progress.pending_appends, "Client appends waiting for a quorum"),
                 ("raftlog_disk_usage_ratio", store.disk_usage_ratio(), "Used fraction of the data directory's disk"),
                 ("raftlog_disk_full", float(store.disk_full), "1 while appends are refused for a full disk"),
-                ("raftlog_damaged_entries", len(node.repairer.damaged),
+                ("raftlog_damaged_entries", progress.damaged_entries,
                  "Committed entries found damaged here and not yet repaired (reads of them fail)")):
             yield GaugeMetricFamily(name, doc, value=value)
         yield CounterMetricFamily("raftlog_elections_won", "Elections this member has won",
-                                  value=node.elector.elections)
+                                  value=progress.elections)
         yield CounterMetricFamily("raftlog_repaired_entries", "Damaged entries rewritten from a replica's copy",
-                                  value=node.repairer.repaired)
+                                  value=progress.repaired_entries)
         yield CounterMetricFamily("raftlog_scrub_passes", "Completed scrubs of the committed log",
-                                  value=node.repairer.scrubs)
+                                  value=progress.scrubs)
         lag = GaugeMetricFamily("raftlog_follower_lag", "Entries a follower is behind (on the leader)",
                                 labels=["peer"])
         inflight = GaugeMetricFamily("raftlog_push_inflight_bytes", "Log bytes pushed and not yet answered",
                                      labels=["peer"])
-        if node.role is Role.LEADER:
-            for peer, dispatcher in node.dispatchers.items():
-                lag.add_metric([peer], max(store.end_index - dispatcher.match_index, 0))
-                inflight.add_metric([peer], dispatcher.inflight_bytes)
+        for peer, follower in progress.peers.items():  # a leader's
+            lag.add_metric([peer], max(store.end_index - follower.match_index, 0))
+            inflight.add_metric([peer], follower.inflight_bytes)
         yield lag
         yield inflight
 

@@ -337,11 +337,11 @@ class LogService:
     async def _hand_over(self, leaving: str) -> None:
         """Hand leadership to the most caught-up voter that answers, and wait until it leads."""
         node = self.node
-        term = node.term
-        candidates = [v for v in node.voters if v != leaving and node.elector.peer_alive.get(v)]
+        peers = node.snapshot().peers
+        candidates = [v for v in node.voters if v != leaving and v in peers and peers[v].alive]
         if not candidates:
             raise ApiError(Code.QUORUM_AT_RISK, f"no other voter answers: {leaving} cannot hand leadership over")
-        target = max(candidates, key=lambda v: node.watermark(term, v))
+        target = max(candidates, key=lambda v: peers[v].watermark)
         try:
             code = await node.transfer_leadership(target)
         except Exception as exc:
@@ -351,27 +351,27 @@ class LogService:
                            node.leader_id, status=409)
         deadline = time.monotonic() + node.config.max_wait_ack_ms / 1000
         while node.leader_id in (None, leaving):
-            changed = node.state.changed
+            changed = node.role_changed
             changed.clear()
             if not await wait_event(changed, deadline - time.monotonic()) and time.monotonic() >= deadline:
                 raise ApiError(Code.TIMEOUT, f"{target} did not take leadership in time; {leaving} is still a member")
 
     def own_status(self) -> dict[str, Any]:
         """What this member says about itself (the peer port's Status), with its followers if it leads."""
-        node, store = self.node, self.store
+        progress, store = self.node.snapshot(), self.store
         status: dict[str, Any] = {
-            "id": node.config.self_id, "client_url": self.client_url, "grpc_address": self.grpc_address,
-            "role": node.role.value,
-            "term": node.term, "leader": node.leader_id, "end_index": store.end_index,
-            "committed_index": node.committed_index, "applied_index": node.applied_index,
-            "rejoining": node.rejoining}
-        if node.role is Role.LEADER:
+            "id": self.node.config.self_id, "client_url": self.client_url, "grpc_address": self.grpc_address,
+            "role": progress.role.value,
+            "term": progress.term, "leader": progress.leader_id, "end_index": store.end_index,
+            "committed_index": progress.committed_index, "applied_index": progress.applied_index,
+            "rejoining": progress.rejoining}
+        if progress.role is Role.LEADER:
             now = time.monotonic()
             status["progress"] = {
-                peer: {"match_index": d.match_index, "lag_bytes": self._bytes_after(d.match_index),
-                       "inflight_bytes": d.inflight_bytes,
+                peer: {"match_index": p.match_index, "lag_bytes": self._bytes_after(p.match_index),
+                       "inflight_bytes": p.inflight_bytes,
                        "last_contact_ms": _age_ms(now, self.peers.last_contact.get(peer))}
-                for peer, d in node.dispatchers.items()}
+                for peer, p in progress.peers.items()}
         return status
 
     def _bytes_after(self, index: int) -> int | None:

@@ -18,16 +18,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from raftlog.raft.commitment import Commitment
+from raftlog.raft.config import RaftConfig
+from raftlog.raft.member_state import MemberState
+from raftlog.raft.membership import ConfigLog
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
-from raftlog.raft.transport import PeerUnavailable, PushStream
-from raftlog.raft.waiting import Wakeup
+from raftlog.raft.transport import PeerUnavailable, PushStream, Transport
+from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.codec import POS_OFFSET
 from raftlog.storage.errors import StorageError
-
-if TYPE_CHECKING:
-    from raftlog.raft.node import RaftNode
+from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.dispatcher")
 
@@ -68,11 +70,27 @@ class Quota:
         self.used += size
 
 
+class Leadership(Protocol):
+    """What a dispatcher asks of its member: to wait until it leads, and to hear of a larger term."""
+
+    async def wait_for_leadership(self) -> None: ...
+
+    def note_larger_term(self, term: int) -> None: ...
+
+
 class EntryDispatcher:
-    def __init__(self, node: RaftNode, peer_id: str) -> None:
-        self.node = node
+    def __init__(self, peer_id: str, config: RaftConfig, member: MemberState, store: LogStore,
+                 members: ConfigLog, commitment: Commitment, transport: Transport, clock: Clock,
+                 leadership: Leadership) -> None:
         self.peer_id = peer_id
-        self.config = node.config
+        self.config = config
+        self.member = member
+        self.store = store
+        self.members = members
+        self.commitment = commitment
+        self.transport = transport
+        self.clock = clock
+        self.leadership = leadership
         self.state = DispatcherState.COMPARE
         self.write_index = 0
         self.match_index = -1
@@ -97,10 +115,10 @@ class EntryDispatcher:
 
     async def _dispatch(self) -> None:
         while True:
-            await self.node.wait_for_leadership()
-            term = self.node.state.current_term
+            await self.leadership.wait_for_leadership()
+            term = self.member.current_term
             self._change_state(DispatcherState.COMPARE)
-            while self.node.state.is_leader and self.node.state.current_term == term:
+            while self.member.is_leader and self.member.current_term == term:
                 try:
                     await self._step(term)
                 except (PeerUnavailable, PushRejected, StorageError) as exc:
@@ -112,7 +130,7 @@ class EntryDispatcher:
 
     def _change_state(self, target: DispatcherState) -> None:
         if target is DispatcherState.COMPARE:
-            self.write_index = self.node.store.end_index + 1
+            self.write_index = self.store.end_index + 1
             self._read_checked = True
         if target is not DispatcherState.APPEND:
             self._write_off_pending()
@@ -143,12 +161,12 @@ class EntryDispatcher:
 
     def _request(self, term: int, type_: PushType, **fields: object) -> PushRequest:
         return PushRequest(self.config.group, self.config.self_id, term, type_,
-                           self.node.state.committed_index, **fields)  # type: ignore[arg-type]
+                           self.member.committed_index, **fields)  # type: ignore[arg-type]
 
     def _send(self, request: PushRequest) -> asyncio.Future[PushResponse]:
         """Put a push on the stream to the follower, opening a new one if it broke."""
         if self._stream is None or self._stream.broken:
-            self._stream = self.node.transport.open_stream(self.peer_id)
+            self._stream = self.transport.open_stream(self.peer_id)
         return self._stream.send(request)
 
     def _close_stream(self) -> None:
@@ -163,12 +181,12 @@ class EntryDispatcher:
 
     def _check_term(self, request: PushRequest, response: PushResponse) -> None:
         if response.term > request.term:
-            self.node.note_larger_term(response.term)
+            self.leadership.note_larger_term(response.term)
 
     # -- COMPARE / TRUNCATE / INSTALL_SNAPSHOT ---------------------------------------
 
     async def _compare(self, term: int) -> None:
-        store = self.node.store
+        store = self.store
         compare_index = min(self.write_index, store.end_index + 1) - 1
         if compare_index < store.before_begin_index:
             self._change_state(DispatcherState.INSTALL_SNAPSHOT)
@@ -184,7 +202,7 @@ class EntryDispatcher:
         if response.code is Code.SUCCESS:
             self.match_index = compare_index
             # what it holds counts for the quorum only once durable there
-            self.node.update_watermark(term, self.peer_id, min(compare_index, response.ack_index))
+            self.commitment.update_watermark(term, self.peer_id, min(compare_index, response.ack_index))
             self.state = DispatcherState.TRUNCATE
         elif response.code is Code.INCONSISTENT_STATE:
             self.write_index = self._next_compare(compare_index, response) + 1
@@ -202,7 +220,7 @@ class EntryDispatcher:
             candidate = response.end_index
         else:
             candidate = response.x_index - 1
-            store = self.node.store
+            store = self.store
             first = store.first_index_of_term(response.x_term, compare_index)
             if first is not None:
                 lo, hi = first, compare_index - 1  # the last index of x_term below compare_index
@@ -222,15 +240,15 @@ class EntryDispatcher:
         self.state = DispatcherState.APPEND
 
     async def _install_snapshot(self, term: int) -> None:
-        store = self.node.store
+        store = self.store
         response = await self._call(self._request(
             term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
             pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
-            next_pos=store.begin_pos, data=self.node.members.base.encode_with_index()))
+            next_pos=store.begin_pos, data=self.members.base.encode_with_index()))
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"install snapshot: {response.code.name}")
         self.match_index = store.before_begin_index
-        self.node.update_watermark(term, self.peer_id, self.match_index)
+        self.commitment.update_watermark(term, self.peer_id, self.match_index)
         self.write_index = self.match_index + 1
         self._write_off_pending()
         self.state = DispatcherState.APPEND
@@ -238,7 +256,7 @@ class EntryDispatcher:
     # -- APPEND ------------------------------------------------------------------------
 
     async def _append(self, term: int) -> None:
-        store = self.node.store
+        store = self.store
         if self._push_timed_out():
             log.info("a push to %s timed out: comparing again", self.peer_id)
             self._change_state(DispatcherState.COMPARE)
@@ -266,7 +284,7 @@ class EntryDispatcher:
             return
         request = self._request(term, PushType.APPEND, first_index=raw.first_index, count=raw.count,
                                 data=raw.data)
-        now = self.node.now()
+        now = self.clock()
         self.pending[raw.first_index] = now
         gap = now - self._last_append
         self._append_gap = gap if self._append_gap == float("inf") else (
@@ -283,9 +301,9 @@ class EntryDispatcher:
     def _throttle(self, data: memoryview) -> float:
         """DLedger's quota: only a follower more than peer_push_throttle_point bytes behind is slowed."""
         first_pos = int.from_bytes(data[POS_OFFSET:POS_OFFSET + 8], "big")
-        if (self.node.store.write_pos or 0) - first_pos <= self.config.peer_push_throttle_point:
+        if (self.store.write_pos or 0) - first_pos <= self.config.peer_push_throttle_point:
             return 0.0
-        delay = self.quota.wait(self.node.now())
+        delay = self.quota.wait(self.clock())
         if not delay:
             self.quota.sample(len(data))
         return delay
@@ -302,14 +320,14 @@ class EntryDispatcher:
             if not isinstance(exc, PeerUnavailable):
                 log.error("push %d-%d to %s failed", request.first_index, request.last_index, self.peer_id,
                           exc_info=exc)
-            elif epoch == self.epoch and self.node.state.is_leader and self.node.state.current_term == term:
+            elif epoch == self.epoch and self.member.is_leader and self.member.current_term == term:
                 log.debug("push %d-%d to %s failed: %s; comparing again", request.first_index,
                           request.last_index, self.peer_id, exc)
                 self._change_state(DispatcherState.COMPARE)  # the stream broke: nothing after it arrived
             return
         response = answer.result()
         self._check_term(request, response)
-        if not self.node.state.is_leader or self.node.state.current_term != term:
+        if not self.member.is_leader or self.member.current_term != term:
             return
         if epoch != self.epoch:
             return  # written off: even a SUCCESS may describe entries a truncate has since removed
@@ -317,7 +335,7 @@ class EntryDispatcher:
             self.pending.pop(request.first_index, None)
             if request.last_index > self.match_index:
                 self.match_index = request.last_index
-                self.node.update_watermark(term, self.peer_id, self.match_index)
+                self.commitment.update_watermark(term, self.peer_id, self.match_index)
         elif response.code is Code.INCONSISTENT_STATE:
             log.info("push %d-%d to %s: INCONSISTENT_STATE, comparing again", request.first_index,
                      request.last_index, self.peer_id)
@@ -333,15 +351,15 @@ class EntryDispatcher:
         such push waiting behind its gap, and its own answer to that comes when the re-push has
         already written the push off. A compare finds where it really ends.
         """
-        return bool(self.pending) and (self.node.now() - min(self.pending.values())
+        return bool(self.pending) and (self.clock() - min(self.pending.values())
                                        > self.config.max_push_timeout_ms / 1000)
 
     def _notice_in(self) -> float:
         """Seconds until a COMMIT notice is due: once the follower fell behind on the commit index, at
         once when appends are sparse, else COMMIT_NOTICE_DELAY_S later unless a push carries it first;
         and now and then anyway (a follower may have restarted)."""
-        now = self.node.now()
-        if self.peer_commit_index < self.node.state.committed_index and self._notice_due is None:
+        now = self.clock()
+        if self.peer_commit_index < self.member.committed_index and self._notice_due is None:
             steady = self._append_gap < COMMIT_NOTICE_DELAY_S  # the next push is likely to come first
             self._notice_due = now + (COMMIT_NOTICE_DELAY_S if steady else 0.0)
         due = self._last_notice + COMMIT_NOTICE_INTERVAL_S
@@ -350,7 +368,7 @@ class EntryDispatcher:
         return due - now
 
     async def _commit_notice(self, term: int) -> None:
-        self._last_notice = self.node.now()
+        self._last_notice = self.clock()
         self._notice_due = None
         request = self._request(term, PushType.COMMIT)
         response = await self._call(request)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+import random
+from typing import Any, Protocol
 
+from raftlog.raft.config import RaftConfig
 from raftlog.raft.election import (
     Backoff,
     HeartbeatAction,
@@ -24,6 +26,8 @@ from raftlog.raft.election import (
     parse_votes,
     tally_votes,
 )
+from raftlog.raft.member_state import MemberState
+from raftlog.raft.membership import ConfigLog
 from raftlog.raft.messages import (
     Code,
     HeartbeatRequest,
@@ -33,26 +37,46 @@ from raftlog.raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from raftlog.raft.transport import PeerUnavailable
-from raftlog.raft.waiting import Wakeup, consume
+from raftlog.raft.transport import PeerUnavailable, Transport
+from raftlog.raft.waiting import Clock, Wakeup, consume
 from raftlog.storage.errors import StorageError
-
-if TYPE_CHECKING:
-    from raftlog.raft.node import RaftNode
+from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.elector")
 
 TAKE_LEADERSHIP_VOTE_INTERVAL_MS = (30, 100)  # DLedger's min/maxTakeLeadershipVoteIntervalMs
 
 
+class Candidacy(Protocol):
+    """What the elector asks of its member: whether it may stand and vote, whom it talks to, and the
+    leader's periodic duties beside its heartbeats."""
+
+    @property
+    def passive(self) -> bool: ...
+
+    @property
+    def rejoining(self) -> bool: ...
+
+    @property
+    def peer_ids(self) -> tuple[str, ...]: ...
+
+    def check_preferred_leader(self) -> None: ...
+
+
 class LeaderElector:
-    def __init__(self, node: RaftNode) -> None:
-        self.node = node
-        self.state = node.state
-        self.config = node.config
-        self.last_leader_heartbeat = node.now()
+    def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, members: ConfigLog,
+                 transport: Transport, clock: Clock, rng: random.Random, member: Candidacy) -> None:
+        self.config = config
+        self.state = state
+        self.store = store
+        self.members = members
+        self.transport = transport
+        self.clock = clock
+        self.rng = rng
+        self.member = member
+        self.last_leader_heartbeat = clock()
         self.last_send_heartbeat = float("-inf")
-        self.last_success_heartbeat = node.now()
+        self.last_success_heartbeat = clock()
         self.next_time_to_request_vote = -1.0
         self.need_increase_term_immediately = False
         # The first round after a start raises the term: a member that lost its unflushed
@@ -72,14 +96,14 @@ class LeaderElector:
             self.wake.clear()  # before looking at the state: a wake-up from now on is kept
             if self.state.is_leader:
                 await self._maintain_as_leader()
-            elif self.state.is_follower or self.node.passive:
+            elif self.state.is_follower or self.member.passive:
                 await self._maintain_as_follower()
             else:
                 await self._maintain_as_candidate()
 
     async def _sleep_until(self, deadline: float) -> None:
         """Wait for the deadline, or until something wakes the elector."""
-        delay = deadline - self.node.now()
+        delay = deadline - self.clock()
         await self.wake.wait(None if delay == float("inf") else max(delay, 0.0))
 
     def _ms(self, ms: float) -> float:
@@ -88,29 +112,29 @@ class LeaderElector:
     def _next_vote_time(self) -> float:
         low, high = (TAKE_LEADERSHIP_VOTE_INTERVAL_MS if self.taking_leadership else
                      (self.config.min_vote_interval_ms, self.config.max_vote_interval_ms))
-        return self.node.now() + self.last_vote_cost + self._ms(self.node.rng.uniform(low, high))
+        return self.clock() + self.last_vote_cost + self._ms(self.rng.uniform(low, high))
 
     # -- leader ------------------------------------------------------------------------
 
     async def _maintain_as_leader(self) -> None:
         deadline = self.last_send_heartbeat + self._ms(self.config.heartbeat_interval_ms)
-        if self.node.now() < deadline:
+        if self.clock() < deadline:
             await self._sleep_until(deadline)
             return
         term = self.state.current_term
-        self.last_send_heartbeat = self.node.now()
+        self.last_send_heartbeat = self.clock()
         verdict = await self.heartbeat_round(term)
         if verdict is LeaderVerdict.RESEND:
             self.last_send_heartbeat = float("-inf")
-        self.node.check_preferred_leader()
+        self.member.check_preferred_leader()
 
     async def heartbeat_round(self, term: int) -> LeaderVerdict:
         """Beat every other member once and act on the answers (sendHeartbeats)."""
         request = HeartbeatRequest(self.config.group, self.config.self_id, term,
                                    self.state.committed_index)
-        others = self.node.peer_ids
-        voters = self.node.voters
-        tasks = {peer: asyncio.ensure_future(self.node.transport.heartbeat(peer, request)) for peer in others}
+        others = self.member.peer_ids
+        voters = self.members.current.voters
+        tasks = {peer: asyncio.ensure_future(self.transport.heartbeat(peer, request)) for peer in others}
         for task in tasks.values():
             task.add_done_callback(consume)  # late answers are dropped, and so are their errors
         if tasks:  # a group of one confirms itself
@@ -121,7 +145,7 @@ class LeaderElector:
             self.peer_alive[peer] = response is not None
             if response is not None and peer in voters:
                 answers.append((response.code, response.term))
-        now = self.node.now()
+        now = self.clock()
         lost_too_long = now - self.last_success_heartbeat > self._leak()
         verdict, step_term = parse_heartbeats(term, answers, self._quorum(), lost_too_long)
         async with self.state.lock:
@@ -140,25 +164,25 @@ class LeaderElector:
         return self._ms(self.config.heartbeat_interval_ms * self.config.max_heartbeat_leak)
 
     def _quorum(self) -> int:
-        return self.node.configuration.quorum()
+        return self.members.current.quorum()
 
     # -- follower ----------------------------------------------------------------------
 
     async def _maintain_as_follower(self) -> None:
         """A leader unheard for the heartbeat leak is lost: a follower stands; a member that never
         stands (a learner, a member rejoining) only stops naming it, and waits for the next."""
-        if self.node.passive and (not self.state.is_follower or self.state.leader_id is None):
+        if self.member.passive and (not self.state.is_follower or self.state.leader_id is None):
             await self._sleep_until(float("inf"))  # no leader to watch: until a heartbeat wakes it
             return
         deadline = self.last_leader_heartbeat + self._leak()
-        if self.node.now() < deadline:
+        if self.clock() < deadline:
             await self._sleep_until(deadline)
             return
         async with self.state.lock:
-            if self.state.is_follower and self.node.now() >= self.last_leader_heartbeat + self._leak():
+            if self.state.is_follower and self.clock() >= self.last_leader_heartbeat + self._leak():
                 log.info("%s lost leader %s (no heartbeat for %.0f ms)", self.config.self_id,
                          self.state.leader_id, self._leak() * 1000)
-                if self.node.passive:
+                if self.member.passive:
                     self.state.lose_leader()
                 else:
                     self._stand_after_losing()
@@ -173,16 +197,16 @@ class LeaderElector:
         vote in it: its first round is in the next term. (DLedger asks in the current term first, and
         there that round always fails.)"""
         self.state.change_to_candidate(self.state.current_term)
-        self.next_time_to_request_vote = self.node.now() + self._ms(
-            self.node.rng.uniform(0, self.config.min_vote_interval_ms))
+        self.next_time_to_request_vote = self.clock() + self._ms(
+            self.rng.uniform(0, self.config.min_vote_interval_ms))
         if self.state.voted_for not in (None, self.config.self_id):
             self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
 
     # -- candidate ---------------------------------------------------------------------
 
     async def _maintain_as_candidate(self) -> None:
-        if self.node.now() < self.next_time_to_request_vote and (not self.need_increase_term_immediately
-                                                                 or self.node.now() < self._unstorable_until):
+        if self.clock() < self.next_time_to_request_vote and (not self.need_increase_term_immediately
+                                                                 or self.clock() < self._unstorable_until):
             await self._sleep_until(self.next_time_to_request_vote)
             return
         async with self.state.lock:
@@ -201,15 +225,15 @@ class LeaderElector:
                 self.last_parse_result = ParseResult.WAIT_TO_REVOTE
             else:
                 term = self.state.current_term
-            end_index, end_term = self.node.store.end_index, self.node.store.end_term
+            end_index, end_term = self.store.end_index, self.store.end_term
         if self.need_increase_term_immediately:
             self.next_time_to_request_vote = self._next_vote_time()
             self.need_increase_term_immediately = False
             return
-        started = self.node.now()
+        started = self.clock()
         answers = await self._request_votes(VoteRequest(
             self.config.group, self.config.self_id, term, end_term, end_index, self.taking_leadership))
-        self.last_vote_cost = self.node.now() - started
+        self.last_vote_cost = self.clock() - started
         tally = tally_votes(term, answers)
         result, backoff = parse_votes(tally, self._quorum())
         if result is ParseResult.PASSED and self.state.known_max_term > term:
@@ -229,7 +253,7 @@ class LeaderElector:
                 self.taking_leadership = False
                 self.state.change_to_leader(term)
                 self.last_send_heartbeat = float("-inf")
-                self.last_success_heartbeat = self.node.now()
+                self.last_success_heartbeat = self.clock()
         log.debug("%s vote round in term %d: %s %s", self.config.self_id, term, result.value, tally)
 
     def _back_off(self, backoff: Backoff) -> None:
@@ -243,18 +267,18 @@ class LeaderElector:
     async def _request_votes(self, request: VoteRequest) -> list[tuple[VoteResult, int]]:
         """Ask every voter, itself included, and wait for a decision or the vote timeout."""
         tasks = {}
-        for voter in self.node.voters:
+        for voter in self.members.current.voters:
             if voter == self.config.self_id:
                 tasks[voter] = asyncio.ensure_future(self.handle_vote(request, from_self=True))
             else:
-                tasks[voter] = asyncio.ensure_future(self.node.transport.vote(voter, request))
+                tasks[voter] = asyncio.ensure_future(self.transport.vote(voter, request))
         timeout = self._ms(self.config.vote_timeout_ms
-                           + self.node.rng.uniform(0, self.config.max_vote_interval_ms))
+                           + self.rng.uniform(0, self.config.max_vote_interval_ms))
         pending = set(tasks.values())
-        deadline = self.node.now() + timeout
+        deadline = self.clock() + timeout
         try:
             while pending:
-                done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - self.node.now()),
+                done, pending = await asyncio.wait(pending, timeout=max(0.0, deadline - self.clock()),
                                                    return_when=asyncio.FIRST_COMPLETED)
                 if not done:
                     break
@@ -278,7 +302,7 @@ class LeaderElector:
 
     def _view(self) -> LocalView:
         return LocalView(self.config.self_id, self.state.current_term, self.state.voted_for,
-                         self.state.leader_id, self.node.store.end_term, self.node.store.end_index,
+                         self.state.leader_id, self.store.end_term, self.store.end_index,
                          self.taking_leadership, self.hears_leader())
 
     def hears_leader(self) -> bool:
@@ -286,10 +310,10 @@ class LeaderElector:
         if self.state.leader_id is None:
             return False
         last = self.last_success_heartbeat if self.state.is_leader else self.last_leader_heartbeat
-        return self.node.now() - last < self._leak()
+        return self.clock() - last < self._leak()
 
     async def handle_vote(self, request: VoteRequest, from_self: bool = False) -> VoteResponse:
-        if self.node.rejoining:
+        if self.member.rejoining:
             return VoteResponse(self.state.current_term, VoteResult.REJECT_REJOINING)
         async with self.state.lock:
             result = decide_vote(self._view(), request, from_self)
@@ -304,12 +328,12 @@ class LeaderElector:
                     log.warning("%s cannot store a vote for %s in term %d (%s); not granted", self.config.self_id,
                                 request.leader_id, request.term, exc)
                     result = VoteResult.UNKNOWN
-            term = (self.node.store.end_term if result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
+            term = (self.store.end_term if result is VoteResult.REJECT_TERM_SMALL_THAN_LEDGER
                     else self.state.current_term)
             if not from_self:
                 log.debug("%s answers %s's vote request in term %d (its log ends %d/%d, mine %d/%d): %s",
                           self.config.self_id, request.leader_id, request.term, request.ledger_end_index,
-                          request.ledger_end_term, self.node.store.end_index, self.node.store.end_term, result.value)
+                          request.ledger_end_term, self.store.end_index, self.store.end_term, result.value)
             return VoteResponse(term, result)
 
     async def handle_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
@@ -318,17 +342,17 @@ class LeaderElector:
             # Only reads: answered at once, never queued behind a push that holds the lock for
             # its write (under load that wait made followers miss beats and leaders step down).
             if action is HeartbeatAction.REFRESH:
-                self.last_leader_heartbeat = self.node.now()
+                self.last_leader_heartbeat = self.clock()
             return HeartbeatResponse(code, self.state.current_term)
         async with self.state.lock:
             code, action = decide_heartbeat(self._view(), request)
-            if action is HeartbeatAction.STEP_UP_TERM and self.node.passive:
+            if action is HeartbeatAction.STEP_UP_TERM and self.member.passive:
                 await self.state.adopt_term(request.term)
                 code, action = Code.SUCCESS, HeartbeatAction.FOLLOW
             if action is HeartbeatAction.REFRESH:
-                self.last_leader_heartbeat = self.node.now()
+                self.last_leader_heartbeat = self.clock()
             elif action is HeartbeatAction.FOLLOW:
-                self.last_leader_heartbeat = self.node.now()
+                self.last_leader_heartbeat = self.clock()
                 self.taking_leadership = False
                 self.state.change_to_follower(request.term, request.leader_id)
                 self.wake.set()  # a member that never stands now watches this leader's beats
@@ -338,12 +362,17 @@ class LeaderElector:
                 self.wake.set()
             return HeartbeatResponse(code, self.state.current_term)
 
+    def heartbeat_now(self) -> None:
+        """A follower answered with a larger term: the next heartbeat round, at once, steps down."""
+        self.last_send_heartbeat = float("-inf")
+        self.wake.set()
+
     def take_leadership(self) -> None:
         """A transfer's target: become candidate of the next term and ask for votes at once."""
         self.state.change_to_candidate(self.state.current_term)
         self.taking_leadership = True
         self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
-        self.next_time_to_request_vote = self.node.now()
+        self.next_time_to_request_vote = self.clock()
         self.wake.set()
 
 

@@ -18,17 +18,17 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
+from raftlog.raft.config import RaftConfig
+from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
-from raftlog.raft.waiting import Wakeup
+from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.codec import HEADER, HEADER_SIZE
 from raftlog.storage.errors import AppendRejectedError, DiskFullError, StorageError
-
-if TYPE_CHECKING:
-    from raftlog.raft.node import RaftNode
+from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.handler")
 
@@ -40,10 +40,28 @@ class PushShapeError(ValueError):
     """A push whose numbers cannot be true: entries that do not fit its bytes, an index before 0."""
 
 
+class Following(Protocol):
+    """What the handler tells its member as the log follows the leader's."""
+
+    def note_config_entries(self, indices: Sequence[int]) -> None: ...
+
+    def log_truncated(self, from_index: int) -> None: ...
+
+    def snapshot_installed(self, index: int, term: int, configuration: Configuration | None = None) -> None: ...
+
+    def follower_commit(self, leader_commit: int, matched_end: int) -> None: ...
+
+    def durable_moved(self) -> None: ...
+
+
 class EntryHandler:
-    def __init__(self, node: RaftNode) -> None:
-        self.node = node
-        self.store = node.store
+    def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock: Clock,
+                 member: Following) -> None:
+        self.config = config
+        self.state = state
+        self.store = store
+        self.clock = clock
+        self.member = member
         self.waiting: dict[int, tuple[PushRequest, asyncio.Future[PushResponse], float]] = {}
         self.control: deque[tuple[PushRequest, asyncio.Future[PushResponse]]] = deque()
         self.matched_end = -1  # last index known equal to the current leader's log
@@ -53,7 +71,7 @@ class EntryHandler:
         index = request.first_index if request.type is PushType.APPEND else request.pre_log_index
         values = {"end_index": self.store.end_index, "end_term": self.store.end_term,
                   "ack_index": self.store.ack_end_index, **fields}
-        return PushResponse(code, self.node.state.current_term, index, **values)
+        return PushResponse(code, self.state.current_term, index, **values)
 
     # -- intake --------------------------------------------------------------------
 
@@ -71,7 +89,7 @@ class EntryHandler:
         """The push continues the log and nothing is ahead of it: no control push, no waiting append,
         no vote or drain holding the node's lock."""
         return (request.first_index == self.store.end_index + 1 and not self.control and not self.waiting
-                and not self.node.state.lock.locked())
+                and not self.state.lock.locked())
 
     def _append_in_turn(self, request: PushRequest) -> asyncio.Future[PushResponse] | None:
         """Write an in-turn push now (nothing else runs meanwhile: the node's lock is not needed); None
@@ -82,7 +100,7 @@ class EntryHandler:
             if appended is None:
                 return None
             if appended.config_indices:  # in force at once, as the log holds it (a vote may depend on it)
-                self.node.note_config_entries(appended.config_indices)
+                self.member.note_config_entries(appended.config_indices)
             self.matched_end = request.last_index
             self._follow_commit(request.commit_index)
             self._ack(request, answer, self._answer(request, Code.SUCCESS))
@@ -121,7 +139,7 @@ class EntryHandler:
                 return self._answer(request, Code.REPEATED_PUSH)
             if len(self.waiting) >= WAITING_PUSHES_MAX:
                 return self._answer(request, Code.PUSH_REQUEST_IS_FULL)
-            self.waiting[request.first_index] = (request, future, self.node.now())
+            self.waiting[request.first_index] = (request, future, self.clock())
         else:
             if request.type in (PushType.COMPARE, PushType.TRUNCATE, PushType.INSTALL_SNAPSHOT):
                 self.drop_waiting(Code.INCONSISTENT_STATE)
@@ -180,7 +198,7 @@ class EntryHandler:
     # -- the task --------------------------------------------------------------------
 
     async def run(self) -> None:
-        timeout = self.node.config.max_push_timeout_ms / 1000
+        timeout = self.config.max_push_timeout_ms / 1000
         while True:
             await self.wake.wait(timeout)
             self.wake.clear()  # before draining: what arrives meanwhile wakes the next pass
@@ -235,17 +253,17 @@ class EntryHandler:
         if failure is not None:  # the store refuses appends from now on: the push is not acknowledged
             future.set_exception(failure)
             return
-        self.node.durable_moved()
+        self.member.durable_moved()
         self._follow_commit(request.commit_index)
         future.set_result(self._answer(request, Code.SUCCESS))
 
     def _current(self, request: PushRequest) -> bool:
-        state = self.node.state
+        state = self.state
         return (request.term == state.current_term and state.is_follower
                 and request.leader_id == state.leader_id)
 
     async def _append(self, request: PushRequest, future: asyncio.Future[PushResponse]) -> None:
-        async with self.node.state.lock:  # a vote never sees a log an append is changing
+        async with self.state.lock:  # a vote never sees a log an append is changing
             if not self._current(request):
                 self._ack(request, future, self._answer(request, Code.INCONSISTENT_LEADER))
                 return
@@ -259,7 +277,7 @@ class EntryHandler:
                 self._ack(request, future, self._answer(request, Code.DISK_FULL))
                 return
             if appended.config_indices:  # in force at once, as the log holds it (a vote may depend on it)
-                self.node.note_config_entries(appended.config_indices)
+                self.member.note_config_entries(appended.config_indices)
         self.matched_end = request.last_index
         self._follow_commit(request.commit_index)
         self._ack(request, future, self._answer(request, Code.SUCCESS))
@@ -272,7 +290,7 @@ class EntryHandler:
             return self._answer(request, Code.DISK_ERROR)
 
     async def _control_locked(self, request: PushRequest) -> PushResponse:
-        async with self.node.state.lock:
+        async with self.state.lock:
             if not self._current(request):
                 return self._answer(request, Code.INCONSISTENT_LEADER)
             if request.type is PushType.COMPARE:
@@ -315,12 +333,12 @@ class EntryHandler:
         index = request.pre_log_index
         if index <= self.matched_end:  # a late truncate: entries since matched would go
             return self._answer(request, Code.INCONSISTENT_STATE)
-        if index <= self.node.state.committed_index:
+        if index <= self.state.committed_index:
             log.error("BUG: leader %s asked to truncate committed entries from %d (committed %d)",
-                      request.leader_id, index, self.node.state.committed_index)
+                      request.leader_id, index, self.state.committed_index)
             return self._answer(request, Code.INCONSISTENT_STATE)
         truncated_to = await self.store.truncate(index)
-        self.node.log_truncated(truncated_to + 1)
+        self.member.log_truncated(truncated_to + 1)
         if truncated_to != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1
@@ -328,7 +346,7 @@ class EntryHandler:
         return self._answer(request, Code.SUCCESS)
 
     async def _install_snapshot(self, request: PushRequest) -> PushResponse:
-        if request.pre_log_index < max(self.matched_end, self.node.state.committed_index):
+        if request.pre_log_index < max(self.matched_end, self.state.committed_index):
             return self._answer(request, Code.INCONSISTENT_STATE)  # late: this log is further
         configuration = None
         if request.data:
@@ -344,16 +362,16 @@ class EntryHandler:
             log.warning("snapshot from %s refused: %s", request.leader_id, exc)
             return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         self.matched_end = request.pre_log_index
-        self.node.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
+        self.member.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
 
     def _follow_commit(self, leader_commit: int) -> None:
-        self.node.follower_commit(leader_commit, self.matched_end)
+        self.member.follower_commit(leader_commit, self.matched_end)
 
     def _check_abnormal(self) -> None:
         """A push stuck behind a gap for too long: INCONSISTENT_STATE to the smallest, so the
         leader compares again (DLedger's checkAbnormalFuture)."""
-        limit = self.node.now() - self.node.config.max_push_timeout_ms / 1000
+        limit = self.clock() - self.config.max_push_timeout_ms / 1000
         stuck = [first for first, (_, _, since) in self.waiting.items() if since < limit]
         if stuck:
             request, future, _ = self.waiting.pop(min(stuck))

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from raftlog.raft.config import RaftConfig
+from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import FetchRequest
-from raftlog.raft.transport import PeerUnavailable
-from raftlog.raft.waiting import Wakeup
+from raftlog.raft.transport import PeerUnavailable, Transport
+from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.errors import StorageError
-
-if TYPE_CHECKING:
-    from raftlog.raft.node import RaftNode
+from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.repair")
 
@@ -32,9 +31,15 @@ RETRY_S = 1.0  # when no replica could give a copy, ask again after this long
 
 
 class Repairer:
-    def __init__(self, node: RaftNode) -> None:
-        self.node = node
-        self.store = node.store
+    def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, transport: Transport,
+                 clock: Clock, peer_ids: Callable[[], tuple[str, ...]]) -> None:
+        """`peer_ids`: the other members in play, whose copies may be asked for."""
+        self.config = config
+        self.state = state
+        self.store = store
+        self.transport = transport
+        self.clock = clock
+        self.peer_ids = peer_ids
         self.damaged: set[int] = set()
         self.repaired = 0
         self.scrubs = 0  # completed passes over the committed log
@@ -53,7 +58,7 @@ class Repairer:
             await self.wake.wait()
             self.wake.clear()
             for index in sorted(self.damaged):
-                if index < self.store.begin_index or index > self.node.state.committed_index:
+                if index < self.store.begin_index or index > self.state.committed_index:
                     self.damaged.discard(index)  # cleaned, or replication's to overwrite
                     continue
                 try:
@@ -67,11 +72,11 @@ class Repairer:
 
     async def _repair(self, index: int) -> bool:
         """Ask the leader first, then the others, for their copy; True once one fitted."""
-        leader = self.node.state.leader_id
-        peers = sorted(self.node.peer_ids, key=lambda peer: peer != leader)
+        leader = self.state.leader_id
+        peers = sorted(self.peer_ids(), key=lambda peer: peer != leader)
         for peer in peers:
             try:
-                raw = await self.node.transport.fetch(peer, FetchRequest(self.node.config.group, index))
+                raw = await self.transport.fetch(peer, FetchRequest(self.config.group, index))
             except PeerUnavailable as exc:
                 log.debug("no copy of %d from %s: %s", index, peer, exc)
                 continue
@@ -91,16 +96,16 @@ class Repairer:
         """Verify the committed log from its first entry, every `interval_s`."""
         while True:
             index, chain = self.store.begin_index, self.store.before_begin_chain_crc
-            while index <= self.node.state.committed_index:
-                started = time.perf_counter()
+            while index <= self.state.committed_index:
+                started = self.clock()
                 index, _damaged, chain = self.store.verify(index, SCRUB_BATCH, chain)  # each one is reported
-                await asyncio.sleep((time.perf_counter() - started) * (1 / SCRUB_DUTY - 1))
+                await asyncio.sleep((self.clock() - started) * (1 / SCRUB_DUTY - 1))
             self.scrubs += 1
             await asyncio.sleep(interval_s)
 
     def copy_of(self, index: int) -> bytes:
         """This member's stored copy of a committed entry; empty when there is none to give."""
-        if not self.store.begin_index <= index <= self.node.state.committed_index:
+        if not self.store.begin_index <= index <= self.state.committed_index:
             return b""
         try:
             return bytes(self.store.read_range(index, 1, 0).data)

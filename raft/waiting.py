@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from collections.abc import Callable
 from typing import Any
+
+Clock = Callable[[], float]  # seconds on the event loop's clock, which the simulation drives
 
 
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
@@ -23,6 +27,13 @@ def consume(future: asyncio.Future[Any]) -> None:
     is not logged as "never retrieved" when collected."""
     if not future.cancelled():
         future.exception()
+
+
+def log_if_died(task: asyncio.Task[Any], log: logging.Logger, member_id: str) -> None:
+    """A done callback: a task of the member that died is said at once, not only found when the
+    member's stop gathers it."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s: task %s died", member_id, task.get_coro(), exc_info=task.exception())
 
 
 class Wakeup:

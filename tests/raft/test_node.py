@@ -223,7 +223,7 @@ async def test_committed_entries_are_applied_in_order_and_checkpointed(tmp_path:
         recorders = {}
         roles: list[tuple[int, Role]] = []
         for node in cluster.running:
-            recorders[node.config.self_id] = node.state_machine = Recorder()
+            recorders[node.config.self_id] = node.applier.state_machine = Recorder()
         leader.state.add_role_listener(lambda term, role: roles.append((term, role)))
         for i in range(5):
             await leader.append([f"a{i}".encode()])

@@ -13,6 +13,8 @@ from typing import Any
 
 from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
+from raftlog.raft.client_appends import ClientAppends
+from raftlog.raft.commitment import Commitment
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
@@ -71,13 +73,13 @@ def reads_without_confirming(original: Callable[..., Any]) -> Callable[..., Any]
 def commits_earlier_terms(original: Callable[..., Any]) -> Callable[..., Any]:
     """The quorum check commits the median watermark whatever its entry's term."""
 
-    def check_quorum(self: RaftNode) -> None:
+    def check_quorum(self: Commitment) -> None:
         if not self.state.is_leader:
             return
         self._watermarks[self.config.self_id] = self.store.ack_end_index
-        index = quorum_index(self._watermarks, self.voters)
+        index = quorum_index(self._watermarks, self.members.current.voters)
         if index > self.state.committed_index:
-            self._commit(index)
+            self.commit(index)
 
     return check_quorum
 
@@ -121,19 +123,20 @@ def retries_forwarded_appends(original: Callable[..., Any],
 def acks_before_quorum(original: Callable[..., Any]) -> Callable[..., Any]:
     """The leader acknowledges an append once it is in its own log, before a quorum holds it."""
 
-    async def append(self: RaftNode, bodies: Sequence[bytes]) -> Any:
-        return await self._append_local(bodies, self.state.current_term, Magic.NORMAL)
+    async def append(self: ClientAppends, bodies: Sequence[bytes]) -> Any:
+        appended, _committed = await self.append_local(bodies, self.state.current_term, Magic.NORMAL)
+        return appended
 
     return append
 
 
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
-    "acks-before-quorum": (RaftNode, "append", acks_before_quorum),
+    "acks-before-quorum": (ClientAppends, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
     "acks-before-writing": (EntryHandler, "take", acks_before_writing),
     "skips-truncation": (EntryHandler, "_truncate", skips_truncation),
     "reads-without-confirming": (RaftNode, "read_index", reads_without_confirming),
-    "commits-earlier-terms": (RaftNode, "_check_quorum", commits_earlier_terms),
+    "commits-earlier-terms": (Commitment, "check_quorum", commits_earlier_terms),
     "reads-local-commit-index": (LogService, "readable_end", reads_local_commit_index),
     "ends-ranges-at-local-commit-index": (LogService, "readable_end", ends_ranges_at_local_commit_index),
     "retries-forwarded-appends": (LogService, "append", retries_forwarded_appends),

@@ -452,7 +452,7 @@ async def failover(seed: int, voters: int = 3) -> float:
         def writable() -> bool:
             leader = cluster.leader()
             return (leader is not None and leader.role is Role.LEADER
-                    and 0 <= leader._term_first_index <= leader.committed_index)
+                    and leader.appends.caught_up)
 
         assert await run_until(cluster, writable, 10.0, step_s=0.001)
         return loop.time() - killed_at
