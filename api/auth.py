@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from raftlog.api.errors import ApiError, error_response
 from raftlog.raft.messages import Code
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 log = logging.getLogger("raftlog.auth")
 

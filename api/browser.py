@@ -28,10 +28,11 @@ import hashlib
 import re
 from collections.abc import Iterable
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from raftlog.api.auth import SAFE_METHODS, AuthFailures
 from raftlog.api.errors import ApiError
 from raftlog.raft.messages import Code
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = "*"

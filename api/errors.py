@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import secrets
 
+from starlette.responses import JSONResponse
+
 from raftlog.raft.errors import RaftError
 from raftlog.raft.membership import MembershipError
 from raftlog.raft.messages import Code
@@ -27,7 +29,6 @@ from raftlog.storage.errors import (
     IndexOutOfRangeError,
     StorageError,
 )
-from starlette.responses import JSONResponse
 
 # The HTTP status of each code a client can meet; openapi.yaml documents the same table.
 STATUS = {

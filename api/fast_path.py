@@ -30,14 +30,15 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from raftlog.api.auth import Tokens, bearer_credentials, refusal, required_role
-from raftlog.api.browser import BrowserGuard, guarded_headers
-from raftlog.api.errors import api_error, error_response
-from raftlog.api.limits import RequestLimits
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from raftlog.api.auth import Tokens, bearer_credentials, refusal, required_role
+from raftlog.api.browser import BrowserGuard, guarded_headers
+from raftlog.api.errors import api_error, error_response
+from raftlog.api.limits import RequestLimits
 
 if TYPE_CHECKING:
     from raftlog.api.public import EntryHandlers

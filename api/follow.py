@@ -24,9 +24,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from raftlog.raft.waiting import Signal
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from raftlog.raft.waiting import Signal
 
 log = logging.getLogger("raftlog.api")
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
+
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.peer_codec import PeerMessageError
 from raftlog.api.peer_stream import FORWARD_PATH, H2CallStream

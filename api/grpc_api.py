@@ -25,6 +25,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
+
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal

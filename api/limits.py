@@ -25,9 +25,10 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qs
 
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from raftlog.api.errors import ApiError, bad_request, error_response, too_large
 from raftlog.raft.messages import Code
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 BODIES_KEY = 0x0A  # field 1, length-delimited: the key before each body of a batch's protobuf message

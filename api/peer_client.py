@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError, Message
+
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import ForwardStream

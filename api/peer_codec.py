@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any, TypeVar, get_type_hints
 
 from google.protobuf.message import DecodeError, Message
+
 from raftlog.api import peer_pb2 as pb
 from raftlog.raft.messages import (
     Code,

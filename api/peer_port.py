@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+
 from raftlog.api.peer_client import PeerTls, channel_options, load_identity
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_stream import REPLICATE_SETTING

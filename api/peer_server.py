@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError, Message
+
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
 from raftlog.api.errors import ApiError, too_large

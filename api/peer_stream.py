@@ -35,6 +35,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import hyperframe.frame
+
 from raftlog.api.data_frames import DEFAULT_WINDOW, DataFrames
 from raftlog.api.peer_codec import PeerMessageError, decode_push_response, encode_push
 from raftlog.raft.messages import PushRequest, PushResponse

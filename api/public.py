@@ -24,6 +24,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
+from starlette.types import ASGIApp
+
 from raftlog.api import schemas
 from raftlog.api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
@@ -53,10 +58,6 @@ from raftlog.api.schemas import (
 from raftlog.api.service import LogService, entry_json, entry_type
 from raftlog.raft.messages import Code
 from raftlog.storage.codec import iter_entries
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
-from starlette.routing import Match
-from starlette.types import ASGIApp
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"

@@ -6,6 +6,7 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from raftlog.raft.config import Peer
 
 Encoding = Literal["utf-8", "base64"]

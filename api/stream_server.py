@@ -40,6 +40,7 @@ import h2.exceptions
 import h2.frame_buffer
 import h2.settings
 from hyperframe.frame import HeadersFrame
+
 from raftlog.api.data_frames import DataFrames
 from raftlog.api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
 from raftlog.api.peer_codec import PeerMessageError

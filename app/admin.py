@@ -12,6 +12,7 @@ from importlib.resources import files
 
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
+
 from raftlog.api.browser import page_policy
 
 PAGE = files("raftlog.app") / "admin" / "index.html"

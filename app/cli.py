@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from raftlog.app.settings import Settings, SettingsError, load_settings
 from raftlog.pipeline.cli import add_commands as add_pipeline_commands
 

@@ -41,11 +41,12 @@ import json
 import logging
 from collections.abc import Callable
 
+from starlette.types import ASGIApp, Scope
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
 from raftlog.api.errors import RETRY_AFTER_S, ApiError
 from raftlog.api.follow import ABORT_EXTENSION
 from raftlog.raft.messages import Code
-from starlette.types import ASGIApp, Scope
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger("raftlog.server")
 

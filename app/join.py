@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+
 from raftlog.api.auth import is_loopback
 from raftlog.api.browser import host_name
 from raftlog.app.settings import NodeSettings, SettingsError

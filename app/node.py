@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 from fastapi import FastAPI
+
 from raftlog.api.auth import AuthFailures
 from raftlog.api.grpc_api import GrpcApi
 from raftlog.api.limits import InflightBytes

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from raftlog.app.launcher import SMALL_FILES
 from raftlog.app.node import Node
 from raftlog.app.settings import load_settings

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 
 import uvicorn
 import uvloop
+
 from raftlog.api.peer_port import GRACE_S, PeerPort
 from raftlog.app.client_protocol import guarded_protocol
 from raftlog.app.logs import configure_logging

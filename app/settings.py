@@ -22,6 +22,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
 from raftlog.api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential, is_loopback
 from raftlog.api.browser import LOOPBACK_NAMES, host_name
 from raftlog.api.peer_client import PeerTls

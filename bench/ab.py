@@ -41,6 +41,7 @@ import httpx
 from cluster_bench import wrk, wrk_batches  # this folder's siblings: run as `python bench/ab.py`
 from compare import BODY, ETCD_TXN_OPS_MAX, committed_index, cpu_s, machine, rate
 from etcd_cluster import EtcdCluster, b64
+
 from raftlog.app.launcher import LocalCluster
 
 BATCH = 1000

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+
 from raftlog.app.launcher import free_ports
 from raftlog.app.node import Node
 from raftlog.app.settings import load_settings

@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
+
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.app.launcher import LocalCluster
 

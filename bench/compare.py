@@ -65,6 +65,7 @@ from cluster_bench import (  # this folder's siblings: run as `python bench/comp
 )
 from etcd_cluster import EtcdCluster, b64
 from pysyncobj_cluster import max_rate
+
 from raftlog.app.launcher import LocalCluster
 
 HERE = Path(__file__).resolve().parent

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+
 from raftlog.app.launcher import free_ports
 
 START_TIMEOUT_S = 30.0

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 from cluster_bench import BATCH, BATCH_CLIENTS, raftlog_batch  # this folder's siblings: run as a script
 from compare import background_load, first_write_after
+
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.app.launcher import LocalCluster
 

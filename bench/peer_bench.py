@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+
 from raftlog.api.peer_codec import decode_message, decode_push, encode_message, encode_push
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
 from raftlog.storage.codec import HEADER_SIZE

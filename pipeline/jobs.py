@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
+
 from raftlog.pipeline import register
 from raftlog.pipeline.offline import open_data_dir
 from raftlog.pipeline.options import PipelineError

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from raftlog.pipeline.entries import CorruptDataError, Decoder, Stop
 from raftlog.pipeline.options import PipelineError
 from raftlog.storage import read_checkpoint

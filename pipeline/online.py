@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import httpx
 import pyarrow as pa
+
 from raftlog.pipeline.entries import Decoder
 from raftlog.pipeline.options import Access, PipelineError
 from raftlog.storage.codec import HEADER, HEADER_SIZE

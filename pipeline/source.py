@@ -23,6 +23,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+
 from raftlog.pipeline import offline, online
 from raftlog.pipeline.options import PipelineError, ReadOptions, parse_options
 

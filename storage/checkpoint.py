@@ -31,13 +31,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from raftlog.storage.errors import (
-    CheckpointCorruptError,
-    CheckpointError,
-    CheckpointFullError,
-    CheckpointLockedError,
-    CheckpointMissingError,
-)
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -55,6 +48,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import DBAPIError
+
+from raftlog.storage.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointFullError,
+    CheckpointLockedError,
+    CheckpointMissingError,
+)
 
 log = logging.getLogger("raftlog.storage.checkpoint")
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from raftlog.app.launcher import PORTS_FROM, SMALL_FILES, LocalCluster
 
 ClusterFactory = Callable[..., LocalCluster]

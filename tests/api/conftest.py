@@ -7,6 +7,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
 from raftlog.app.settings import load_settings

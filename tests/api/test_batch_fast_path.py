@@ -16,6 +16,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchTooLargeError, decode_bodies, encode_bodies
 from raftlog.api.errors import ApiError
 from raftlog.api.fast_path import EntryFastPath

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
 from raftlog.app.launcher import SMALL_FILES, free_ports

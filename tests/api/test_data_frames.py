@@ -10,6 +10,7 @@ import h2.exceptions
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.api.data_frames import DEFAULT_WINDOW, DataFrames
 
 HEADERS = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/raftlog.peer.v1.Peer/Replicate"),

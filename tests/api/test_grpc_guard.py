@@ -16,6 +16,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+
 from raftlog.api import log_pb2 as pb
 from raftlog.api.auth import AuthFailures, Tokens
 from raftlog.api.grpc_api import GrpcApi

@@ -23,6 +23,7 @@ import h2.exceptions
 import h2.settings
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.auth import AuthFailures
 from raftlog.api.limits import InflightBytes, RequestLimits, batch_entries
@@ -36,7 +37,6 @@ from raftlog.app.settings import SettingsError, load_settings
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import Code, VoteRequest, VoteResponse, VoteResult
 from raftlog.raft.transport import PeerUnavailable
-
 from tests.api.test_peer_transport import MESSAGE_MAX, SECRET, FollowerNode, ForwardingService, push
 from tests.e2e.peer_port import HandWrittenStream
 from tests.pki import Pki

@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+
 from raftlog.api import peer_client, stream_server
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.auth import AuthFailures
@@ -47,7 +48,6 @@ from raftlog.raft.messages import (
     VoteResult,
 )
 from raftlog.raft.transport import PeerUnavailable
-
 from tests.e2e.peer_port import HandWrittenStream
 from tests.faults.proxy import Link
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from raftlog.api.service import SharedRounds
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import httpx
 import yaml
+
 from raftlog.api.fast_path import EntryFastPath
 from raftlog.app.node import Node
 

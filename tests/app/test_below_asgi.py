@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.app.client_protocol import guarded_protocol
 from raftlog.app.launcher import SMALL_FILES, free_ports

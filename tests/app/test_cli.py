@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from raftlog.api.auth import Role
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.settings import SettingsError, load_settings
-
 from tests.pki import Pki
 from tests.processes import ClusterFactory, free_port_run
 

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import uvicorn
+
 from raftlog.app.client_protocol import CORK_BYTES_MAX, CorkedTransport, guarded_protocol
 from raftlog.app.launcher import free_ports
 from raftlog.app.server import bind

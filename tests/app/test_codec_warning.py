@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from raftlog.app.server import codec_warnings
 from raftlog.storage import batch
 from raftlog.storage.batch import reference_encode

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+
 from raftlog.app import join
 from raftlog.app.join import ANSWER_BYTES_MAX, join_group
 from raftlog.app.launcher import free_ports
@@ -20,7 +21,6 @@ from raftlog.app.server import bind
 from raftlog.app.settings import SettingsError, load_settings
 from raftlog.raft.config import Peer
 from raftlog.raft.membership import Configuration
-
 from tests.pki import Pki
 
 TOKEN = "admin-token-for-the-join"

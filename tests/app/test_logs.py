@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+
 from raftlog.app.logs import configure_logging
 
 

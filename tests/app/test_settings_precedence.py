@@ -17,10 +17,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from raftlog.app.cli import _parser
 from raftlog.app.launcher import SMALL_FILES, _die_with_parent, free_ports
 from raftlog.app.settings import NodeSettings, load_settings
-
 from tests.processes import eventually
 
 LAYERS = ("flag", "env", "toml")

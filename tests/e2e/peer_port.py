@@ -11,6 +11,7 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+
 from raftlog.api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix, take_message
 
 SERVICE = "/raftlog.peer.v1.Peer/"

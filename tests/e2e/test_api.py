@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from raftlog.storage.codec import iter_entries
-
 from tests.processes import eventually, metric, serving
 
 LIMITS = {"max_entry_bytes": 1000, "max_request_bytes": 20_000, "max_batch_entries": 50}

@@ -11,10 +11,10 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+
 from raftlog.api.peer_codec import decode_message, encode_message, encode_push
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType, VoteRequest
-
 from tests.e2e.peer_port import peer_call, replicate
 from tests.processes import eventually, metric, serving
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 import pytest
+
 from raftlog.api.errors import RETRY_LATER, STATUS, ApiError, too_large
 from raftlog.app.launcher import SMALL_FILES
 from raftlog.raft.messages import Code
-
 from tests.faults.harness import FaultCluster
 from tests.processes import eventually, metric
 

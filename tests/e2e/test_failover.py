@@ -8,9 +8,9 @@ from collections import Counter
 from typing import Any
 
 import httpx
+
 from raftlog.app.launcher import LocalCluster
 from raftlog.storage.codec import HEADER, HEADER_SIZE
-
 from tests.processes import ClusterFactory, eventually
 
 

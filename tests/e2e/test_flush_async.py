@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
-from raftlog.app.launcher import LocalCluster
 
+from raftlog.app.launcher import LocalCluster
 from tests.processes import ClusterFactory, eventually, metric
 
 LONG_MS = 3_600_000  # no periodic flush during the test

@@ -14,11 +14,11 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
-
 from tests.processes import eventually, metric, serving
 
 NDJSON = {"accept": "application/x-ndjson"}

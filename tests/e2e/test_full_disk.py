@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from raftlog.app.launcher import SMALL_FILES, LocalCluster
 
+from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from tests.mounts import fill, tmpfs
 from tests.processes import eventually
 

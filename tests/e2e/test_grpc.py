@@ -16,10 +16,10 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from grpc_status import rpc_status
+
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
-
 from tests.processes import eventually, serving
 
 TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",

@@ -14,9 +14,9 @@ import grpc
 import httpx
 import pytest
 from grpc_status import rpc_status
+
 from raftlog.api import peer_pb2
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
-
 from tests.e2e.peer_port import peer_call
 from tests.pki import Pki
 from tests.processes import eventually, serving

@@ -11,11 +11,11 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+
 from raftlog.api.peer_codec import decode_message, encode_push
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
 from raftlog.storage.codec import HEADER, HEADER_SIZE
-
 from tests.e2e.peer_port import replicate
 from tests.processes import serving
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from raftlog.app.launcher import SMALL_FILES, LocalCluster
 
+from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import eventually, metric, serving
 
 LEARNER = "n3"

@@ -16,9 +16,9 @@ import h2.connection
 import h2.events
 import httpx
 import pytest
+
 from raftlog.api.peer_port import PEER_STREAMS_MAX
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
-
 from tests.processes import eventually, metric, serving
 
 LIMITS = {"max_inflight_requests": 3, "max_request_bytes": 1000, "max_inflight_body_bytes": 1500,

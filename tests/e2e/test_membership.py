@@ -17,10 +17,10 @@ import grpc
 import httpx
 import pytest
 from grpc_status import rpc_status
+
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
-
 from tests.processes import eventually, metric, serving
 
 TOKENS = {"reader": "reader-token-0123456789", "writer": "writer-token-0123456789",

@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 import httpx
-from raftlog.app.launcher import LocalCluster
 
+from raftlog.app.launcher import LocalCluster
 from tests.processes import ClusterFactory, eventually
 
 EVERY_HOUR = ";".join(str(h) for h in range(24))

@@ -18,10 +18,10 @@ import pytest
 import schemathesis
 import yaml
 from hypothesis import HealthCheck, settings
-from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from raftlog.app.launcher import SMALL_FILES, LocalCluster, free_ports
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from raftlog.app.launcher import SMALL_FILES, LocalCluster, free_ports
 from tests.e2e.sdk import generate_client
 from tests.processes import eventually
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raftlog.pipeline.offline import open_data_dir, read_file
-
 from tests.faults.workload import History, Op
 
 COUNTS = ("lost", "misplaced", "duplicated", "failed_present", "torn_batches", "reordered", "unwritten",

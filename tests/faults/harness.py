@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from raftlog.app.launcher import LocalCluster, Member
 
+from raftlog.app.launcher import LocalCluster, Member
 from tests.faults.mutants import ENV, planted_pids
 from tests.faults.proxy import Network
 

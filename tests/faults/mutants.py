@@ -18,15 +18,15 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Scope
+
 from raftlog.api.fast_path import ENTRY_PREFIX, EntryFastPath, Handling
 from raftlog.api.grpc_api import LogServicer
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_stream import H2PushStream
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import Scope
-
 from tests.sim.mutants import MUTANTS, retries_forwarded_appends
 
 ENV = "RAFTLOG_TEST_MUTANT"

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
+
 from raftlog.storage import read_checkpoint
 from raftlog.storage.codec import ENTRY_MAGICS, HEADER, HEADER_SIZE
-
 from tests.faults.harness import FaultCluster
 from tests.faults.workload import FaultWindow, History, Op, send_append, send_read
 

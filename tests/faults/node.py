@@ -11,7 +11,6 @@ import sys
 
 from raftlog.app.cli import main
 from raftlog.app.logs import TEXT_FORMAT
-
 from tests.faults.mutants import ENV, plant
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from raftlog.app.launcher import SMALL_FILES
 from raftlog.pipeline.entries import CorruptDataError
 from raftlog.pipeline.options import PipelineError
-
 from tests.faults.checker import COUNTS, MemberLog, Verdict, check, history_around, read_availability, read_logs
 from tests.faults.harness import FaultCluster
 from tests.faults.nemesis import KINDS, Damage, Nemesis

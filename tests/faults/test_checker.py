@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from raftlog.storage import Store, StoreConfig
 from raftlog.storage.codec import Magic
-
 from tests.faults.checker import MemberLog, Stored, check, history_around, read_availability, read_logs
 from tests.faults.harness import STOPPED, process_state
 from tests.faults.nemesis import REPAIR_SAID, Damage, election_of_its_own, said_of

@@ -25,9 +25,9 @@ import grpc
 import httpx
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
-
 from tests.faults.harness import FaultCluster
 
 # answers that mean "not appended": refused before anything was written

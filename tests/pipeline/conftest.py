@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from raftlog.app.launcher import SMALL_FILES, LocalCluster
 
+from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import eventually
 
 ENTRIES = 6000  # ~3 MB of log: several 1 MiB data files on every node

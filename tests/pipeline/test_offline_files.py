@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
 from raftlog.pipeline.entries import CorruptDataError, Decoder
 from raftlog.pipeline.offline import CHECKPOINT_FILE, DataDir, open_data_dir, read_file
 from raftlog.pipeline.online import _decode_stream
 from raftlog.pipeline.options import PipelineError
 from raftlog.storage import Checkpoint, Store, StoreConfig
 from raftlog.storage.codec import BLANK, BLANK_MAGIC, HEADER, HEADER_SIZE
-
 from tests.pipeline.conftest import signed32
 
 # 6 entries of 100-byte bodies to a file: every test crosses data files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from raftlog.pipeline.options import PipelineError, parse_options
 
 

@@ -18,12 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
+
 from raftlog.app.launcher import SMALL_FILES, LocalCluster, free_ports
 from raftlog.pipeline import jobs
 from raftlog.pipeline.options import parse_options
 from raftlog.pipeline.source import BatchReader
 from raftlog.storage.codec import HEADER_SIZE
-
 from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log, signed32
 from tests.pki import Pki
 from tests.processes import eventually, metric

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+
 from raftlog.raft.election import (
     Backoff,
     HeartbeatAction,

@@ -8,10 +8,10 @@ import functools
 from typing import Any
 
 import pytest
+
 from raftlog.raft.inmem_transport import Network
 from raftlog.raft.messages import Code, HeartbeatRequest, HeartbeatResponse
 from raftlog.raft.transport import PeerUnavailable
-
 from tests.sim.vloop import run_virtual
 
 

@@ -4,6 +4,7 @@ a member uses as its log grows, is truncated and commits, and which changes are 
 from __future__ import annotations
 
 import pytest
+
 from raftlog.raft.config import Peer, parse_peers
 from raftlog.raft.membership import ConfigLog, Configuration, MembershipError, Refusal, plan_change
 

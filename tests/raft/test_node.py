@@ -10,6 +10,7 @@ import gc
 from pathlib import Path
 
 import pytest
+
 from raftlog.raft.config import RaftConfig, parse_peers
 from raftlog.raft.errors import (
     AckTimeoutError,
@@ -24,7 +25,6 @@ from raftlog.raft.node import RaftNode
 from raftlog.storage import CorruptEntryError, Store, StoreConfig
 from raftlog.storage.codec import Entry, Magic
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
-
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.vloop import InlineExecutor, run_virtual
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.membership import MembershipError, Refusal
 from raftlog.raft.messages import Role
 from raftlog.raft.node import RaftNode
-
 from tests.raft.test_node import simulate, stable
 from tests.sim.cluster import SimCluster, run_until
 

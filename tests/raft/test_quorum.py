@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from raftlog.raft.config import parse_peers
 from raftlog.raft.quorum import quorum_index
 

@@ -39,7 +39,6 @@ from raftlog.raft.node import RaftNode, trusted_commit_end
 from raftlog.storage import CorruptLogError, Store, StoreConfig
 from raftlog.storage.codec import Magic
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
-
 from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
 from tests.sim.peers import Endpoint, SimPeers
 from tests.sim.vloop import InlineExecutor

@@ -25,7 +25,6 @@ from typing import Any
 from raftlog.raft.messages import PushRequest, PushType, Role
 from raftlog.raft.node import RaftNode
 from raftlog.raft.transport import PeerUnavailable
-
 from tests.sim.cluster import Faults, SimCluster, run_until
 from tests.sim.wire import round_trip
 

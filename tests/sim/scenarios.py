@@ -25,7 +25,6 @@ from raftlog.raft.node import RaftNode
 from raftlog.storage import Store
 from raftlog.storage.codec import HEADER, HEADER_SIZE
 from raftlog.storage.recovery import SCAN_FILES
-
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.mutants import MUTANTS
 from tests.sim.vloop import run_virtual

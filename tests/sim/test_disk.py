@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from raftlog.storage.codec import INDEX_RECORD_SIZE
 
+from raftlog.storage.codec import INDEX_RECORD_SIZE
 from tests.sim import cluster
 from tests.sim.disk import PowerLossDisk
 from tests.sim.scenarios import outage

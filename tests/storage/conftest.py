@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import Store, StoreConfig
 
 # 100-byte bodies make 148-byte entries: six to a data file, then a filler of 128 bytes

@@ -8,9 +8,9 @@ import logging
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import Checkpoint, read_checkpoint
 from raftlog.storage.errors import CheckpointCorruptError, CheckpointFullError, DiskFullError
-
 from tests.mounts import fill, tmpfs
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import CorruptLogError, Store
 from raftlog.storage.clean_stop import NAME
-
 from tests.storage.conftest import SMALL, body
 
 ENTRIES = 20  # a little over three of SMALL's data files

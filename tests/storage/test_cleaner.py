@@ -10,11 +10,11 @@ from datetime import time as day_time
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import CleanService, DiskFullError, IndexCleanedError, Store
 from raftlog.storage.batch import encode_leader_batch
 from raftlog.storage.cleaner import files_to_delete
 from raftlog.storage.store import HeadFile
-
 from tests.storage.conftest import SMALL, body
 
 HOUR = 3600.0

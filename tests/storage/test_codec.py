@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 
 import pytest
+
 from raftlog.storage.codec import (
     HEADER_SIZE,
     INDEX_RECORD,

@@ -10,6 +10,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.api.bodies import BatchFormatError, decode_bodies, encode_bodies, reference_decode
 from raftlog.storage import batch as codec
 from raftlog.storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import Store, StoreConfig
 from raftlog.storage.errors import StorageError
-
 from tests.storage.conftest import SMALL, body
 
 

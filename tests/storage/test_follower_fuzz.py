@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from raftlog.api.peer_codec import PeerMessageError, decode_push, encode_push
 from raftlog.raft.messages import PushRequest, PushType
 from raftlog.storage import Store
 from raftlog.storage.codec import HEADER_SIZE
 from raftlog.storage.errors import AppendRejectedError
-
 from tests.storage.conftest import SMALL, body, file_bytes
 
 LEADER_ENTRIES = 12

@@ -16,10 +16,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import Store, StoreConfig
 from raftlog.storage.codec import INDEX_RECORD_SIZE
 from raftlog.storage.meta import load_index_mark
-
 from tests.sim.disk import PowerLossDisk
 from tests.storage.conftest import SMALL, body
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.storage import MemoryStore, Store
 from raftlog.storage.batch import encode_leader_batch
 from raftlog.storage.cleaner import files_to_delete
 from raftlog.storage.codec import HEADER_SIZE, chain_crc, encode_entry, place
-
 from tests.storage.conftest import SMALL
 
 F = SMALL.data_file_size

@@ -13,11 +13,11 @@ import random
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import Store
 from raftlog.storage.batch import validate_follower_batch
 from raftlog.storage.codec import HEADER_SIZE, Magic
 from raftlog.storage.errors import AppendRejectedError, CorruptEntryError
-
 from tests.storage.conftest import SMALL, body
 
 CHANNEL = range(32, 36)  # the header's channel field: no CRC covers it, and no check looks at it

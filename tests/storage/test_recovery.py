@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from raftlog.storage import CorruptEntryError, CorruptLogError, Store
 from raftlog.storage.codec import HEADER_SIZE, MIN_BLANK_LEN, place
-
 from tests.storage.conftest import SMALL, body
 
 F = SMALL.data_file_size

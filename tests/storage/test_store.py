@@ -8,6 +8,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+
 from raftlog.storage import (
     AppendRejectedError,
     CorruptEntryError,
@@ -25,7 +26,6 @@ from raftlog.storage import (
     iter_entries,
 )
 from raftlog.storage.codec import BLANK, HEADER, encode_entry, place
-
 from tests.storage.conftest import SMALL, body, file_bytes
 
 
