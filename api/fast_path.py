@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -37,11 +37,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raftlog.api.auth import Tokens, bearer_credentials, refusal, required_role
 from raftlog.api.browser import BrowserGuard, guarded_headers
+from raftlog.api.entry_handlers import EntryHandlers
 from raftlog.api.errors import api_error, error_response
 from raftlog.api.limits import RequestLimits
-
-if TYPE_CHECKING:
-    from raftlog.api.public import EntryHandlers
 
 ENTRIES = "/v1/entries"
 BATCH = "/v1/entries/batch"

@@ -27,33 +27,14 @@ from typing import TYPE_CHECKING
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from raftlog.raft.waiting import Signal
-
 log = logging.getLogger("raftlog.api")
 
 ABORTED_WAIT_S = 5.0  # for the server to see a cut connection gone
 ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: cuts the request's connection (app.client_protocol)
 
 if TYPE_CHECKING:
+    from raftlog.api.limits import ByteBudget
     from raftlog.api.service import LogService, RawRead
-
-
-class ByteBudget:
-    """Bytes held at once by many tasks; one that would pass the bound waits (one alone always goes)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.held = 0
-        self._freed = Signal()
-
-    async def take(self, size: int) -> None:
-        while self.held and self.held + size > self.max_bytes:
-            await self._freed.current().wait()
-        self.held += size
-
-    def give(self, size: int) -> None:
-        self.held -= size
-        self._freed.fire()
 
 
 async def committed_chunks(service: LogService, first: RawRead | None, start: int, last: int, *,

@@ -19,17 +19,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.peer_codec import PeerMessageError
-from raftlog.api.peer_stream import FORWARD_PATH, H2CallStream
+from raftlog.api.peer_stream import FORWARD_PATH, H2CallStream, StreamOwner
 from raftlog.raft.transport import fail_push
-
-if TYPE_CHECKING:
-    from raftlog.api.peer_client import PeerClient
 
 FORWARDS_AHEAD_MAX = 2  # messages on their way to the leader; the appends that come meanwhile wait to go together
 ANSWER_OVERHEAD_BYTES = 4096  # an answer's fields around its positions (an error's message included)
@@ -42,7 +38,7 @@ Slice = tuple[pb.AppendResponse, int, int]  # the leader's answer to a message, 
 class ForwardStream(H2CallStream):
     path, method = FORWARD_PATH, "Forward"
 
-    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None, *,
+    def __init__(self, client: StreamOwner, peer_id: str, address: str, tls: ssl.SSLContext | None, *,
                  max_entries: int, max_bytes: int) -> None:
         super().__init__(client, peer_id, address, tls, timeout_s=client.wait_timeout_s,
                          answer_bytes_max=ANSWER_OVERHEAD_BYTES + POSITION_BYTES_MAX * max_entries)

@@ -29,10 +29,10 @@ from grpc_status import rpc_status
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
+from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
 from raftlog.api.follow import committed_chunks
 from raftlog.api.limits import InflightBytes, batch_entries
-from raftlog.api.public import EntryHandlers, parse_model
 from raftlog.api.schemas import NewMember
 from raftlog.api.service import LogService
 from raftlog.raft.messages import Code

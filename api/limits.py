@@ -1,7 +1,9 @@
-"""Bounds on what clients can make a member hold: requests and request bytes in flight.
+"""Bounds on what clients can make a member hold: the API's limits (ApiLimits, settings
+validated at start) and what holds clients to them.
 
-ASGI middleware of the client port, outside everything else but the request
-counter:
+ByteBudget bounds the log bytes that all follow streams hold unsent. The ASGI
+middleware of the client port (RequestLimits), outside everything else but the
+request counter, bounds requests:
 - at most `max_inflight_requests` requests at once; beyond, 503 SERVER_BUSY with
   Retry-After (health checks and metrics are exempt, so a busy member can still
   be watched);
@@ -22,6 +24,7 @@ handlers answer them like any other. Slow clients are app.server's concern
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -29,10 +32,40 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raftlog.api.errors import ApiError, bad_request, error_response, too_large
 from raftlog.raft.messages import Code
+from raftlog.raft.waiting import Signal
 
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 BODIES_KEY = 0x0A  # field 1, length-delimited: the key before each body of a batch's protobuf message
 FOLLOWED_PATH = "/v1/entries"
+
+
+
+@dataclass(frozen=True, slots=True)
+class ApiLimits:
+    max_entry_bytes: int = 4 << 20
+    max_request_bytes: int = 64 << 20
+    max_batch_entries: int = 10_000
+    range_limit_max: int = 1000  # entries in one JSON page of a range read
+    range_bytes_max: int = 4 << 20  # raw log bytes in one page or streamed chunk (at least one entry)
+    read_wait_ms: int = 2500  # how long a linearizable read waits for the local log to catch up
+    max_inflight_requests: int = 1024  # client requests at once; beyond, 503 SERVER_BUSY (health checks exempt)
+    max_inflight_body_bytes: int = 256 << 20  # request body bytes held at once, all requests together
+    request_read_timeout_ms: int = 30_000  # a request's line, headers and body must arrive within this
+    max_header_bytes: int = 64 << 10  # a request's line and headers together
+    max_connections: int = 1024  # client connections at once; one more is answered 503 and closed
+    long_poll_max_ms: int = 60_000  # the longest wait_ms a read may ask for
+    max_followers: int = 1024  # follow streams and long-polls at once (not counted in max_inflight_requests)
+    follow_chunk_bytes: int = 256 << 10  # log bytes a follow stream reads at a time (at least one entry)
+    follow_buffer_bytes_max: int = 64 << 20  # log bytes held by all follow streams' unsent chunks together
+    follow_stall_ms: int = 30_000  # a client that takes nothing of an answer (a stream) this long is cut off
+    grpc_connections_max: int = 1024  # gRPC port connections at once, counted from accept (TLS handshakes too)
+    peer_connections_max: int = 256  # peer port connections at once, counted from accept (TLS handshakes too)
+    peer_calls_max: int = 1024  # peer port unary calls at once (votes, heartbeats, read index, ...)
+
+    def __post_init__(self) -> None:
+        for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} {getattr(self, name)} must be at least 1")
 
 
 class InflightBytes:
@@ -206,3 +239,21 @@ def _varint_at(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise IndexError("a varint of more than 10 bytes")
+
+
+class ByteBudget:
+    """Bytes held at once by many tasks; one that would pass the bound waits (one alone always goes)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._freed = Signal()
+
+    async def take(self, size: int) -> None:
+        while self.held and self.held + size > self.max_bytes:
+            await self._freed.current().wait()
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+        self._freed.fire()

@@ -27,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import h2.config
 import h2.connection
@@ -40,9 +41,6 @@ from raftlog.api.data_frames import DEFAULT_WINDOW, DataFrames
 from raftlog.api.peer_codec import PeerMessageError, decode_push_response, encode_push
 from raftlog.raft.messages import PushRequest, PushResponse
 from raftlog.raft.transport import PeerUnavailable, fail_push
-
-if TYPE_CHECKING:
-    from raftlog.api.peer_client import PeerClient
 
 PREFIX_SIZE = 5  # gRPC's message prefix: a compressed flag and a u32 big-endian length
 PING_DATA = b"raftlog!"  # a PING frame carries 8 bytes
@@ -69,6 +67,22 @@ hyperframe.frame.Frame.__repr__ = _frame_repr  # type: ignore[method-assign,assi
 def grpc_prefix(size: int) -> bytes:
     """What goes before a gRPC message of `size` bytes: not compressed, and its length."""
     return b"\x00" + size.to_bytes(4, "big")
+
+
+class StreamOwner(Protocol):
+    """What a peer stream asks of the client that opened it (api.peer_client.PeerClient): the
+    call's credentials, its clocks, and where answers and failures are reported."""
+
+    metadata: tuple[tuple[str, str], ...]
+    keepalive_s: float
+    keepalive_timeout_s: float
+    push_timeout_s: float
+    wait_timeout_s: float
+    on_push: Callable[[str, float, int], None] | None
+
+    def answered(self, peer_id: str) -> None: ...
+
+    def failed(self, peer_id: str, what: str, exc: Exception) -> str: ...
 
 
 class MessageTooLarge(PeerMessageError):
@@ -103,7 +117,7 @@ class H2CallStream(asyncio.Protocol):
     path: bytes
     method: str
 
-    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None, *,
+    def __init__(self, client: StreamOwner, peer_id: str, address: str, tls: ssl.SSLContext | None, *,
                  timeout_s: float, answer_bytes_max: int) -> None:
         host, _, port = address.rpartition(":")
         self.client = client
@@ -300,7 +314,7 @@ class H2PushStream(H2CallStream):
 
     path, method = REPLICATE_PATH, "Replicate"
 
-    def __init__(self, client: PeerClient, peer_id: str, address: str, tls: ssl.SSLContext | None) -> None:
+    def __init__(self, client: StreamOwner, peer_id: str, address: str, tls: ssl.SSLContext | None) -> None:
         super().__init__(client, peer_id, address, tls, timeout_s=client.push_timeout_s,
                          answer_bytes_max=PUSH_ANSWER_BYTES_MAX)
 

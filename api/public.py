@@ -7,13 +7,9 @@ from one table; nothing is appended unless the whole request is valid.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import re
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from importlib.metadata import version
 from typing import Any
 
@@ -23,21 +19,21 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from raftlog.api import schemas
 from raftlog.api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
-from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
+from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, page_policy
-from raftlog.api.errors import ApiError, api_error, bad_request, error_response, too_large
+from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, explain
+from raftlog.api.errors import ApiError, api_error, bad_request, error_response
 from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
 from raftlog.api.follow import LogStream, committed_chunks
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
-from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests, NodeMetrics
+from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests
 from raftlog.api.schemas import (
     Appended,
     BatchAppended,
@@ -55,21 +51,16 @@ from raftlog.api.schemas import (
     Transferred,
     TransferTarget,
 )
-from raftlog.api.service import LogService, entry_json, entry_type
+from raftlog.api.service import entry_json
 from raftlog.raft.messages import Code
 from raftlog.storage.codec import iter_entries
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
-OCTETS = "application/octet-stream"
 ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
 SSE = "text/event-stream"
 SSE_KEEPALIVE_S = 15.0  # a comment line on an idle event stream, so proxies keep it open
 DEFAULT_PAGE = 100
-SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
-ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
-JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
 CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
     "linearizable: what the leader has committed when the request arrives is seen (a read index round "
     "when this member has not reached the index); local: what this member has committed"))
@@ -135,97 +126,15 @@ def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str, raw_
                    "example": raw_example}}}}
 
 
-class EntryHandlers:
-    """What the hottest routes do (appends, one or a batch, and gets), shared by their FastAPI routes
-    and by api.fast_path."""
-
-    def __init__(self, service: LogService, metrics: NodeMetrics) -> None:
-        self.service = service
-        self.metrics = metrics
-        self.limits = service.limits
-
-    @staticmethod
-    async def read_body(request: Request) -> bytes:
-        """The whole body; api.limits.RequestLimits bounds its size as it arrives. Read from the ASGI
-        messages themselves: Request.stream's generator costs more than a small body's copy."""
-        parts = []
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                raise ClientDisconnect()
-            parts.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    async def read_json(self, request: Request, model: type[BaseModel]) -> Any:
-        """The body of a route that takes only JSON, as `model`. Another content type is refused before
-        the body is read: a page on another site can send text/plain without a CORS preflight."""
-        if not _is_json(request):
-            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
-        return parse_model(model, await self.read_body(request))  # the limits answer 413/503 as such
-
-    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
-        metrics = self.metrics
-        started = time.perf_counter()
-        try:
-            bodies = await bodies_of()
-            answer = await self.service.append(bodies)
-        except ApiError as exc:
-            metrics.append_requests.inc((exc.code.name,))
-            raise
-        metrics.append_requests.inc(SUCCESS)
-        metrics.appended_entries.inc(amount=len(bodies))
-        metrics.appended_bytes.inc(amount=sum(map(len, bodies)))
-        metrics.commit_latency.observe(time.perf_counter() - started)
-        return answer
-
-    async def append_one(self, request: Request) -> JSONResponse:
-        async def bodies() -> list[bytes]:
-            data = await self.read_body(request)
-            if _is_json(request):
-                return [_decode_body(parse_model(NewEntry, data))]
-            return [data]
-
-        answer = await self.appending(bodies)
-        return CompactJSONResponse({"index": answer["first_index"], "term": answer["term"],
-                                    "pos": answer["positions"][0], "leader": answer["leader"]}, status_code=201)
-
-    async def append_batch(self, request: Request) -> JSONResponse:
-        async def bodies() -> list[bytes]:
-            data = await self.read_body(request)
-            if _is_json(request):
-                return _json_batch_bodies(data, self.limits.max_batch_entries)
-            if _content_type(request) != BATCH_CONTENT_TYPE:
-                raise ApiError(Code.UNEXPECTED_ARGUMENT, f"a batch is application/json or {BATCH_CONTENT_TYPE}",
-                               status=415)
-            try:
-                return decode_bodies(data, self.limits.max_batch_entries)
-            except BatchTooLargeError as exc:
-                raise too_large(str(exc)) from None
-            except BatchFormatError as exc:
-                raise bad_request(str(exc)) from None
-
-        return CompactJSONResponse(await self.appending(bodies), status_code=201)
-
-    async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
-        entry = await self.service.get(index, linearizable)
-        if OCTETS in accept:
-            headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
-                       "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
-                       "X-Raftlog-Body-Crc": str(entry.body_crc)}
-            return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
-        return JSONResponse(entry_json(entry))
-
-
-def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
+def create_public_app(handlers: EntryHandlers) -> FastAPI:
     """The public API's routes, documented. Serve it behind `serve_public`, which counts requests
     and answers the hottest forms without FastAPI's per-request work."""
     app = FastAPI(title="raftlog", version=version("raftlog"), description=DESCRIPTION,
                   docs_url=None, redoc_url=None, generate_unique_id_function=lambda route: route.name)
     _install_error_handlers(app)
     _install_docs(app)
+    service, metrics = handlers.service, handlers.metrics
     limits = service.limits
-    handlers = EntryHandlers(service, metrics)
 
     @app.post("/v1/entries", status_code=201, tags=["entries"], summary="Append one entry",
               responses={201: {"model": Appended, "description": "Committed"},
@@ -387,14 +296,15 @@ def create_public_app(service: LogService, metrics: NodeMetrics) -> FastAPI:
     return app
 
 
-def serve_public(app: FastAPI, service: LogService, metrics: NodeMetrics, tokens: Tokens | None, *,
+def serve_public(app: FastAPI, handlers: EntryHandlers, tokens: Tokens | None, *,
                  budget: InflightBytes, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = (),
                  ) -> tuple[ASGIApp, BelowAsgi]:
     """What the client port serves: the ASGI app (`app` behind the fast path, the token check when
     there are tokens, the limits with request bodies in `budget`, the member's ports' one, the Host
     and Origin checks and the request counter), and the hot requests' answers below ASGI, under the
     same checks and counters."""
-    fast_path = EntryFastPath(app, EntryHandlers(service, metrics))
+    service, metrics = handlers.service, handlers.metrics
+    fast_path = EntryFastPath(app, handlers)
     served: ASGIApp = fast_path
     failures = AuthFailures(metrics.auth_failures, "client")
     if tokens is not None:
@@ -525,103 +435,6 @@ def _events(chunks: list[memoryview]) -> bytes:
                     for chunk in chunks for e in iter_entries(chunk))
 
 
-class CompactJSONResponse(JSONResponse):
-    """JSONResponse's bytes, from one encoder (json.dumps with its options builds an encoder per call)."""
-
-    def render(self, content: Any) -> bytes:
-        return COMPACT_JSON.encode(content).encode()
-
-
-def _content_type(request: Request) -> str:
-    """The media type, from the raw headers (Request.headers builds a multi-dict first)."""
-    for name, value in request.scope["headers"]:
-        if name == b"content-type":
-            return value.decode("latin-1").split(";")[0].strip().lower()
-    return ""
-
-
-def _is_json(request: Request) -> bool:
-    kind = _content_type(request)
-    return kind == "application/json" or kind.endswith("+json")
-
-
-def parse_model(model: type[Any], data: bytes | dict[str, Any]) -> Any:
-    """A request's model from its JSON (or, from gRPC, its fields); 400 with every problem named."""
-    try:
-        return model.model_validate_json(data) if isinstance(data, bytes) else model.model_validate(data)
-    except ValidationError as exc:
-        raise bad_request(f"{model.__name__}: {_explain(exc.errors())}") from None
-
-
-def _json_batch_bodies(data: bytes, max_entries: int) -> list[bytes]:
-    """The bodies of a JSON batch. The common form is read by `_plain_batch_bodies`, without a
-    pydantic model per entry (they cost a third of the leader's CPU per appended entry); anything
-    else, an error above all, by the NewBatch model, whose answer stays the route's."""
-    _check_json_values(data, max_entries)
-    bodies = _plain_batch_bodies(data)
-    if bodies is None:
-        return [_decode_body(e) for e in parse_model(NewBatch, data).entries]
-    return bodies
-
-
-def _check_json_values(data: bytes, max_entries: int) -> None:
-    """413 for a JSON batch that holds more than `max_entries` entries, before it is decoded: 64 MiB of
-    `{"body":""}` would be millions of objects. A batch of n entries has at most 3n + 1 objects,
-    arrays and commas outside its strings; counted with its strings' first (at least as many), and
-    only when that passes the bound, again without them."""
-    bound = 3 * max_entries + 1
-    if data.count(b"{") + data.count(b"[") + data.count(b",") <= bound:
-        return
-    structure = JSON_STRING.sub(b"", data)
-    if structure.count(b"{") + structure.count(b"[") + structure.count(b",") > bound:
-        raise too_large(f"the batch holds more values than {max_entries} entries (max_batch_entries) can")
-
-
-def _plain_batch_bodies(data: bytes) -> list[bytes] | None:
-    """The bodies of `{"entries": [{"body": str, "encoding"?: "utf-8" | "base64"}, ...]}` in strict
-    UTF-8 JSON with valid bodies, as NewBatch and `_decode_body` would read them; None for anything
-    else (NewBatch then answers it: its errors, in its order)."""
-    try:
-        batch = json.loads(data.decode())
-    except (ValueError, RecursionError):  # not UTF-8 or not JSON (ValueError), or nested too deep
-        return None
-    if type(batch) is not dict or len(batch) != 1 or type(entries := batch.get("entries")) is not list:
-        return None
-    bodies = []
-    try:
-        for entry in entries:
-            if type(entry) is not dict or type(body := entry.get("body")) is not str:
-                return None
-            encoding = entry.get("encoding", "utf-8")
-            if len(entry) != 1 + ("encoding" in entry):  # extra="forbid"
-                return None
-            if encoding == "utf-8":
-                bodies.append(body.encode())
-            elif encoding == "base64":
-                bodies.append(base64.b64decode(body, validate=True))
-            else:
-                return None
-    except ValueError:  # a lone surrogate (UnicodeEncodeError), or not base64: NewBatch and _decode_body say so
-        return None
-    return bodies
-
-
-def _decode_body(entry: NewEntry) -> bytes:
-    if entry.encoding == "utf-8":
-        return entry.body.encode()
-    try:
-        return base64.b64decode(entry.body, validate=True)
-    except (binascii.Error, ValueError):  # ValueError: characters beyond ASCII
-        raise bad_request("body is not valid base64") from None
-
-
-def _explain(errors: Any) -> str:
-    """The first ERRORS_SHOWN_MAX problems, and how many more there are."""
-    shown = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}"
-                      for e in errors[:ERRORS_SHOWN_MAX])
-    return shown + (f"; and {len(errors) - ERRORS_SHOWN_MAX} more" if len(errors) > ERRORS_SHOWN_MAX else "")
-
-
 def _install_error_handlers(app: FastAPI) -> None:
     async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
         return error_response(api_error(exc))
@@ -631,7 +444,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         literal = _methods_of(request, literal_only=True)
         if literal and request.method not in literal:  # GET /v1/entries/batch: not an index, a route
             return _not_allowed(request)
-        return error_response(bad_request(_explain(exc.errors())))
+        return error_response(bad_request(explain(exc.errors())))
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

@@ -16,12 +16,11 @@ import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from raftlog.api.auth import is_loopback
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
-from raftlog.api.follow import ByteBudget
+from raftlog.api.limits import ApiLimits, ByteBudget
 from raftlog.api.peer_client import PeerClient
 from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
@@ -34,34 +33,6 @@ from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
 STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer
-
-
-@dataclass(frozen=True, slots=True)
-class ApiLimits:
-    max_entry_bytes: int = 4 << 20
-    max_request_bytes: int = 64 << 20
-    max_batch_entries: int = 10_000
-    range_limit_max: int = 1000  # entries in one JSON page of a range read
-    range_bytes_max: int = 4 << 20  # raw log bytes in one page or streamed chunk (at least one entry)
-    read_wait_ms: int = 2500  # how long a linearizable read waits for the local log to catch up
-    max_inflight_requests: int = 1024  # client requests at once; beyond, 503 SERVER_BUSY (health checks exempt)
-    max_inflight_body_bytes: int = 256 << 20  # request body bytes held at once, all requests together
-    request_read_timeout_ms: int = 30_000  # a request's line, headers and body must arrive within this
-    max_header_bytes: int = 64 << 10  # a request's line and headers together
-    max_connections: int = 1024  # client connections at once; one more is answered 503 and closed
-    long_poll_max_ms: int = 60_000  # the longest wait_ms a read may ask for
-    max_followers: int = 1024  # follow streams and long-polls at once (not counted in max_inflight_requests)
-    follow_chunk_bytes: int = 256 << 10  # log bytes a follow stream reads at a time (at least one entry)
-    follow_buffer_bytes_max: int = 64 << 20  # log bytes held by all follow streams' unsent chunks together
-    follow_stall_ms: int = 30_000  # a client that takes nothing of an answer (a stream) this long is cut off
-    grpc_connections_max: int = 1024  # gRPC port connections at once, counted from accept (TLS handshakes too)
-    peer_connections_max: int = 256  # peer port connections at once, counted from accept (TLS handshakes too)
-    peer_calls_max: int = 1024  # peer port unary calls at once (votes, heartbeats, read index, ...)
-
-    def __post_init__(self) -> None:
-        for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} {getattr(self, name)} must be at least 1")
 
 
 class RawRead(NamedTuple):

@@ -13,12 +13,13 @@ import grpc
 from fastapi import FastAPI
 
 from raftlog.api.auth import AuthFailures
+from raftlog.api.entry_handlers import EntryHandlers
 from raftlog.api.grpc_api import GrpcApi
 from raftlog.api.limits import InflightBytes
 from raftlog.api.metrics import NodeMetrics
 from raftlog.api.peer_client import PeerClient
 from raftlog.api.peer_server import PeerService
-from raftlog.api.public import EntryHandlers, create_public_app, serve_public
+from raftlog.api.public import create_public_app, serve_public
 from raftlog.api.service import LogService
 from raftlog.app.admin import install_admin_page
 from raftlog.app.join import join_group
@@ -68,12 +69,12 @@ class Node:
         self.service = LogService(self.raft, self.peers, limits, client_url=settings.client_url,
                                   grpc_address=settings.grpc_address, describe=self._describe,
                                   remote_members=secret is not None or settings.insecure)
-        self.public_app: FastAPI = create_public_app(self.service, self.metrics)  # routes and openapi
+        self.handlers = EntryHandlers(self.service, self.metrics)  # REST's hot routes and the gRPC API's appends
+        self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
         install_admin_page(self.public_app)
         self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
-            self.public_app, self.service, self.metrics, settings.client_tokens(), budget=self.request_bytes,
+            self.public_app, self.handlers, settings.client_tokens(), budget=self.request_bytes,
             allowed_hosts=settings.client_hosts(), allowed_origins=settings.client_origins())
-        self.handlers = EntryHandlers(self.service, self.metrics)  # the gRPC API's appends, as REST's
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,

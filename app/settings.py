@@ -25,8 +25,8 @@ from pydantic_settings import (
 
 from raftlog.api.auth import TOKEN_CHARS_MIN, TokenError, Tokens, is_credential, is_loopback
 from raftlog.api.browser import LOOPBACK_NAMES, host_name
+from raftlog.api.limits import ApiLimits
 from raftlog.api.peer_client import PeerTls
-from raftlog.api.service import ApiLimits
 from raftlog.raft.config import RaftConfig, parse_peers, parse_routes
 from raftlog.storage.codec import HEADER_SIZE
 from raftlog.storage.config import StoreConfig

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchTooLargeError, decode_bodies, encode_bodies
+from raftlog.api.entry_handlers import decode_body, json_batch_bodies, parse_model
 from raftlog.api.errors import ApiError
 from raftlog.api.fast_path import EntryFastPath
-from raftlog.api.public import _decode_body, _json_batch_bodies, parse_model
 from raftlog.api.schemas import NewBatch
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
@@ -262,16 +262,16 @@ MAX_ENTRIES = 10_000  # the default max_batch_entries: no document here reaches 
 
 
 def by_model(data: bytes) -> list[bytes] | str:
-    """What the route answered before `_json_batch_bodies`: NewBatch's bodies, or the error's message."""
+    """What the route answered before `json_batch_bodies`: NewBatch's bodies, or the error's message."""
     try:
-        return [_decode_body(e) for e in parse_model(NewBatch, data).entries]
+        return [decode_body(e) for e in parse_model(NewBatch, data).entries]
     except ApiError as exc:
         return f"{exc.status} {exc.code.name}: {exc.message}"
 
 
 def by_reader(data: bytes) -> list[bytes] | str:
     try:
-        return _json_batch_bodies(data, MAX_ENTRIES)
+        return json_batch_bodies(data, MAX_ENTRIES)
     except ApiError as exc:
         return f"{exc.status} {exc.code.name}: {exc.message}"
 
@@ -301,9 +301,9 @@ def test_the_json_batch_reader_reads_the_common_form_without_the_model(monkeypat
     def unused(*_args: Any) -> None:
         raise AssertionError("the model was used")
 
-    monkeypatch.setattr("raftlog.api.public.parse_model", unused)
+    monkeypatch.setattr("raftlog.api.entry_handlers.parse_model", unused)
     batch = {"entries": [{"body": "a"}, {"body": "YQ==", "encoding": "base64"}, {"body": "é", "encoding": "utf-8"}]}
-    assert _json_batch_bodies(json.dumps(batch).encode(), 3) == [b"a", b"a", "é".encode()]
+    assert json_batch_bodies(json.dumps(batch).encode(), 3) == [b"a", b"a", "é".encode()]
 
 
 # -- limits while decoding: a batch stops at max_batch_entries + 1 entries ---------------------------
@@ -318,10 +318,10 @@ VALID_ENTRY = st.fixed_dictionaries({"body": st.text(min_size=1, max_size=8)},
 def test_a_json_batch_of_max_batch_entries_is_taken_whatever_its_bodies_hold(entries: list[Any],
                                                                            spaced: bool) -> None:
     data = json.dumps({"entries": entries}, indent=1 if spaced else None).encode()
-    assert _json_batch_bodies(data, len(entries)) == [e["body"].encode() for e in entries]
+    assert json_batch_bodies(data, len(entries)) == [e["body"].encode() for e in entries]
     if len(entries) > 1:
         with pytest.raises(ApiError) as refused:
-            _json_batch_bodies(data, len(entries) - 1 - len(entries) // 2)  # the bound leaves no room for half
+            json_batch_bodies(data, len(entries) - 1 - len(entries) // 2)  # the bound leaves no room for half
         assert refused.value.status == 413
 
 
@@ -333,10 +333,10 @@ def test_a_json_batch_over_the_limit_is_refused_before_it_is_decoded(monkeypatch
     def unused(*_args: Any, **_kwargs: Any) -> None:
         raise AssertionError("the batch was decoded")
 
-    monkeypatch.setattr("raftlog.api.public.json.loads", unused)
-    monkeypatch.setattr("raftlog.api.public.parse_model", unused)
+    monkeypatch.setattr("raftlog.api.entry_handlers.json.loads", unused)
+    monkeypatch.setattr("raftlog.api.entry_handlers.parse_model", unused)
     with pytest.raises(ApiError) as refused:
-        _json_batch_bodies(doc, 10_000)
+        json_batch_bodies(doc, 10_000)
     assert (refused.value.status, refused.value.code.name) == (413, "UNEXPECTED_ARGUMENT")
     assert "max_batch_entries" in refused.value.message
 
@@ -350,7 +350,7 @@ def test_a_batch_nested_past_jsons_recursion_limit_answers_as_the_model_does() -
 def test_a_400_names_the_first_problems_and_counts_the_rest() -> None:
     doc = json.dumps({"entries": [{"body": i} for i in range(1000)]}).encode()
     with pytest.raises(ApiError) as refused:
-        _json_batch_bodies(doc, 10_000)
+        json_batch_bodies(doc, 10_000)
     assert refused.value.status == 400
     assert refused.value.message.count("Input should be a valid string") == 10
     assert refused.value.message.endswith("; and 990 more")

@@ -19,6 +19,7 @@ from raftlog.api import peer_pb2 as pb
 from raftlog.api.auth import AuthFailures
 from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import FORWARDS_AHEAD_MAX
+from raftlog.api.limits import ApiLimits
 from raftlog.api.peer_client import PeerClient
 from raftlog.api.peer_codec import (
     PUSH_TYPES,
@@ -31,7 +32,6 @@ from raftlog.api.peer_codec import (
 from raftlog.api.peer_port import PeerPort
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH, grpc_prefix
-from raftlog.api.service import ApiLimits
 from raftlog.app.launcher import free_ports
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import (

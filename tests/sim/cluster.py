@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.api.errors import ApiError
-from raftlog.api.service import ApiLimits, LogService
+from raftlog.api.limits import ApiLimits
+from raftlog.api.service import LogService
 from raftlog.raft.config import Peer, RaftConfig, parse_peers
 from raftlog.raft.errors import RaftError
 from raftlog.raft.inmem_transport import Fate, Network

@@ -1,0 +1,215 @@
+"""What the hottest public routes do: single appends, batches (JSON or binary) and single gets.
+
+One EntryHandlers per member serves the FastAPI routes, the answers below ASGI
+(api.fast_path) and the gRPC API's appends, so that they read bodies, count
+metrics and answer alike. The JSON bodies' common forms are read here without a
+pydantic model per entry; anything else goes through the documented models
+(api.schemas), whose errors are the answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.requests import ClientDisconnect
+
+from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
+from raftlog.api.errors import ApiError, bad_request, too_large
+from raftlog.api.metrics import NodeMetrics
+from raftlog.api.schemas import NewBatch, NewEntry
+from raftlog.api.service import LogService, entry_json, entry_type
+from raftlog.raft.messages import Code
+
+OCTETS = "application/octet-stream"
+SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
+ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
+
+
+class EntryHandlers:
+    """What the hottest routes do (appends, one or a batch, and gets), shared by their FastAPI routes
+    and by api.fast_path."""
+
+    def __init__(self, service: LogService, metrics: NodeMetrics) -> None:
+        self.service = service
+        self.metrics = metrics
+        self.limits = service.limits
+
+    @staticmethod
+    async def read_body(request: Request) -> bytes:
+        """The whole body; api.limits.RequestLimits bounds its size as it arrives. Read from the ASGI
+        messages themselves: Request.stream's generator costs more than a small body's copy."""
+        parts = []
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect()
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def read_json(self, request: Request, model: type[BaseModel]) -> Any:
+        """The body of a route that takes only JSON, as `model`. Another content type is refused before
+        the body is read: a page on another site can send text/plain without a CORS preflight."""
+        if not is_json(request):
+            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
+        return parse_model(model, await self.read_body(request))  # the limits answer 413/503 as such
+
+    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
+        metrics = self.metrics
+        started = time.perf_counter()
+        try:
+            bodies = await bodies_of()
+            answer = await self.service.append(bodies)
+        except ApiError as exc:
+            metrics.append_requests.inc((exc.code.name,))
+            raise
+        metrics.append_requests.inc(SUCCESS)
+        metrics.appended_entries.inc(amount=len(bodies))
+        metrics.appended_bytes.inc(amount=sum(map(len, bodies)))
+        metrics.commit_latency.observe(time.perf_counter() - started)
+        return answer
+
+    async def append_one(self, request: Request) -> JSONResponse:
+        async def bodies() -> list[bytes]:
+            data = await self.read_body(request)
+            if is_json(request):
+                return [decode_body(parse_model(NewEntry, data))]
+            return [data]
+
+        answer = await self.appending(bodies)
+        return CompactJSONResponse({"index": answer["first_index"], "term": answer["term"],
+                                    "pos": answer["positions"][0], "leader": answer["leader"]}, status_code=201)
+
+    async def append_batch(self, request: Request) -> JSONResponse:
+        async def bodies() -> list[bytes]:
+            data = await self.read_body(request)
+            if is_json(request):
+                return json_batch_bodies(data, self.limits.max_batch_entries)
+            if content_type(request) != BATCH_CONTENT_TYPE:
+                raise ApiError(Code.UNEXPECTED_ARGUMENT, f"a batch is application/json or {BATCH_CONTENT_TYPE}",
+                               status=415)
+            try:
+                return decode_bodies(data, self.limits.max_batch_entries)
+            except BatchTooLargeError as exc:
+                raise too_large(str(exc)) from None
+            except BatchFormatError as exc:
+                raise bad_request(str(exc)) from None
+
+        return CompactJSONResponse(await self.appending(bodies), status_code=201)
+
+    async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
+        entry = await self.service.get(index, linearizable)
+        if OCTETS in accept:
+            headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
+                       "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
+                       "X-Raftlog-Body-Crc": str(entry.body_crc)}
+            return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
+        return JSONResponse(entry_json(entry))
+
+
+class CompactJSONResponse(JSONResponse):
+    """JSONResponse's bytes, from one encoder (json.dumps with its options builds an encoder per call)."""
+
+    def render(self, content: Any) -> bytes:
+        return COMPACT_JSON.encode(content).encode()
+
+
+def content_type(request: Request) -> str:
+    """The media type, from the raw headers (Request.headers builds a multi-dict first)."""
+    for name, value in request.scope["headers"]:
+        if name == b"content-type":
+            return value.decode("latin-1").split(";")[0].strip().lower()
+    return ""
+
+
+def is_json(request: Request) -> bool:
+    kind = content_type(request)
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def parse_model(model: type[Any], data: bytes | dict[str, Any]) -> Any:
+    """A request's model from its JSON (or, from gRPC, its fields); 400 with every problem named."""
+    try:
+        return model.model_validate_json(data) if isinstance(data, bytes) else model.model_validate(data)
+    except ValidationError as exc:
+        raise bad_request(f"{model.__name__}: {explain(exc.errors())}") from None
+
+
+def json_batch_bodies(data: bytes, max_entries: int) -> list[bytes]:
+    """The bodies of a JSON batch. The common form is read by `plain_batch_bodies`, without a
+    pydantic model per entry (they cost a third of the leader's CPU per appended entry); anything
+    else, an error above all, by the NewBatch model, whose answer stays the route's."""
+    check_json_values(data, max_entries)
+    bodies = plain_batch_bodies(data)
+    if bodies is None:
+        return [decode_body(e) for e in parse_model(NewBatch, data).entries]
+    return bodies
+
+
+def check_json_values(data: bytes, max_entries: int) -> None:
+    """413 for a JSON batch that holds more than `max_entries` entries, before it is decoded: 64 MiB of
+    `{"body":""}` would be millions of objects. A batch of n entries has at most 3n + 1 objects,
+    arrays and commas outside its strings; counted with its strings' first (at least as many), and
+    only when that passes the bound, again without them."""
+    bound = 3 * max_entries + 1
+    if data.count(b"{") + data.count(b"[") + data.count(b",") <= bound:
+        return
+    structure = JSON_STRING.sub(b"", data)
+    if structure.count(b"{") + structure.count(b"[") + structure.count(b",") > bound:
+        raise too_large(f"the batch holds more values than {max_entries} entries (max_batch_entries) can")
+
+
+def plain_batch_bodies(data: bytes) -> list[bytes] | None:
+    """The bodies of `{"entries": [{"body": str, "encoding"?: "utf-8" | "base64"}, ...]}` in strict
+    UTF-8 JSON with valid bodies, as NewBatch and `decode_body` would read them; None for anything
+    else (NewBatch then answers it: its errors, in its order)."""
+    try:
+        batch = json.loads(data.decode())
+    except (ValueError, RecursionError):  # not UTF-8 or not JSON (ValueError), or nested too deep
+        return None
+    if type(batch) is not dict or len(batch) != 1 or type(entries := batch.get("entries")) is not list:
+        return None
+    bodies = []
+    try:
+        for entry in entries:
+            if type(entry) is not dict or type(body := entry.get("body")) is not str:
+                return None
+            encoding = entry.get("encoding", "utf-8")
+            if len(entry) != 1 + ("encoding" in entry):  # extra="forbid"
+                return None
+            if encoding == "utf-8":
+                bodies.append(body.encode())
+            elif encoding == "base64":
+                bodies.append(base64.b64decode(body, validate=True))
+            else:
+                return None
+    except ValueError:  # a lone surrogate (UnicodeEncodeError), or not base64: NewBatch and decode_body say so
+        return None
+    return bodies
+
+
+def decode_body(entry: NewEntry) -> bytes:
+    if entry.encoding == "utf-8":
+        return entry.body.encode()
+    try:
+        return base64.b64decode(entry.body, validate=True)
+    except (binascii.Error, ValueError):  # ValueError: characters beyond ASCII
+        raise bad_request("body is not valid base64") from None
+
+
+def explain(errors: Any) -> str:
+    """The first ERRORS_SHOWN_MAX problems, and how many more there are."""
+    shown = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ())) or 'body'}: {e.get('msg')}"
+                      for e in errors[:ERRORS_SHOWN_MAX])
+    return shown + (f"; and {len(errors) - ERRORS_SHOWN_MAX} more" if len(errors) > ERRORS_SHOWN_MAX else "")
