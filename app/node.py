@@ -62,7 +62,7 @@ class Node:
         self.metrics = NodeMetrics(self.raft)
         self._lag_watch: asyncio.Task[None] | None = None
         self.peers.on_push = self.metrics.observe_push
-        store.on_flush = self.metrics.flush_seconds.observe
+        store.durability.on_flush = self.metrics.flush_seconds.observe
         self.cleaner = CleanService(store, safe_index=self._safe_index)
         limits = settings.api_limits()
         self.request_bytes = InflightBytes(limits.max_inflight_body_bytes)  # the client, gRPC and peer ports share it

@@ -22,9 +22,9 @@ from raftlog.storage.errors import (
     StoreOpenError,
 )
 from raftlog.storage.memory import MemoryStore
-from raftlog.storage.protocol import LogStore
+from raftlog.storage.protocol import AppendResult, FollowerAppend, LogStore, RawEntries
 from raftlog.storage.recovery import RecoveryReport
-from raftlog.storage.store import AppendResult, FollowerAppend, HeadFile, RawEntries, Store
+from raftlog.storage.store import HeadFile, Store
 
 __all__ = [
     "AppendRejectedError",

@@ -23,7 +23,7 @@ from raftlog.storage.errors import (
     StorageError,
     check_in_log,
 )
-from raftlog.storage.store import AppendResult, FollowerAppend, RawEntries, Verified
+from raftlog.storage.protocol import AppendResult, FollowerAppend, RawEntries, Verified
 
 
 class MemoryStore:

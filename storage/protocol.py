@@ -1,16 +1,42 @@
 """The seam between consensus and storage: what `raft/` may ask of a log store.
 
-`Store` (mapped files) and `MemoryStore` (tests) both fill it.
+`Store` (mapped files) and `MemoryStore` (tests) both fill it; the results they give are here.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from raftlog.storage.codec import Entry
-from raftlog.storage.store import AppendResult, FollowerAppend, RawEntries, Verified
+
+
+class AppendResult(NamedTuple):
+    first_index: int
+    positions: list[int]
+
+
+class FollowerAppend(NamedTuple):
+    end_index: int  # the log's end after the append
+    config_indices: tuple[int, ...]  # the CONFIG_CHANGE entries among those appended
+
+
+class Verified(NamedTuple):
+    """What `Store.verify` found: where to go on, with the chain CRC to link from."""
+
+    next_index: int
+    damaged: list[int]
+    chain: int | None
+
+
+class RawEntries(NamedTuple):
+    """Consecutive stored entries, byte for byte: what a push carries."""
+
+    first_index: int
+    count: int
+    data: memoryview
+
 
 
 class LogStore(Protocol):

@@ -31,13 +31,12 @@ import contextlib
 import fcntl
 import logging
 import os
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from raftlog.storage import clean_stop
 from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
@@ -56,6 +55,7 @@ from raftlog.storage.codec import (
     encode_blank,
 )
 from raftlog.storage.config import StoreConfig
+from raftlog.storage.durability import Durability, fdatasync_all
 from raftlog.storage.errors import (
     CorruptEntryError,
     DiskFullError,
@@ -65,8 +65,8 @@ from raftlog.storage.errors import (
     StoreOpenError,
     check_in_log,
 )
-from raftlog.storage.flush import GroupFlusher
 from raftlog.storage.meta import StoreMeta, load_index_mark, load_meta, save_index_mark, save_meta
+from raftlog.storage.protocol import AppendResult, FollowerAppend, RawEntries, Verified
 from raftlog.storage.recovery import LogEnd, RecoveryReport, recover
 from raftlog.storage.segments import Segment, SegmentList
 
@@ -75,35 +75,8 @@ log = logging.getLogger("raftlog.storage")
 END_MARK = bytes(MIN_BLANK_LEN)
 RECENT_PAGES_BYTES = 16 << 20  # the newest log bytes kept mapped; older pages leave the RSS
 RELEASE_STEP_BYTES = 16 << 20  # after a flush, pages are unmapped once this many more are old enough
-INDEX_NO_FLOOR = 1 << 62
 
 T = TypeVar("T")
-
-
-class AppendResult(NamedTuple):
-    first_index: int
-    positions: list[int]
-
-
-class FollowerAppend(NamedTuple):
-    end_index: int  # the log's end after the append
-    config_indices: tuple[int, ...]  # the CONFIG_CHANGE entries among those appended
-
-
-class Verified(NamedTuple):
-    """What `Store.verify` found: where to go on, with the chain CRC to link from."""
-
-    next_index: int
-    damaged: list[int]
-    chain: int | None
-
-
-class RawEntries(NamedTuple):
-    """Consecutive stored entries, byte for byte: what a push carries."""
-
-    first_index: int
-    count: int
-    data: memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,26 +103,14 @@ class Store:
         self.end_term = -1
         self._end_chain: int | None = 0
         self._write_pos: int | None = 0
-        self.durable_end_index = -1  # end index covered by the last completed flush
         self.disk_full = False  # set by the cleaning service above disk_full_ratio
         self.recovery = RecoveryReport()
         self._io = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-io")
         self._lock = asyncio.Lock()
-        self._dirty: set[Segment] = set()  # data files written since the last flush took them
-        self._dirty_index: set[Segment] = set()  # index files written since the last index sync
-        self._index_synced = -1  # the index mark: records below this log index are on disk
-        self._index_floor = INDEX_NO_FLOOR  # lowest end a truncate or reset set during an index sync
-        self._mark_lock = asyncio.Lock()  # orders the writes of the mark
-        self._index_task: asyncio.Task[None] | None = None
-        self._changes = 0  # mutations so far; a flush round covers those before it began
-        self._synced_changes = 0
         self._own_from = 0  # entries from this index on were written by this process (read_range)
-        self._flusher = GroupFlusher(self._sync_round)
-        self._failed: BaseException | None = None  # a sync error: the page cache may have lost data
         self._owns_io = executor is None
-        self._periodic: asyncio.Task[None] | None = None
+        self.durability = Durability(data_dir, config, self._run_io, lambda: self.end_index, self._release_flushed)
         self._released = (0, 0)  # data and index offsets below which flushes have unmapped the pages
-        self.on_flush: Callable[[float], None] | None = None  # seconds of each sync round, for metrics
         self.on_damage: Callable[[int], None] | None = None  # the index of each damaged entry a read finds
 
     # -- opening and closing ---------------------------------------------------
@@ -205,43 +166,32 @@ class Store:
         self._end_chain, self._write_pos = end.end_chain_crc, end.write_pos
         # A killed process leaves unflushed appends in the page cache and recovery
         # repairs in memory: both must be on disk before this end counts as durable.
-        _fdatasync_all(set(self.data.segments) | set(self.index.segments))
-        self.durable_end_index = self.end_index
-        self._own_from = self._index_synced = self.end_index + 1
-        if mark != self._index_synced:
-            save_index_mark(self.data_dir, self._index_synced)
+        fdatasync_all(set(self.data.segments) | set(self.index.segments))
+        self.durability.durable_end_index = self.end_index
+        self._own_from = self.durability.index_synced = self.end_index + 1
+        if mark != self._own_from:
+            save_index_mark(self.data_dir, self._own_from)
 
     def start(self) -> None:
         """Start the background flush of flush_mode "async" (needs a running loop)."""
-        if self.config.flush_mode == "async" and self._periodic is None:
-            self._periodic = asyncio.create_task(self._flush_periodically(),
-                                                 name="raftlog-flush-timer")
+        self.durability.start()
 
     async def close(self) -> None:
         """Flush everything, stop background work, unmap the files. Idempotent."""
         if self._lock_fd < 0:
             return
-        if self._periodic is not None:
-            self._periodic.cancel()
-            await asyncio.gather(self._periodic, return_exceptions=True)
-            self._periodic = None
+        await self.durability.stop_periodic()
         clean = False
         try:
             async with self._lock:
-                if self._failed is None:
-                    await self.flush()
-                self._flusher.close()
-                await self._stop_index_sync()
-                if self._failed is None:
-                    await self._sync_index(self.durable_end_index + 1)  # all of it: the mark goes to the end
-                    clean = self._failed is None
+                clean = await self.durability.close()
         finally:
             if self._owns_io:
                 self._io.shutdown(wait=True)
             paths = [seg.path for seg in self.data.segments + self.index.segments]
             self._close_files()
             try:
-                if clean and self._failed is None:  # the next open may skip the scan
+                if clean:  # the next open may skip the scan
                     clean_stop.save(self.data_dir, LogEnd(self.end_index, self.end_term, self._end_chain,
                                                           self._write_pos), self.meta.base_index, paths)
             finally:
@@ -252,12 +202,7 @@ class Store:
         self.index.close()
 
     def _release(self) -> None:
-        if self._periodic is not None:
-            self._periodic.cancel()
-            self._periodic = None
-        if self._index_task is not None:
-            self._index_task.cancel()
-            self._index_task = None
+        self.durability.cancel()
         self._close_files()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -344,9 +289,7 @@ class Store:
         return FollowerAppend(self.end_index, batch.config_indices)
 
     def _check_writable(self) -> None:
-        if self._failed is not None:
-            raise StorageError(f"a flush failed earlier ({self._failed}); durability can no longer "
-                               "be promised: restart the node")
+        self.durability.check()
         if self.disk_full:
             raise DiskFullError(f"disk usage of {self.data_dir} is above "
                                 f"{self.config.disk_full_ratio:.0%}; appends are refused")
@@ -371,7 +314,8 @@ class Store:
         record_pos = batch.first_index * INDEX_RECORD_SIZE
         data = memoryview(batch.data)
         file_size = self.config.data_file_size
-        dirty = self._dirty
+        durability = self.durability
+        dirty = durability.dirty
         for pos in batch.fillers:
             dirty.add(self.data.write(pos, encode_blank(file_size - pos % file_size)))
         for start, end, pos in batch.runs:
@@ -379,8 +323,8 @@ class Store:
         self.data.write(batch.end_pos, END_MARK)  # a clean end reads as zeros, whatever was there
         for seg, view, done in self.index.spans(record_pos, len(batch.index_records)):
             view[:] = batch.index_records[done:done + len(view)]
-            self._dirty_index.add(seg)
-        self._changes += 1
+            durability.dirty_index.add(seg)
+        durability.changes += 1
         self.end_index = batch.last_index
         self.end_term = batch.last_term
         self._end_chain = batch.last_chain_crc
@@ -567,8 +511,8 @@ class Store:
                 else:
                     if after.chain_crc != chain_crc(copy.chain_crc, index + 1, after.term, after.body_crc):
                         raise StorageError(f"the copy offered for entry {index} does not lead to the one after")
-            self._dirty.add(self.data.write(pos, raw))
-            self._changes += 1
+            self.durability.dirty.add(self.data.write(pos, raw))
+            self.durability.changes += 1
         await self.flush()
 
     def pos_at(self, index: int) -> int:
@@ -634,24 +578,22 @@ class Store:
             else:
                 prev = self.get(index - 1)
                 end_term, chain, write_pos = prev.term, prev.chain_crc, prev.pos + prev.size
-            await self._lower_index_mark(index)  # records from `index` on will be written anew
-            kept = None
+            durability = self.durability
+            await durability.lower_index_mark(index)  # records from `index` on will be written anew
             if write_pos is not None and self.data.covers(write_pos):
-                kept = self.data.write(write_pos, END_MARK)  # erase the next header or filler
-                self._dirty.add(kept)
+                durability.dirty.add(self.data.write(write_pos, END_MARK))  # erase the next header or filler
             gone = self.data.remove_from(write_pos if write_pos is not None else -1)
             gone += self.index.remove_from(index * INDEX_RECORD_SIZE)
-            self._dirty.difference_update(gone)
-            self._dirty_index.difference_update(gone)
-            self._changes += 1
+            durability.forget(gone)
+            durability.changes += 1
             self.end_index, self.end_term = index - 1, end_term
             self._end_chain, self._write_pos = chain, write_pos
-            self.durable_end_index = min(self.durable_end_index, self.end_index)
+            durability.durable_end_index = min(durability.durable_end_index, self.end_index)
             self._own_from = min(self._own_from, index)
             if gone:  # the end mark reaches the disk before files vanish: no resurrection. Every
                 # dirty data file with it: a synced kept file must not hold entries whose filler
                 # or predecessors in an earlier file a power loss would take (a hole)
-                await self._run_io(_fdatasync_all, set(self._dirty))
+                await self._run_io(fdatasync_all, set(durability.dirty))
                 await self._run_io(self._delete, gone)
             log.info("truncated the log at %d; end index %d", index, self.end_index)
             return self.end_index
@@ -670,18 +612,18 @@ class Store:
                                      + MIN_BLANK_LEN > self.config.data_file_size):
             raise ValueError(f"next_pos {next_pos} cannot start a log")
         async with self._lock:
-            await self._lower_index_mark(index + 1)
+            await self.durability.lower_index_mark(index + 1)
             # A crash from here on finds the flag and finishes the reset on open.
             await self._save_meta(replace(self.meta, base_index=index, base_term=term,
                                           base_chain_crc=chain_crc, base_pos=next_pos,
                                           resetting=True))
             gone = self.data.reset() + self.index.reset()
-            self._dirty.clear()
-            self._dirty_index.clear()
-            self._changes += 1
+            self.durability.dirty.clear()
+            self.durability.dirty_index.clear()
+            self.durability.changes += 1
             self.end_index, self.end_term = index, term
             self._end_chain, self._write_pos = chain_crc, next_pos
-            self.durable_end_index = index
+            self.durability.durable_end_index = index
             self._own_from = index + 1
             await self._run_io(self._delete, gone)
             await self._save_meta(replace(self.meta, resetting=False))
@@ -721,8 +663,7 @@ class Store:
             index_count = sum(1 for seg in self.index.segments[:-1]
                               if seg.start + self.index.file_size <= records_before)
             gone += self.index.remove_head(index_count)
-            self._dirty.difference_update(gone)
-            self._dirty_index.difference_update(gone)
+            self.durability.forget(gone)
             await self._run_io(self._delete, gone)
             log.info("cleaned %d data and %d index files; the log begins at %d", count,
                      index_count, new_begin)
@@ -734,125 +675,28 @@ class Store:
         usable = used + st.f_bavail * st.f_frsize
         return used / usable if usable else 1.0
 
-    # -- durability --------------------------------------------------------------------------
+    # -- durability (storage.durability) ----------------------------------------------------
 
-    async def flush(self) -> None:
-        """Make everything appended so far durable; concurrent callers share one sync."""
-        if self._synced_changes < self._changes:
-            await self._flusher.flush()
-
-    def flushed(self) -> asyncio.Future[None]:
-        """A future done once what is written so far is durable (GroupFlusher.next_round): for a caller
-        that answers from a callback rather than a task."""
-        if self._synced_changes >= self._changes:
-            done = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self._flusher.next_round()
-
-    async def wait_durable(self) -> None:
-        """What an acknowledgement waits for: a flush in "sync" mode, nothing in "async"."""
-        if self.config.flush_mode == "sync":
-            await self.flush()
+    @property
+    def durable_end_index(self) -> int:
+        return self.durability.durable_end_index
 
     @property
     def ack_end_index(self) -> int:
-        """The end an acknowledgement may cover under the flush mode: durable in "sync",
-        written in "async" (whose risk is documented in StoreConfig)."""
-        return self.durable_end_index if self.config.flush_mode == "sync" else self.end_index
+        return self.durability.ack_end_index
 
     @property
     def flush_rounds(self) -> int:
-        return self._flusher.rounds
+        return self.durability.rounds
 
-    def _sync_round(self) -> None:
-        """One fdatasync of the dirty data files, inline (storage.flush says why)."""
-        if self._failed is not None:
-            raise StorageError(f"a flush failed earlier ({self._failed})")
-        dirty, self._dirty = self._dirty, set()
-        end, changes = self.end_index, self._changes
-        started = time.perf_counter()
-        try:
-            _fdatasync_all(dirty)
-        except Exception as exc:
-            self._dirty |= dirty
-            self._failed = exc
-            log.error("flush failed: %r; the store refuses appends from now on", exc)
-            raise
-        self.durable_end_index = end
-        self._synced_changes = max(self._synced_changes, changes)
-        self._start_index_sync()
-        try:
-            self._release_flushed()
-        except OSError as exc:  # only memory is at stake: the flush itself succeeded
-            log.warning("could not unmap flushed pages: %s", exc)
-        if self.on_flush is not None:
-            self.on_flush(time.perf_counter() - started)
+    async def flush(self) -> None:
+        await self.durability.flush()
 
-    # -- the index, synced behind the data ------------------------------------------------------
+    def flushed(self) -> asyncio.Future[None]:
+        return self.durability.flushed()
 
-    def _index_behind(self) -> bool:
-        behind = (self.durable_end_index + 1 - self._index_synced) * INDEX_RECORD_SIZE
-        return behind >= self.config.index_sync_step_bytes and self._failed is None
-
-    def _start_index_sync(self) -> None:
-        """After a flush: sync the index in the background once step bytes of records are behind."""
-        if self._index_task is None and self._index_behind():
-            self._index_task = asyncio.create_task(self._sync_index_behind(), name="raftlog-index-sync")
-
-    async def _sync_index_behind(self) -> None:
-        """Until the index is less than a step behind: flushes that end while it syncs start none."""
-        try:
-            while self._index_behind():
-                before = self._index_synced
-                await self._sync_index(self.durable_end_index + 1)
-                if self._index_synced == before:
-                    break  # a truncate or reset lowered the end meanwhile: the next flush starts anew
-        finally:
-            self._index_task = None
-
-    async def _stop_index_sync(self) -> None:
-        task, self._index_task = self._index_task, None
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _sync_index(self, end: int) -> None:
-        """Sync the index files, then move the mark to `end` (whose data is durable), unless a
-        truncate or reset lowered the end meanwhile. A failure fails the store, as a flush's does."""
-        dirty, self._dirty_index = self._dirty_index, set()
-        self._index_floor = INDEX_NO_FLOOR
-        try:
-            await self._run_io(_fdatasync_all, dirty)  # submitted at once: no file is deleted before it
-            async with self._mark_lock:
-                end = min(end, self._index_floor)
-                if end > self._index_synced:
-                    await self._run_io(save_index_mark, self.data_dir, end)
-                    self._index_synced = end
-        except asyncio.CancelledError:
-            self._dirty_index |= dirty
-            raise
-        except Exception as exc:
-            self._dirty_index |= dirty
-            self._failed = exc
-            log.error("index sync failed: %r; the store refuses appends from now on", exc)
-
-    async def _lower_index_mark(self, end: int) -> None:
-        """Records from log index `end` on are about to be rewritten: the mark drops below them,
-        durably, before they are (a power loss must not leave stale records trusted)."""
-        self._index_floor = min(self._index_floor, end)
-        async with self._mark_lock:
-            if end < self._index_synced:
-                await self._run_io(save_index_mark, self.data_dir, end)
-                self._index_synced = end
-
-    async def _flush_periodically(self) -> None:
-        interval = self.config.flush_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.flush()
-            except Exception:
-                log.exception("background flush failed")
+    async def wait_durable(self) -> None:
+        await self.durability.wait_durable()
 
     # -- I/O thread ------------------------------------------------------------------------------
 
@@ -877,13 +721,6 @@ def _header_agrees(view: memoryview, start: int, record: tuple[int, int, int, in
         return False
     h_magic, h_size, h_index, h_term, h_pos, _ch, _chain, _bcrc, bsize = HEADER.unpack_from(view, off)
     return (h_magic, h_size, h_index, h_term, h_pos, bsize) == (magic, size, index, term, pos, size - HEADER_SIZE)
-
-
-def _fdatasync_all(segments: set[Segment]) -> None:
-    """fdatasync each dirty file: for shared mappings it writes what msync(MS_SYNC)
-    would, and unlike mmap.flush it releases the GIL while the disk works."""
-    for seg in segments:
-        os.fdatasync(seg.fd)
 
 
 def _lock_dir(data_dir: Path) -> int:

@@ -83,7 +83,7 @@ async def test_with_the_index_synced_behind_the_data_a_restart_scans_only_the_ta
         await store.append_as_leader([body(i)], term=1)
         await store.flush()
         log.append((1, body(i)))
-    await store._stop_index_sync()  # the last background sync has finished
+    await store.durability._stop_index_sync()  # the last background sync has finished
     mark = load_index_mark(store.data_dir)
     assert mark is not None and mark >= 39  # a flush that ends while a sync runs starts none
     store = power_cycle(store, disk, EVERY_FLUSH)
