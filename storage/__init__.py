@@ -24,7 +24,8 @@ from raftlog.storage.errors import (
 from raftlog.storage.memory import MemoryStore
 from raftlog.storage.protocol import AppendResult, FollowerAppend, LogStore, RawEntries
 from raftlog.storage.recovery import RecoveryReport
-from raftlog.storage.store import HeadFile, Store
+from raftlog.storage.retention import HeadFile
+from raftlog.storage.store import Store
 
 __all__ = [
     "AppendRejectedError",

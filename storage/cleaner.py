@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from raftlog.storage.config import parse_delete_when
-from raftlog.storage.store import HeadFile, Store
+from raftlog.storage.retention import HeadFile
+from raftlog.storage.store import Store
 
 log = logging.getLogger("raftlog.storage.cleaner")
 

@@ -4,7 +4,9 @@ Data files written since the last flush are dirty; a flush round (storage.flush)
 fdatasyncs them and moves `durable_end_index`. Index files are synced behind the
 data, in the background, once `index_sync_step_bytes` of records are behind; the
 index mark (storage.meta) says below which log index the records are on disk,
-so recovery trusts them up to there. One failed sync latches: the page cache may
+so recovery trusts them up to there; a clean close syncs the index and moves the
+mark to the end, and a truncate or reset that rewrites records below the mark
+lowers it first. One failed sync latches: the page cache may
 have dropped the data it held, so the store refuses appends from then on (a
 retried fsync would report success over lost pages: PostgreSQL's "fsyncgate").
 """

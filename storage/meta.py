@@ -3,17 +3,18 @@
 It holds what the segment files alone cannot say: the file sizes the log was
 written with (replicas agree on positions only when these agree) and the
 base, the entry just before the first kept one, which cleaning and snapshot
-installs move forward.
+installs move forward. And the LOCK file a process holds while the store is open.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from raftlog.storage.errors import FileSizeMismatchError, StoreOpenError
+from raftlog.storage.errors import FileSizeMismatchError, StoreLockedError, StoreOpenError
 from raftlog.storage.segments import fsync_dir
 
 META_NAME = "store.json"
@@ -88,3 +89,14 @@ def load_index_mark(data_dir: Path) -> int | None:
 
 def save_index_mark(data_dir: Path, synced_end: int) -> None:
     save_json(data_dir / INDEX_MARK_NAME, {"synced_end": synced_end})
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Hold <data_dir>/LOCK while the store is open: a second process opening it is refused."""
+    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(f"{data_dir} is in use by another process") from None
+    return fd

@@ -5,87 +5,60 @@ Layout of a data directory::
     <data_dir>/data/<20-digit start offset>    entries, data_file_size each
     <data_dir>/index/<20-digit start offset>   32-byte records, index_file_size each
     <data_dir>/store.json                      file sizes and the log's base (meta.py)
+    <data_dir>/index-synced.json               the index mark (storage.durability)
     <data_dir>/LOCK                            held while a process has the store open
 
-Writes go through the mappings; mutations (appends, truncate, reset, cleaning)
-are serialised by one asyncio lock and never wait on the disk except to create
-or delete files, which run in the store's single I/O thread, and for the
-fdatasync of `flush`, which runs inline on the event loop (storage.flush).
-
-One fdatasync per flush: a flush syncs the data files only. The index files
-follow in the background once `index_sync_step_bytes` of records are behind,
-and `<data_dir>/index-synced.json` (the index mark) records the log index
-below which every record is on disk. After a power loss, recovery rebuilds
-every record from the mark on from the data; a clean close syncs the index
-and moves the mark to the end, and a truncate or reset that rewrites records
-below the mark lowers it first. Reads are synchronous and zero-copy: `get` and
-`read_range` return memoryviews into the mappings, valid for committed entries
-for as long as the caller holds them (a truncate may overwrite the bytes of
+Mutations (appends, truncate, reset, cleaning) are serialised by one asyncio
+lock and never wait on the disk except to create or delete files, in the
+store's single I/O thread, and for a flush (storage.durability). Reads are
+synchronous and zero-copy (storage.reader): valid for committed entries for as
+long as the caller holds them (a truncate may overwrite the bytes of
 uncommitted ones: copy those if you keep them).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import logging
 import os
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from raftlog.storage import clean_stop
 from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
 from raftlog.storage.codec import (
-    BLANK_MAGIC,
     ENTRY_MAGICS,
     HEADER,
     HEADER_SIZE,
-    INDEX_RECORD,
     INDEX_RECORD_SIZE,
     MIN_BLANK_LEN,
     Entry,
     Magic,
-    chain_crc,
-    decode_entry,
     encode_blank,
 )
 from raftlog.storage.config import StoreConfig
 from raftlog.storage.durability import Durability, fdatasync_all
 from raftlog.storage.errors import (
-    CorruptEntryError,
     DiskFullError,
     IndexCleanedError,
     StorageError,
-    StoreLockedError,
     StoreOpenError,
-    check_in_log,
 )
-from raftlog.storage.meta import StoreMeta, load_index_mark, load_meta, save_index_mark, save_meta
+from raftlog.storage.meta import StoreMeta, load_index_mark, load_meta, lock_data_dir, save_index_mark, save_meta
 from raftlog.storage.protocol import AppendResult, FollowerAppend, RawEntries, Verified
+from raftlog.storage.reader import LogReader
 from raftlog.storage.recovery import LogEnd, RecoveryReport, recover
+from raftlog.storage.retention import HeadFile, PageRelease, disk_usage_ratio, head_files
 from raftlog.storage.segments import Segment, SegmentList
 
 log = logging.getLogger("raftlog.storage")
 
 END_MARK = bytes(MIN_BLANK_LEN)
-RECENT_PAGES_BYTES = 16 << 20  # the newest log bytes kept mapped; older pages leave the RSS
-RELEASE_STEP_BYTES = 16 << 20  # after a flush, pages are unmapped once this many more are old enough
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class HeadFile:
-    """A data file that cleaning could delete (never the last one)."""
-
-    path: Path
-    last_index: int
-    mtime: float
 
 
 class Store:
@@ -107,10 +80,11 @@ class Store:
         self.recovery = RecoveryReport()
         self._io = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-io")
         self._lock = asyncio.Lock()
-        self._own_from = 0  # entries from this index on were written by this process (read_range)
+        self.own_from = 0  # entries from this index on were written by this process (read_range)
         self._owns_io = executor is None
-        self.durability = Durability(data_dir, config, self._run_io, lambda: self.end_index, self._release_flushed)
-        self._released = (0, 0)  # data and index offsets below which flushes have unmapped the pages
+        self.pages = PageRelease(self.data, self.index, lambda: self._write_pos or 0, lambda: self.end_index)
+        self.reader = LogReader(self.data, self.index, config.data_file_size, self, self.pages)
+        self.durability = Durability(data_dir, config, self._run_io, lambda: self.end_index, self.pages.after_flush)
         self.on_damage: Callable[[int], None] | None = None  # the index of each damaged entry a read finds
 
     # -- opening and closing ---------------------------------------------------
@@ -130,7 +104,7 @@ class Store:
         config = config or StoreConfig()
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
-        store = cls(data_dir, config, _lock_dir(data_dir), executor)
+        store = cls(data_dir, config, lock_data_dir(data_dir), executor)
         try:
             store._recover(committed_index, salvage)
         except BaseException:
@@ -168,9 +142,9 @@ class Store:
         # repairs in memory: both must be on disk before this end counts as durable.
         fdatasync_all(set(self.data.segments) | set(self.index.segments))
         self.durability.durable_end_index = self.end_index
-        self._own_from = self.durability.index_synced = self.end_index + 1
-        if mark != self._own_from:
-            save_index_mark(self.data_dir, self._own_from)
+        self.own_from = self.durability.index_synced = self.end_index + 1
+        if mark != self.own_from:
+            save_index_mark(self.data_dir, self.own_from)
 
     def start(self) -> None:
         """Start the background flush of flush_mode "async" (needs a running loop)."""
@@ -340,223 +314,34 @@ class Store:
     # -- reads -------------------------------------------------------------------------
 
     def get(self, index: int) -> Entry:
-        """The entry at `index`, its body a zero-copy view; CRC checked."""
-        check_in_log(index, self.begin_index, self.end_index)
-        magic, pos, size, _index, term = self._record(index)
-        seg = self.data.find(pos)
-        off = pos - seg.start
-        view = seg.read_view
-        h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, bsize = \
-            HEADER.unpack_from(view, off)
-        body = view[off + HEADER_SIZE:off + h_size]
-        if (h_magic, h_size, h_index, h_term, h_pos, bsize) != (magic, size, index, term, pos, size - HEADER_SIZE):
-            raise self._damaged(index, pos, "entry header disagrees with its index record")
-        if zlib.crc32(body) != bcrc:
-            raise self._damaged(index, pos, "body CRC mismatch")
-        return Entry(magic, index, term, pos, channel, chain, bcrc, body)
+        return self.reader.get(index)
 
     def read_range(self, start: int, max_entries: int, max_bytes: int, *,
                    trust_own_writes: bool = False) -> RawEntries:
-        """Raw bytes of consecutive entries from `start`, each CRC-checked, except recent ones.
-
-        Returns at least one entry (even one larger than max_bytes) and stops at
-        max_entries, max_bytes, the log end, or the end of a data file: the
-        result is one zero-copy slice. Ask again from first_index + count.
-
-        Recent entries are returned unchecked (`_recent_range`): all of the range
-        past durable_end_index (not yet covered by a flush, which takes
-        milliseconds), or with `trust_own_writes` all of it from the first entry
-        this process wrote itself (since it opened the log, or the truncate or
-        reset that last lowered its end). They are what the leader pushes while
-        its own fdatasync runs, and just after. Safe because they were encoded or
-        validated here, and whatever damaged them since, a follower's
-        validate_follower_batch refuses (it checks every field the checks here
-        cover, and the chain CRC); the leader then reads its retry checked
-        (without `trust_own_writes`), which reports the damage.
-        """
-        assert max_entries > 0
-        check_in_log(start, self.begin_index, self.end_index)
-        if start > self.durable_end_index or (trust_own_writes and start >= self._own_from):
-            recent = self._recent_range(start, max_entries, max_bytes)
-            if recent is not None:
-                return recent
-        _magic, pos, _size, _index, _term = self._record(start)
-        seg = self.data.find(pos)
-        view = seg.read_view
-        first = off = pos - seg.start
-        limit = min(self.end_index, start + max_entries - 1)
-        crc32 = zlib.crc32
-        unpack_header = HEADER.unpack_from
-        file_size = self.config.data_file_size
-        index = start
-        while index <= limit and off + HEADER_SIZE <= file_size:
-            magic, size, h_index, _t, h_pos, _c, _chain, bcrc, bsize = unpack_header(view, off)
-            if magic == BLANK_MAGIC:
-                break
-            if index > start and off + size - first > max_bytes:
-                break
-            if (magic not in ENTRY_MAGICS or h_index != index or h_pos != seg.start + off
-                    or bsize != size - HEADER_SIZE):
-                raise self._damaged(index, seg.start + off, "bad entry header")
-            if crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
-                raise self._damaged(index, seg.start + off, "body CRC mismatch")
-            off += size
-            index += 1
-        return RawEntries(start, index - start, view[first:off])
-
-    def _recent_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries | None:
-        """read_range's slice, from index records alone: a binary search for its last entry,
-        whose header and the first one's must agree with their records (else None: walk and check).
-
-        The two ends are then true entry boundaries, and the bytes between them are entries
-        start..last laid out back to back, as every data file holds them."""
-        first = self._record(start)
-        seg = self.data.find(first[1])
-        file_size = self.config.data_file_size
-        file_end = seg.start + file_size
-        index_view = self.index.view
-        unpack_record = INDEX_RECORD.unpack_from
-        lo, hi = start, min(self.end_index, start + max_entries - 1)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            _m, pos, size, _i, _t = unpack_record(index_view(mid * INDEX_RECORD_SIZE, INDEX_RECORD_SIZE))
-            if pos < file_end and pos + size - first[1] <= max_bytes:
-                lo = mid
-            else:
-                hi = mid - 1
-        last = self._record(lo)
-        if not (seg.start <= last[1] < file_end and _header_agrees(seg.read_view, seg.start, first, file_size)
-                and _header_agrees(seg.read_view, seg.start, last, file_size)):
-            return None
-        return RawEntries(start, lo - start + 1, seg.read_view[first[1] - seg.start:last[1] + last[2] - seg.start])
+        return self.reader.read_range(start, max_entries, max_bytes, trust_own_writes=trust_own_writes)
 
     def verify(self, start: int, max_entries: int, chain: int | None) -> Verified:
-        """Check up to `max_entries` from `start` as a scrub does: each header against its index
-        record, each body CRC, and each chain CRC from the entry before it (the one check that
-        also covers a flipped term or chain field). `chain` is the verified chain CRC of the entry
-        before `start` (None: not known, its link is not checked); so is the result's, for the
-        next call. An entry after a damaged one is checked without its link to it.
-        """
-        if start <= self.begin_index:
-            start, chain = self.begin_index, self.meta.base_chain_crc
-        last = min(self.end_index, start + max_entries - 1)
-        damaged = []
-        for index in range(start, last + 1):
-            try:
-                entry = self.get(index)
-            except CorruptEntryError:
-                damaged.append(index)
-                chain = None
-                continue
-            if chain is not None and entry.chain_crc != chain_crc(chain, index, entry.term, entry.body_crc):
-                self._damaged(index, entry.pos, "chain CRC does not follow from the entry before")
-                damaged.append(index)
-                chain = None
-                continue
-            chain = entry.chain_crc
-        if last >= start:  # the scrub walks the whole log: what it read leaves the RSS behind it
-            with contextlib.suppress(OSError):  # only memory is at stake
-                self._release_verified(start, last)
-        return Verified(max(start, last + 1), damaged, chain)
+        return self.reader.verify(start, max_entries, chain)
 
-    def _release_verified(self, start: int, last: int) -> None:
-        """Unmap the entries start..last that the scrub has read. Their index records are not
-        checked here: a damaged one at worst unmaps other pages, which the next access maps again."""
-        first, end = start * INDEX_RECORD_SIZE, (last + 1) * INDEX_RECORD_SIZE
-        first_pos = INDEX_RECORD.unpack_from(self.index.view(first, INDEX_RECORD_SIZE))[1]
-        _m, last_pos, last_size, _i, _t = INDEX_RECORD.unpack_from(self.index.view(end - INDEX_RECORD_SIZE,
-                                                                                   INDEX_RECORD_SIZE))
-        self._release_pages(first_pos, last_pos + last_size, first, end)
+    def pos_at(self, index: int) -> int:
+        return self.reader.pos_at(index)
 
-    def _release_flushed(self) -> None:
-        """After a flush: unmap what the last release left, in steps of RELEASE_STEP_BYTES."""
-        data_from, index_from = self._released
-        data_to = (self._write_pos or 0) - RECENT_PAGES_BYTES
-        index_to = (self.end_index + 1) * INDEX_RECORD_SIZE - RECENT_PAGES_BYTES
-        if data_to - data_from >= RELEASE_STEP_BYTES or index_to - index_from >= RELEASE_STEP_BYTES:
-            self._release_pages(data_from, data_to, index_from, index_to)
-            self._released = (max(data_from, data_to), max(index_from, index_to))
+    def term_at(self, index: int) -> int:
+        return self.reader.term_at(index)
 
-    def _release_pages(self, data_from: int, data_to: int, index_from: int, index_to: int) -> None:
-        """Unmap these data and index ranges (SegmentList.release_pages), but never the newest
-        RECENT_PAGES_BYTES of either, which pushes and reads keep using."""
-        self.data.release_pages(data_from, min(data_to, (self._write_pos or 0) - RECENT_PAGES_BYTES))
-        self.index.release_pages(index_from, min(index_to, (self.end_index + 1) * INDEX_RECORD_SIZE
-                                                 - RECENT_PAGES_BYTES))
+    def first_index_of_term(self, term: int, before_index: int) -> int | None:
+        return self.reader.first_index_of_term(term, before_index)
 
     async def repair(self, index: int, raw: bytes) -> None:
         """Overwrite the damaged entry at `index` with `raw`, a replica's stored copy of it.
 
-        The copy must be that entry: the same size, index, term, position and type as its
-        index record, a sound body, and a chain CRC that follows from the entry before (and
-        leads to the one after, when that one is sound). Written in place and made durable.
+        The copy must be that entry (LogReader.check_copy); it is written in place and made durable.
         """
         async with self._lock:
-            check_in_log(index, self.begin_index, self.end_index)
-            magic, pos, size, _index, term = self._record(index)
-            copy = decode_entry(memoryview(raw)) if len(raw) >= HEADER_SIZE else None
-            if (copy is None or len(raw) != size or HEADER_SIZE + len(copy.body) != size
-                    or (copy.magic, copy.index, copy.term, copy.pos) != (magic, index, term, pos)
-                    or zlib.crc32(copy.body) != copy.body_crc):
-                raise StorageError(f"the copy offered for entry {index} is not that entry")
-            before = (self.meta.base_chain_crc if index == self.begin_index
-                      else self.get(index - 1).chain_crc)  # a damaged one before is repaired first
-            if before is not None and copy.chain_crc != chain_crc(before, index, term, copy.body_crc):
-                raise StorageError(f"the copy offered for entry {index} does not follow the entry before it")
-            if index < self.end_index:
-                try:
-                    after = self.get(index + 1)
-                except CorruptEntryError:
-                    pass  # damaged too: repaired next
-                else:
-                    if after.chain_crc != chain_crc(copy.chain_crc, index + 1, after.term, after.body_crc):
-                        raise StorageError(f"the copy offered for entry {index} does not lead to the one after")
+            pos = self.reader.check_copy(index, raw)
             self.durability.dirty.add(self.data.write(pos, raw))
             self.durability.changes += 1
         await self.flush()
-
-    def pos_at(self, index: int) -> int:
-        """The global byte position of the entry at `index`, from its index record alone."""
-        check_in_log(index, self.begin_index, self.end_index)
-        return self._record(index)[1]
-
-    def term_at(self, index: int) -> int:
-        """Term of the entry at `index`; before_begin_term for before_begin_index."""
-        if index == self.meta.base_index:
-            return self.meta.base_term
-        check_in_log(index, self.begin_index, self.end_index)
-        return self._record(index)[4]
-
-    def first_index_of_term(self, term: int, before_index: int) -> int | None:
-        """The first kept index at or below `before_index` whose term is `term`, or None.
-
-        Terms never fall along the log, so this is a binary search over index
-        records: what the compare step needs to skip a whole term at a time.
-        """
-        lo, hi = self.begin_index, min(before_index, self.end_index)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._record(mid)[4] < term:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo <= min(before_index, self.end_index) and self._record(lo)[4] == term:
-            return lo
-        return None
-
-    def _damaged(self, index: int, pos: int, reason: str) -> CorruptEntryError:
-        """Tell the owner (who repairs) about a damaged entry; the error for the reader."""
-        if self.on_damage is not None:
-            self.on_damage(index)
-        return CorruptEntryError(index, pos, reason)
-
-    def _record(self, index: int) -> tuple[int, int, int, int, int]:
-        pos = index * INDEX_RECORD_SIZE
-        seg = self.index.find(pos)
-        record = INDEX_RECORD.unpack_from(seg.view, pos - seg.start)
-        if record[3] != index or record[0] not in ENTRY_MAGICS or not self.data.covers(record[1]):
-            raise self._damaged(index, record[1], "index record does not match")
-        return record
 
     # -- truncation and reset ------------------------------------------------------------
 
@@ -589,7 +374,7 @@ class Store:
             self.end_index, self.end_term = index - 1, end_term
             self._end_chain, self._write_pos = chain, write_pos
             durability.durable_end_index = min(durability.durable_end_index, self.end_index)
-            self._own_from = min(self._own_from, index)
+            self.own_from = min(self.own_from, index)
             if gone:  # the end mark reaches the disk before files vanish: no resurrection. Every
                 # dirty data file with it: a synced kept file must not hold entries whose filler
                 # or predecessors in an earlier file a power loss would take (a hole)
@@ -624,7 +409,7 @@ class Store:
             self.end_index, self.end_term = index, term
             self._end_chain, self._write_pos = chain_crc, next_pos
             self.durability.durable_end_index = index
-            self._own_from = index + 1
+            self.own_from = index + 1
             await self._run_io(self._delete, gone)
             await self._save_meta(replace(self.meta, resetting=False))
             log.info("log reset to begin after index %d term %d", index, term)
@@ -633,13 +418,7 @@ class Store:
 
     def head_files(self) -> list[HeadFile]:
         """Every data file but the last, oldest first, with its last entry index."""
-        files = []
-        for seg, following in zip(self.data.segments, self.data.segments[1:], strict=False):
-            magic, _size, next_first = HEADER.unpack_from(following.view, 0)[:3]
-            if magic not in ENTRY_MAGICS:
-                break  # an empty last file: the one before it still holds the end
-            files.append(HeadFile(seg.path, next_first - 1, os.stat(seg.path).st_mtime))
-        return files
+        return head_files(self.data)
 
     async def delete_head_files(self, count: int) -> None:
         """Delete the first `count` data files (never the last) and the index files
@@ -669,11 +448,7 @@ class Store:
                      index_count, new_begin)
 
     def disk_usage_ratio(self) -> float:
-        """Used fraction of the file system holding the data directory, as df counts it."""
-        st = os.statvfs(self.data_dir)
-        used = (st.f_blocks - st.f_bfree) * st.f_frsize
-        usable = used + st.f_bavail * st.f_frsize
-        return used / usable if usable else 1.0
+        return disk_usage_ratio(self.data_dir)
 
     # -- durability (storage.durability) ----------------------------------------------------
 
@@ -711,25 +486,3 @@ class Store:
         data = [s for s in segments if s.path.parent == self.data.directory]
         self.data.delete(data)
         self.index.delete([s for s in segments if s.path.parent != self.data.directory])
-
-
-def _header_agrees(view: memoryview, start: int, record: tuple[int, int, int, int, int], file_size: int) -> bool:
-    """The entry header at the record's position (in the file mapped at `start`) says what it says."""
-    magic, pos, size, index, term = record
-    off = pos - start
-    if off + size > file_size or size < HEADER_SIZE:
-        return False
-    h_magic, h_size, h_index, h_term, h_pos, _ch, _chain, _bcrc, bsize = HEADER.unpack_from(view, off)
-    return (h_magic, h_size, h_index, h_term, h_pos, bsize) == (magic, size, index, term, pos, size - HEADER_SIZE)
-
-
-def _lock_dir(data_dir: Path) -> int:
-    fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreLockedError(f"{data_dir} is in use by another process") from None
-    return fd
-
-

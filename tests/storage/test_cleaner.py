@@ -14,7 +14,7 @@ import pytest
 from raftlog.storage import CleanService, DiskFullError, IndexCleanedError, Store
 from raftlog.storage.batch import encode_leader_batch
 from raftlog.storage.cleaner import files_to_delete
-from raftlog.storage.store import HeadFile
+from raftlog.storage.retention import HeadFile
 from tests.storage.conftest import SMALL, body
 
 HOUR = 3600.0

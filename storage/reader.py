@@ -1,0 +1,258 @@
+"""Reads of the stored log (DLedgerMmapFileStore.get): each entry found by its index record, zero-copy,
+and checked against it; a damaged one is reported to the store's owner (the repairer) and refused.
+
+`read_range` walks consecutive entries as a push carries them; recent ones, which this process
+encoded or validated itself, are cut by their index records alone (the follower checks them all).
+`verify` is the scrub's walk: every header, body CRC and chain link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Callable
+from typing import Protocol
+
+from raftlog.storage.codec import (
+    BLANK_MAGIC,
+    ENTRY_MAGICS,
+    HEADER,
+    HEADER_SIZE,
+    INDEX_RECORD,
+    INDEX_RECORD_SIZE,
+    Entry,
+    chain_crc,
+    decode_entry,
+)
+from raftlog.storage.errors import CorruptEntryError, StorageError, check_in_log
+from raftlog.storage.protocol import RawEntries, Verified
+from raftlog.storage.retention import PageRelease
+from raftlog.storage.segments import SegmentList
+
+
+class LogBounds(Protocol):
+    """Where the log begins and ends, as the store keeps it."""
+
+    end_index: int
+    own_from: int  # entries from this index on were written by this process
+    on_damage: Callable[[int], None] | None
+
+    @property
+    def begin_index(self) -> int: ...
+    @property
+    def before_begin_index(self) -> int: ...
+    @property
+    def before_begin_term(self) -> int: ...
+    @property
+    def before_begin_chain_crc(self) -> int | None: ...
+    @property
+    def durable_end_index(self) -> int: ...
+
+
+class LogReader:
+    def __init__(self, data: SegmentList, index: SegmentList, file_size: int, log: LogBounds,
+                 pages: PageRelease) -> None:
+        self.data = data
+        self.index = index
+        self.file_size = file_size
+        self.log = log
+        self.pages = pages
+
+    def get(self, index: int) -> Entry:
+        """The entry at `index`, its body a zero-copy view; CRC checked."""
+        check_in_log(index, self.log.begin_index, self.log.end_index)
+        magic, pos, size, _index, term = self.record(index)
+        seg = self.data.find(pos)
+        off = pos - seg.start
+        view = seg.read_view
+        h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, bsize = \
+            HEADER.unpack_from(view, off)
+        body = view[off + HEADER_SIZE:off + h_size]
+        if (h_magic, h_size, h_index, h_term, h_pos, bsize) != (magic, size, index, term, pos, size - HEADER_SIZE):
+            raise self.damaged(index, pos, "entry header disagrees with its index record")
+        if zlib.crc32(body) != bcrc:
+            raise self.damaged(index, pos, "body CRC mismatch")
+        return Entry(magic, index, term, pos, channel, chain, bcrc, body)
+
+    def read_range(self, start: int, max_entries: int, max_bytes: int, *,
+                   trust_own_writes: bool = False) -> RawEntries:
+        """Raw bytes of consecutive entries from `start`, each CRC-checked, except recent ones.
+
+        Returns at least one entry (even one larger than max_bytes) and stops at
+        max_entries, max_bytes, the log end, or the end of a data file: the
+        result is one zero-copy slice. Ask again from first_index + count.
+
+        Recent entries are returned unchecked (`_recent_range`): all of the range
+        past durable_end_index (not yet covered by a flush, which takes
+        milliseconds), or with `trust_own_writes` all of it from the first entry
+        this process wrote itself (since it opened the log, or the truncate or
+        reset that last lowered its end). They are what the leader pushes while
+        its own fdatasync runs, and just after. Safe because they were encoded or
+        validated here, and whatever damaged them since, a follower's
+        validate_follower_batch refuses (it checks every field the checks here
+        cover, and the chain CRC); the leader then reads its retry checked
+        (without `trust_own_writes`), which reports the damage.
+        """
+        assert max_entries > 0
+        check_in_log(start, self.log.begin_index, self.log.end_index)
+        if start > self.log.durable_end_index or (trust_own_writes and start >= self.log.own_from):
+            recent = self._recent_range(start, max_entries, max_bytes)
+            if recent is not None:
+                return recent
+        _magic, pos, _size, _index, _term = self.record(start)
+        seg = self.data.find(pos)
+        view = seg.read_view
+        first = off = pos - seg.start
+        limit = min(self.log.end_index, start + max_entries - 1)
+        crc32 = zlib.crc32
+        unpack_header = HEADER.unpack_from
+        file_size = self.file_size
+        index = start
+        while index <= limit and off + HEADER_SIZE <= file_size:
+            magic, size, h_index, _t, h_pos, _c, _chain, bcrc, bsize = unpack_header(view, off)
+            if magic == BLANK_MAGIC:
+                break
+            if index > start and off + size - first > max_bytes:
+                break
+            if (magic not in ENTRY_MAGICS or h_index != index or h_pos != seg.start + off
+                    or bsize != size - HEADER_SIZE):
+                raise self.damaged(index, seg.start + off, "bad entry header")
+            if crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
+                raise self.damaged(index, seg.start + off, "body CRC mismatch")
+            off += size
+            index += 1
+        return RawEntries(start, index - start, view[first:off])
+
+    def _recent_range(self, start: int, max_entries: int, max_bytes: int) -> RawEntries | None:
+        """read_range's slice, from index records alone: a binary search for its last entry,
+        whose header and the first one's must agree with their records (else None: walk and check).
+
+        The two ends are then true entry boundaries, and the bytes between them are entries
+        start..last laid out back to back, as every data file holds them."""
+        first = self.record(start)
+        seg = self.data.find(first[1])
+        file_size = self.file_size
+        file_end = seg.start + file_size
+        index_view = self.index.view
+        unpack_record = INDEX_RECORD.unpack_from
+        lo, hi = start, min(self.log.end_index, start + max_entries - 1)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            _m, pos, size, _i, _t = unpack_record(index_view(mid * INDEX_RECORD_SIZE, INDEX_RECORD_SIZE))
+            if pos < file_end and pos + size - first[1] <= max_bytes:
+                lo = mid
+            else:
+                hi = mid - 1
+        last = self.record(lo)
+        if not (seg.start <= last[1] < file_end and header_agrees(seg.read_view, seg.start, first, file_size)
+                and header_agrees(seg.read_view, seg.start, last, file_size)):
+            return None
+        return RawEntries(start, lo - start + 1, seg.read_view[first[1] - seg.start:last[1] + last[2] - seg.start])
+
+    def verify(self, start: int, max_entries: int, chain: int | None) -> Verified:
+        """Check up to `max_entries` from `start` as a scrub does: each header against its index
+        record, each body CRC, and each chain CRC from the entry before it (the one check that
+        also covers a flipped term or chain field). `chain` is the verified chain CRC of the entry
+        before `start` (None: not known, its link is not checked); so is the result's, for the
+        next call. An entry after a damaged one is checked without its link to it.
+        """
+        if start <= self.log.begin_index:
+            start, chain = self.log.begin_index, self.log.before_begin_chain_crc
+        last = min(self.log.end_index, start + max_entries - 1)
+        damaged = []
+        for index in range(start, last + 1):
+            try:
+                entry = self.get(index)
+            except CorruptEntryError:
+                damaged.append(index)
+                chain = None
+                continue
+            if chain is not None and entry.chain_crc != chain_crc(chain, index, entry.term, entry.body_crc):
+                self.damaged(index, entry.pos, "chain CRC does not follow from the entry before")
+                damaged.append(index)
+                chain = None
+                continue
+            chain = entry.chain_crc
+        if last >= start:  # the scrub walks the whole log: what it read leaves the RSS behind it
+            with contextlib.suppress(OSError):  # only memory is at stake
+                self.pages.release_verified(start, last)
+        return Verified(max(start, last + 1), damaged, chain)
+
+    def pos_at(self, index: int) -> int:
+        """The global byte position of the entry at `index`, from its index record alone."""
+        check_in_log(index, self.log.begin_index, self.log.end_index)
+        return self.record(index)[1]
+
+    def term_at(self, index: int) -> int:
+        """Term of the entry at `index`; before_begin_term for before_begin_index."""
+        if index == self.log.before_begin_index:
+            return self.log.before_begin_term
+        check_in_log(index, self.log.begin_index, self.log.end_index)
+        return self.record(index)[4]
+
+    def first_index_of_term(self, term: int, before_index: int) -> int | None:
+        """The first kept index at or below `before_index` whose term is `term`, or None.
+
+        Terms never fall along the log, so this is a binary search over index
+        records: what the compare step needs to skip a whole term at a time.
+        """
+        lo, hi = self.log.begin_index, min(before_index, self.log.end_index)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.record(mid)[4] < term:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo <= min(before_index, self.log.end_index) and self.record(lo)[4] == term:
+            return lo
+        return None
+
+    def check_copy(self, index: int, raw: bytes) -> int:
+        """The position of the entry at `index`, if `raw`, a replica's stored copy, is that entry: the
+        same size, index, term, position and type as its index record, a sound body, and a chain CRC
+        that follows from the entry before (and leads to the one after, when that one is sound)."""
+        check_in_log(index, self.log.begin_index, self.log.end_index)
+        magic, pos, size, _index, term = self.record(index)
+        copy = decode_entry(memoryview(raw)) if len(raw) >= HEADER_SIZE else None
+        if (copy is None or len(raw) != size or HEADER_SIZE + len(copy.body) != size
+                or (copy.magic, copy.index, copy.term, copy.pos) != (magic, index, term, pos)
+                or zlib.crc32(copy.body) != copy.body_crc):
+            raise StorageError(f"the copy offered for entry {index} is not that entry")
+        before = (self.log.before_begin_chain_crc if index == self.log.begin_index
+                  else self.get(index - 1).chain_crc)  # a damaged one before is repaired first
+        if before is not None and copy.chain_crc != chain_crc(before, index, term, copy.body_crc):
+            raise StorageError(f"the copy offered for entry {index} does not follow the entry before it")
+        if index < self.log.end_index:
+            try:
+                after = self.get(index + 1)
+            except CorruptEntryError:
+                pass  # damaged too: repaired next
+            else:
+                if after.chain_crc != chain_crc(copy.chain_crc, index + 1, after.term, after.body_crc):
+                    raise StorageError(f"the copy offered for entry {index} does not lead to the one after")
+        return pos
+
+    def damaged(self, index: int, pos: int, reason: str) -> CorruptEntryError:
+        """Tell the owner (who repairs) about a damaged entry; the error for the reader."""
+        if self.log.on_damage is not None:
+            self.log.on_damage(index)
+        return CorruptEntryError(index, pos, reason)
+
+    def record(self, index: int) -> tuple[int, int, int, int, int]:
+        pos = index * INDEX_RECORD_SIZE
+        seg = self.index.find(pos)
+        record = INDEX_RECORD.unpack_from(seg.view, pos - seg.start)
+        if record[3] != index or record[0] not in ENTRY_MAGICS or not self.data.covers(record[1]):
+            raise self.damaged(index, record[1], "index record does not match")
+        return record
+
+
+
+def header_agrees(view: memoryview, start: int, record: tuple[int, int, int, int, int], file_size: int) -> bool:
+    """The entry header at the record's position (in the file mapped at `start`) says what it says."""
+    magic, pos, size, index, term = record
+    off = pos - start
+    if off + size > file_size or size < HEADER_SIZE:
+        return False
+    h_magic, h_size, h_index, h_term, h_pos, _ch, _chain, _bcrc, bsize = HEADER.unpack_from(view, off)
+    return (h_magic, h_size, h_index, h_term, h_pos, bsize) == (magic, size, index, term, pos, size - HEADER_SIZE)
