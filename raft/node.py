@@ -99,7 +99,7 @@ class RaftNode:
         self.handler = EntryHandler(config, self.state, store, self.now, self)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
-        self.repairer = Repairer(config, self.state, store, transport, self.now, lambda: self._peer_ids)
+        self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids)
         self.reconfiguration = Reconfiguration(config, self.state, store, self.members, self.commitment,
                                                self.appends, self.elector)
         self.transfer = LeadershipTransfer(config, self.state, store, self.members, self.commitment, transport,

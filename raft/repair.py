@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import FetchRequest
 from raftlog.raft.transport import PeerUnavailable, Transport
-from raftlog.raft.waiting import Clock, Wakeup
+from raftlog.raft.waiting import Wakeup
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
 
@@ -32,13 +33,12 @@ RETRY_S = 1.0  # when no replica could give a copy, ask again after this long
 
 class Repairer:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, transport: Transport,
-                 clock: Clock, peer_ids: Callable[[], tuple[str, ...]]) -> None:
+                 peer_ids: Callable[[], tuple[str, ...]]) -> None:
         """`peer_ids`: the other members in play, whose copies may be asked for."""
         self.config = config
         self.state = state
         self.store = store
         self.transport = transport
-        self.clock = clock
         self.peer_ids = peer_ids
         self.damaged: set[int] = set()
         self.repaired = 0
@@ -97,9 +97,12 @@ class Repairer:
         while True:
             index, chain = self.store.begin_index, self.store.before_begin_chain_crc
             while index <= self.state.committed_index:
-                started = self.clock()
-                index, _damaged, chain = self.store.verify(index, SCRUB_BATCH, chain)  # each one is reported
-                await asyncio.sleep((self.clock() - started) * (1 / SCRUB_DUTY - 1))
+                # committed entries only: an uncommitted tail may be truncated between two batches, and the
+                # chain CRC carried from one batch to the next would then belong to an entry gone
+                batch = min(SCRUB_BATCH, self.state.committed_index - index + 1)
+                started = time.perf_counter()  # not the loop's clock: it stands still while a batch runs
+                index, _damaged, chain = self.store.verify(index, batch, chain)  # each one is reported
+                await asyncio.sleep((time.perf_counter() - started) * (1 / SCRUB_DUTY - 1))
             self.scrubs += 1
             await asyncio.sleep(interval_s)
 

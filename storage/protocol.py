@@ -39,7 +39,9 @@ class RawEntries(NamedTuple):
 
 
 
-class LogStore(Protocol):
+class LogBounds(Protocol):
+    """Where a log begins and ends, and where it is durable."""
+
     on_damage: Callable[[int], None] | None  # called with each damaged entry's index a read finds
 
     @property
@@ -47,19 +49,22 @@ class LogStore(Protocol):
     @property
     def end_index(self) -> int: ...
     @property
-    def end_term(self) -> int: ...
-    @property
     def before_begin_index(self) -> int: ...
     @property
     def before_begin_term(self) -> int: ...
     @property
     def before_begin_chain_crc(self) -> int | None: ...
     @property
+    def durable_end_index(self) -> int: ...
+
+
+class LogStore(LogBounds, Protocol):
+    @property
+    def end_term(self) -> int: ...
+    @property
     def begin_pos(self) -> int | None: ...
     @property
     def write_pos(self) -> int | None: ...
-    @property
-    def durable_end_index(self) -> int: ...
     @property
     def ack_end_index(self) -> int: ...
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import Callable
 from typing import Protocol
 
 from raftlog.storage.codec import (
@@ -25,32 +24,19 @@ from raftlog.storage.codec import (
     decode_entry,
 )
 from raftlog.storage.errors import CorruptEntryError, StorageError, check_in_log
-from raftlog.storage.protocol import RawEntries, Verified
+from raftlog.storage.protocol import LogBounds, RawEntries, Verified
 from raftlog.storage.retention import PageRelease
 from raftlog.storage.segments import SegmentList
 
 
-class LogBounds(Protocol):
-    """Where the log begins and ends, as the store keeps it."""
+class OwnWrites(LogBounds, Protocol):
+    """The log's bounds, and the first entry this process wrote itself (read_range trusts those)."""
 
-    end_index: int
-    own_from: int  # entries from this index on were written by this process
-    on_damage: Callable[[int], None] | None
-
-    @property
-    def begin_index(self) -> int: ...
-    @property
-    def before_begin_index(self) -> int: ...
-    @property
-    def before_begin_term(self) -> int: ...
-    @property
-    def before_begin_chain_crc(self) -> int | None: ...
-    @property
-    def durable_end_index(self) -> int: ...
+    own_from: int
 
 
 class LogReader:
-    def __init__(self, data: SegmentList, index: SegmentList, file_size: int, log: LogBounds,
+    def __init__(self, data: SegmentList, index: SegmentList, file_size: int, log: OwnWrites,
                  pages: PageRelease) -> None:
         self.data = data
         self.index = index
