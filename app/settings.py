@@ -3,7 +3,7 @@
 The node's own settings are declared here; the DLedger-derived ones are taken
 field by field from the layers that own them (raft.RaftConfig,
 storage.StoreConfig, api.ApiLimits), so each default lives in one place and
-the README's settings tables document them. `Settings.build()` validates them
+docs/operations.md's settings tables document them. `Settings.build()` validates them
 all together and raises SettingsError with one line that says what is wrong.
 """
 
@@ -66,7 +66,7 @@ class NodeSettings(BaseSettings):
     repair_from_peers: bool = True
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"  # json: one object per line, for log shippers
-    # security (README, Security): off only when every listener and peer is on loopback
+    # security (docs/operations.md, Security): off only when every listener and peer is on loopback
     cluster_secret: SecretStr | None = None  # proof of membership on every peer call; same on every member
     cluster_secret_file: Path | None = None  # ... or read from this file
     tokens: SecretStr | None = None  # client API tokens: role:token, comma-separated (role: reader/writer/admin)

@@ -22,7 +22,7 @@ in about 400-550 ms.
   travel while the follower syncs the one before; entries that arrive
   meanwhile wait and go together. With 64, appends from 64 connections went
   out about 11 to a push instead of 22, and cost the cluster 238 µs of CPU
-  per entry instead of 157 to 192 (2026-11-25, the README has the runs).
+  per entry instead of 157 to 192 (2026-11-25, docs/benchmarks.md has the runs).
 - push_inflight_bytes_max 4 MiB: raw log in flight per follower (etcd's
   MaxInflightBytes). More only queues on the peer connection: under load the
   queue outgrew the push timeout, every push was re-sent, and a follower

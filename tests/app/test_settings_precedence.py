@@ -1,4 +1,4 @@
-"""Settings precedence (README, Configuration): command-line flags over the environment
+"""Settings precedence (docs/operations.md, Configuration): command-line flags over the environment
 (RAFTLOG_...) over the TOML file (`--config`) over the defaults.
 
 Each layer is given a different value for the same setting, through the loader as `raftlog

@@ -1,12 +1,12 @@
 """The errors a client decides its retries on, made to happen on a real 3-node cluster (issue 17,
-"Error semantics users retry on"; README, the errors table):
+"Error semantics users retry on"; docs/api.md, the errors table):
 
 - the outcome is unknown, a retry may duplicate: 504 WAIT_QUORUM_ACK_TIMEOUT, 502 NETWORK_ERROR;
 - nothing was done, retry later (`Retry-After`): 503 LEADER_PENDING_FULL, LEADER_TRANSFERRING, NOT_LEADER;
 - transfers refused or failed with real members: 409;
 - a linearizable read that cannot be served in time: 504 TIMEOUT, on a member that cannot catch up
   within read_wait_ms or on a leader no quorum confirms within max_wait_ack_ms;
-- and the table itself: every code's status in api.errors is the one README.md lists it under.
+- and the table itself: every code's status in api.errors is the one docs/api.md lists it under.
 
 Members are stopped with SIGSTOP, or cut off one way by the fault suite's proxies on their peer
 links (tests.faults.proxy). Each test leaves the cluster whole again, under whichever leader it elects.
@@ -359,7 +359,7 @@ def test_a_linearizable_read_on_a_leader_cut_from_its_quorum_times_out(cluster: 
 
 # -- the table ------------------------------------------------------------------------------------------
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ERRORS_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 # Answered with a status of their own where they arise, besides the code's status in api.errors.STATUS
 OWN_STATUSES = {
     ("UNEXPECTED_ARGUMENT", 408): "a request that did not arrive in time (app.client_protocol)",
@@ -370,13 +370,13 @@ OWN_STATUSES = {
     ("UNSUPPORTED", 405): "a method the path does not take, with Allow (api.public)",
     ("UNKNOWN_MEMBER", 404): "a membership change naming no member (api.errors.api_error)",
 }
-# What the API answers and the README's table does not list yet: each fails as soon as the table does
-NOT_IN_README: dict[object, str] = {}
+# What the API answers and the errors table of docs/api.md does not list yet: each fails as soon as the table does
+NOT_IN_DOCS: dict[object, str] = {}
 
 
-def readme_table() -> list[tuple[int, list[str], str]]:
-    """README.md's errors table: (status, codes, when) per row."""
-    lines = README.read_text().splitlines()
+def errors_table() -> list[tuple[int, list[str], str]]:
+    """docs/api.md's errors table: (status, codes, when) per row."""
+    lines = ERRORS_DOC.read_text().splitlines()
     start = lines.index("| status | code | when |") + 2
     rows = []
     for line in lines[start:]:
@@ -387,46 +387,46 @@ def readme_table() -> list[tuple[int, list[str], str]]:
     return rows
 
 
-def readme_statuses() -> dict[str, set[int]]:
+def documented_statuses() -> dict[str, set[int]]:
     listed: dict[str, set[int]] = {}
-    for status, codes, _ in readme_table():
+    for status, codes, _ in errors_table():
         for code in codes:
             listed.setdefault(code, set()).add(status)
     return listed
 
 
-def readme_gap(case: object) -> pytest.MarkDecorator | tuple[()]:
-    if case not in NOT_IN_README:
+def docs_gap(case: object) -> pytest.MarkDecorator | tuple[()]:
+    if case not in NOT_IN_DOCS:
         return ()
-    return pytest.mark.xfail(strict=True, reason=f"README's errors table lacks it: {NOT_IN_README[case]}")
+    return pytest.mark.xfail(strict=True, reason=f"docs/api.md's errors table lacks it: {NOT_IN_DOCS[case]}")
 
 
-CODES = sorted({code.name for code in STATUS} | set(readme_statuses()) - {c for c, _ in OWN_STATUSES})
+CODES = sorted({code.name for code in STATUS} | set(documented_statuses()) - {c for c, _ in OWN_STATUSES})
 
 
-@pytest.mark.parametrize("code", [pytest.param(code, marks=readme_gap(code)) for code in CODES])
-def test_each_code_has_the_status_the_readme_lists_it_under(code: str) -> None:
-    listed = readme_statuses().get(code, set())
-    assert code in Code.__members__, f"README lists {code}, which is no code"
+@pytest.mark.parametrize("code", [pytest.param(code, marks=docs_gap(code)) for code in CODES])
+def test_each_code_has_the_status_the_docs_list_it_under(code: str) -> None:
+    listed = documented_statuses().get(code, set())
+    assert code in Code.__members__, f"docs/api.md lists {code}, which is no code"
     status = STATUS[Code[code]]
     error = ApiError(Code[code], "message")
     assert error.status == status
     assert listed - {s for c, s in OWN_STATUSES if c == code} == {status}, (
-        f"README lists {code} under {sorted(listed)}; api.errors.STATUS answers {status}")
+        f"docs/api.md lists {code} under {sorted(listed)}; api.errors.STATUS answers {status}")
     assert ("Retry-After" in error.headers()) == (status == 503)
 
 
-@pytest.mark.parametrize("case", [pytest.param(case, marks=readme_gap(case), id=f"{case[0]}-{case[1]}")
+@pytest.mark.parametrize("case", [pytest.param(case, marks=docs_gap(case), id=f"{case[0]}-{case[1]}")
                                   for case in OWN_STATUSES])
-def test_each_status_of_its_own_is_in_the_readme(case: tuple[str, int]) -> None:
+def test_each_status_of_its_own_is_in_the_docs(case: tuple[str, int]) -> None:
     code, status = case
-    assert status in readme_statuses().get(code, set())
-    unmapped = {c: listed for c, listed in readme_statuses().items() if c in Code.__members__
+    assert status in documented_statuses().get(code, set())
+    unmapped = {c: listed for c, listed in documented_statuses().items() if c in Code.__members__
                 and Code[c] not in STATUS}  # codes with statuses of their own only: under those alone
     assert all(listed <= {s for c, s in OWN_STATUSES if c == code} for code, listed in unmapped.items())
 
 
-def test_retry_after_goes_with_the_statuses_the_readme_says() -> None:
-    with_retry = {status for status, _, when in readme_table() if "Retry-After" in when}
+def test_retry_after_goes_with_the_statuses_the_docs_say() -> None:
+    with_retry = {status for status, _, when in errors_table() if "Retry-After" in when}
     assert {STATUS[code] for code in RETRY_LATER} == with_retry == {503}
     assert too_large("over").status == 413

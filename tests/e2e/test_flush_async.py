@@ -1,4 +1,4 @@
-"""`flush_mode = "async"` on real nodes (README, Storage: "Durability"): an append is
+"""`flush_mode = "async"` on real nodes (docs/internals.md, Storage: "Durability"): an append is
 acknowledged without waiting for fdatasync, and the background flush makes it durable within
 `flush_interval_ms`.
 

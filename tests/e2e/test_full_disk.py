@@ -1,4 +1,4 @@
-"""A real full disk (README, Storage: "Disk space"): each member's data directory is a small tmpfs
+"""A real full disk (docs/internals.md, Storage: "Disk space"): each member's data directory is a small tmpfs
 the test mounts, and a filler file takes every free byte of one of them, as another program
 filling the disk would.
 

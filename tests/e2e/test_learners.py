@@ -1,4 +1,4 @@
-"""Learners as real processes (README, Replication: "Learners get the log but never vote or count").
+"""Learners as real processes (docs/internals.md, Replication: "Learners get the log but never vote or count").
 
 Two voters and one learner (`n3-...@learner` in `peers`): if the learner's vote or copy counted,
 it and one voter would be a majority of the three members, so each check below fails the

@@ -1,5 +1,5 @@
 """Refused calls are logged at most once a second per reason, with a count of the lines left out
-(README, Security: "at most a line a second per reason, with a count of the rest"), so a flood
+(docs/operations.md, Security: "at most a line a second per reason, with a count of the rest"), so a flood
 of bad calls cannot fill the disk.
 
 Refusals are sent one at a time until a reason's second line appears: every refusal is then

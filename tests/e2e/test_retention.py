@@ -1,4 +1,4 @@
-"""Retention on running nodes (README, Storage: "Disk space"): head data files are deleted once
+"""Retention on running nodes (docs/internals.md, Storage: "Disk space"): head data files are deleted once
 expired, but never the last file nor one holding an entry the Raft layer still needs (not yet
 applied); a follower left behind the leader's first kept entry comes back by a snapshot install.
 

@@ -261,7 +261,7 @@ def test_a_read_of_members_with_tokens_and_https(spark: Any, tmp_path: Path) -> 
         cluster.stop()
 
 
-# -- the README's promises: a member failing mid-partition, bad options at planning, audit ---------
+# -- docs/pipeline.md's promises: a member failing mid-partition, bad options at planning, audit ---------
 
 
 class CuttingProxy:

@@ -59,7 +59,7 @@ def test_membership_schedules_make_every_kind_of_change() -> None:
     assert {"add", "promote", "remove"} <= set(made) and len(made) >= 24, made
 
 
-FAILOVER_MEDIAN_S = 0.36  # the README's figure, from `python -m tests.sim --failover --seeds 200`, is below
+FAILOVER_MEDIAN_S = 0.36  # docs/benchmarks.md's figure, from `python -m tests.sim --failover --seeds 200`, is below
 FAILOVER_WORST_S = 0.5  # 300 ms to miss 3 beats, up to 50 ms before a candidate asks, a vote and a NOOP's round trips
 
 
@@ -82,7 +82,7 @@ def test_a_power_outage_of_every_member_loses_nothing_acknowledged_in_sync_mode(
 
 @pytest.mark.parametrize("disk", ["memory", "file"])
 def test_in_async_mode_a_power_outage_loses_what_was_acknowledged_since_the_last_flush(disk: str) -> None:
-    """The price of flush_mode "async", as the README states it: the outage harness sees it."""
+    """The price of flush_mode "async", as docs/internals.md states it: the outage harness sees it."""
     results = [run_virtual(outage(seed, "async", disk=disk)) for seed in OUTAGE_SEEDS]
     acked, lost = sum(a for a, _, _ in results), sum(n for _, n, _ in results)
     assert 0 < lost < acked * 0.05
