@@ -70,7 +70,7 @@ class Network:
         self.wire = wire or _as_sent
         self._handlers: dict[str, PeerHandler] = {}
         self._cut: set[tuple[str, str]] = set()
-        self._serving: dict[str, set[asyncio.Task[Any]]] = {}  # handlers running on each member
+        self._serving: dict[str, set[asyncio.Future[Any]]] = {}  # handlers running on each member
 
     def register(self, node_id: str, handler: PeerHandler) -> None:
         self._handlers[node_id] = handler
@@ -133,7 +133,7 @@ class Network:
         serving = self._serving.setdefault(target, set())
         serving.add(task)
 
-        def done(finished: asyncio.Task[Any]) -> None:
+        def done(finished: asyncio.Future[Any]) -> None:
             serving.discard(finished)
             if not finished.cancelled() and finished.exception() is not None:  # a server logs its 500s
                 log.error("%s handler on %s failed", kind, target, exc_info=finished.exception())
@@ -149,7 +149,7 @@ class InMemoryStream:
         self.network = network
         self.source, self.target = source, target
         self._outbox: deque[tuple[Any, asyncio.Future[Any], float]] = deque()  # (request, answer, deadline)
-        self._inflight: deque[tuple[asyncio.Task[Any], asyncio.Future[Any], float, Fate]] = deque()
+        self._inflight: deque[tuple[asyncio.Future[Any], asyncio.Future[Any], float, Fate]] = deque()
         self._sent = asyncio.Event()
         self._handled = asyncio.Event()
         self._broken = False
@@ -233,7 +233,8 @@ class InMemoryStream:
 
     async def _break_at(self, deadline: float, reason: str) -> None:
         """The stream stalls: the sender finds out when the oldest answer is overdue."""
-        oldest = min((waiting[2] for waiting in (*self._inflight, *self._outbox)), default=deadline)
+        oldest = min((*(waiting[2] for waiting in self._inflight), *(waiting[2] for waiting in self._outbox)),
+                     default=deadline)
         await asyncio.sleep(max(0.0, oldest - asyncio.get_running_loop().time()))
         self.close(reason)
 
@@ -247,13 +248,17 @@ class InMemoryTransport:
         return InMemoryStream(self.network, self.node_id, peer_id)
 
     async def vote(self, peer_id: str, request: VoteRequest) -> VoteResponse:
-        return await self.network.deliver(self.node_id, peer_id, "vote", request)
+        response: VoteResponse = await self.network.deliver(self.node_id, peer_id, "vote", request)
+        return response
 
     async def heartbeat(self, peer_id: str, request: HeartbeatRequest) -> HeartbeatResponse:
-        return await self.network.deliver(self.node_id, peer_id, "heartbeat", request)
+        response: HeartbeatResponse = await self.network.deliver(self.node_id, peer_id, "heartbeat", request)
+        return response
 
     async def transfer(self, peer_id: str, request: TransferRequest) -> TransferResponse:
-        return await self.network.deliver(self.node_id, peer_id, "transfer", request)
+        response: TransferResponse = await self.network.deliver(self.node_id, peer_id, "transfer", request)
+        return response
 
     async def fetch(self, peer_id: str, request: FetchRequest) -> bytes:
-        return await self.network.deliver(self.node_id, peer_id, "fetch", request)
+        copy: bytes = await self.network.deliver(self.node_id, peer_id, "fetch", request)
+        return copy

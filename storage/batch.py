@@ -45,7 +45,7 @@ class Batch:
     index_records: bytes  # 32 bytes per entry, for indices first_index...
     positions: list[int]
     last_term: int
-    last_chain_crc: int
+    last_chain_crc: int | None  # None only for a follower batch of no entry after a reset without a chain
     end_pos: int  # write offset after the batch
     config_indices: tuple[int, ...] = ()  # its CONFIG_CHANGE entries: a follower learns of a new configuration
 
@@ -246,7 +246,7 @@ def _adopted_pos(view: memoryview, first_index: int, file_size: int) -> int:
     size, _index, _term, entry_pos = HEADER.unpack_from(view)[1:5]
     if entry_pos < 0 or entry_pos % file_size + size + MIN_BLANK_LEN > file_size:
         raise AppendRejectedError(first_index, f"pos {entry_pos} cannot start a log")
-    return entry_pos
+    return int(entry_pos)
 
 
 def _header_rejection(view: memoryview, offset: int, expected: int, term_floor: int,

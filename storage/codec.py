@@ -61,7 +61,7 @@ class Entry(NamedTuple):
     """One stored entry; `body` is a zero-copy view into the mapped file."""
 
     magic: int
-    index: int
+    index: int  # type: ignore[assignment]  # DLedger's field name, over tuple.index
     term: int
     pos: int
     channel: int

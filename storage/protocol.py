@@ -34,7 +34,7 @@ class RawEntries(NamedTuple):
     """Consecutive stored entries, byte for byte: what a push carries."""
 
     first_index: int
-    count: int
+    count: int  # type: ignore[assignment]  # entries, over tuple.count
     data: memoryview
 
 

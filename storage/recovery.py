@@ -31,7 +31,7 @@ from raftlog.storage.codec import (
 )
 from raftlog.storage.errors import CorruptLogError
 from raftlog.storage.meta import StoreMeta
-from raftlog.storage.segments import SegmentList
+from raftlog.storage.segments import Segment, SegmentList
 
 log = logging.getLogger("raftlog.storage.recovery")
 
@@ -328,7 +328,7 @@ def _cut_tail(data: SegmentList, index: SegmentList, end: LogEnd, report: Recove
     report.files_removed += _drop(index, index.remove_from((end.end_index + 1) * INDEX_RECORD_SIZE))
 
 
-def _drop(files: SegmentList, gone: list) -> int:
+def _drop(files: SegmentList, gone: list[Segment]) -> int:
     files.delete(gone)
     return len(gone)
 
