@@ -20,9 +20,8 @@ in about 400-550 ms.
 - push_window_max 2: pushes in flight per follower (DLedger's 1000 counts
   single entries; a raftlog push carries up to a MiB). Two let the next push
   travel while the follower syncs the one before; entries that arrive
-  meanwhile wait and go together. With 64, appends from 64 connections went
-  out about 11 to a push instead of 22, and cost the cluster 238 µs of CPU
-  per entry instead of 157 to 192 (2026-11-25, docs/benchmarks.md has the runs).
+  meanwhile wait and go together, so more in flight means smaller pushes and
+  more CPU per entry (docs/benchmarks.md has the runs).
 - push_inflight_bytes_max 4 MiB: raw log in flight per follower (etcd's
   MaxInflightBytes). More only queues on the peer connection: under load the
   queue outgrew the push timeout, every push was re-sent, and a follower

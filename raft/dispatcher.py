@@ -6,7 +6,7 @@ it is shorter); TRUNCATE drops the follower's entries after it; APPEND streams
 raw stored bytes with up to `push_window_max` pushes in flight, comparing
 again when the oldest push waited longer than `max_push_timeout_ms`; COMMIT notices carry the commit index when there is
 nothing to append; INSTALL_SNAPSHOT restarts a follower whose log ends below
-the leader's first kept index. Reference: seeds/dledger-log-replication-zh.txt, 3.3.
+the leader's first kept index (DLedger's DLedgerEntryPusher.EntryDispatcher).
 
 Every push goes on one long-lived stream to the follower (raft.transport.PushStream),
 sent in index order without waiting for the answers before it. When the stream

@@ -1,8 +1,8 @@
 """DLedger's election rules as pure functions: no I/O, no clock, no state of their own.
 
 The elector (elector.py) gathers what they need, calls them, and carries out
-the answer. Reference: seeds/dledger-leader-election-zh.md, sections 3.3-3.5
-(maintainAsCandidate, handleVote, sendHeartbeats, handleHeartBeat).
+the answer, as DLedger's DLedgerLeaderElector does (maintainAsCandidate,
+handleVote, sendHeartbeats, handleHeartBeat).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class Backoff(Enum):
 
 
 def parse_votes(tally: VoteTally, quorum: int) -> tuple[ParseResult, Backoff]:
-    """The round's outcome, in DLedger's order (DLEDGER.md, "Election")."""
+    """The round's outcome, in the order DLedgerLeaderElector.maintainAsCandidate weighs them."""
     if tally.known_max_term > tally.term:
         return ParseResult.WAIT_TO_VOTE_NEXT, Backoff.VOTE_INTERVAL
     if tally.already_has_leader:

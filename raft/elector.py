@@ -3,8 +3,8 @@
 Candidate: request votes, parse the round, back off (election.py). Follower:
 become candidate after max_heartbeat_leak heartbeat intervals without the
 leader. Leader: heartbeat every interval; step down on a larger term, another
-leader, or no quorum for max_heartbeat_leak intervals. Reference:
-seeds/dledger-leader-election-zh.md, 3.3-3.5.
+leader, or no quorum for max_heartbeat_leak intervals (DLedger's
+DLedgerLeaderElector: maintainAsCandidate, maintainAsFollower, maintainAsLeader).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ ack) by its chain CRC, and a push stuck behind a gap for longer than
 max_push_timeout_ms with INCONSISTENT_STATE, so the leader compares again.
 An append is acknowledged only once durable under the flush mode. The commit
 index never passes what is known to match the leader.
-Reference: seeds/dledger-log-replication-zh.txt, 3.4.
+(DLedger's DLedgerEntryPusher.EntryHandler.)
 """
 
 from __future__ import annotations

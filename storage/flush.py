@@ -4,9 +4,9 @@ A hundred appends waiting for durability cost one round of fdatasync, not a
 hundred: the first caller schedules a round at the end of the loop's current
 turn, and callers arriving before it runs join it. The round runs inline, on
 the event loop, as etcd's raft loop syncs inline: an fdatasync of a few pages
-takes tens of µs here, and handing it to a thread and back cost about 60 µs
-of CPU and 100 µs of latency more per round (measured in bench/ab.py's
-single-connection appends). A round covers what was written when it runs.
+is short, and handing it to a thread and back cost more CPU and latency per
+round than the sync itself (bench/ab.py, one connection). A round covers what
+was written when it runs.
 """
 
 from __future__ import annotations
