@@ -52,7 +52,7 @@ class LogService:
         self.grpc_address = grpc_address
         self.describe = describe  # node facts beyond raft: flush mode, disk
         self.remote_members = remote_members  # members beyond loopback may join (a cluster secret, or insecure)
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # uptime and contact ages are wall durations, for people
         self.closing = False  # the member is stopping: readers following the log end
         self.follow_budget = ByteBudget(limits.follow_buffer_bytes_max)  # shared by REST and gRPC streams
         self._read_index_rounds = SharedRounds(self._read_index_round)
@@ -192,13 +192,13 @@ class LogService:
         """Wait until entry `index` is committed here (True), for at most `timeout_s` (None: no limit),
         or until the member stops: a long-poll, or a stream that follows the log."""
         node = self.node
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if timeout_s is None else node.now() + timeout_s
         while True:
             moved = node.commit_moved.current()
             if node.committed_index >= index or self.closing:
                 return node.committed_index >= index
-            left = None if deadline is None else deadline - time.monotonic()
-            if not await wait_event(moved, left) and left is not None and time.monotonic() >= deadline:
+            left = None if deadline is None else deadline - node.now()
+            if not await wait_event(moved, left) and deadline is not None and node.now() >= deadline:
                 return node.committed_index >= index
 
     async def index_at_pos(self, pos: int, linearizable: bool) -> int:
@@ -291,7 +291,7 @@ class LogService:
                               retry_in_flight: bool = False) -> dict[str, Any]:
         """The change, made by the leader. Just after a hand-over, the new leader refuses changes until
         its first entry commits (CHANGE_IN_FLIGHT): then it is asked again as this member's commit moves."""
-        deadline = time.monotonic() + self.node.config.max_wait_ack_ms / 1000
+        deadline = self.node.now() + self.node.config.max_wait_ack_ms / 1000
         while True:
             moved = self.node.commit_moved.current()
             leader = self.node.leader_id
@@ -300,7 +300,7 @@ class LogService:
             try:
                 return await self.peers.change_membership(leader, action, member_id, new)
             except ApiError as exc:
-                left = deadline - time.monotonic()
+                left = deadline - self.node.now()
                 if not (retry_in_flight and exc.code is Code.CHANGE_IN_FLIGHT and left > 0):
                     raise
             await wait_event(moved, left)
@@ -320,11 +320,11 @@ class LogService:
         if code is not Code.SUCCESS:
             raise ApiError(code, f"handing leadership to {target} before removing {leaving} failed: {code.name}",
                            node.leader_id, status=409)
-        deadline = time.monotonic() + node.config.max_wait_ack_ms / 1000
+        deadline = node.now() + node.config.max_wait_ack_ms / 1000
         while node.leader_id in (None, leaving):
             changed = node.role_changed
             changed.clear()
-            if not await wait_event(changed, deadline - time.monotonic()) and time.monotonic() >= deadline:
+            if not await wait_event(changed, deadline - node.now()) and node.now() >= deadline:
                 raise ApiError(Code.TIMEOUT, f"{target} did not take leadership in time; {leaving} is still a member")
 
     def own_status(self) -> dict[str, Any]:
