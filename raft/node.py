@@ -80,7 +80,6 @@ class RaftNode:
         holds every configuration up to the commit index it saved)."""
         self.config = config
         self.store = store
-        self.progress = progress
         self.transport = transport
         self.rng = rng or random.Random()
         committed = min(committed_index, store.end_index)
