@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from raftlog.storage.batch import compiled
+from raftlog.storage.codec import compiled
 
 BATCH_CONTENT_TYPE = "application/vnd.raftlog.batch"
 LENGTH = struct.Struct(">I")

@@ -26,7 +26,7 @@ from raftlog.app.client_protocol import guarded_protocol
 from raftlog.app.logs import configure_logging
 from raftlog.app.node import Node
 from raftlog.app.settings import NodeSettings, SettingsError
-from raftlog.storage import StorageError, batch
+from raftlog.storage import StorageError, codec
 
 log = logging.getLogger("raftlog.server")
 
@@ -153,7 +153,7 @@ def _tune_gc() -> None:
 def codec_warnings() -> list[str]:
     """One line at start when the compiled batch codec is not there (the package was installed
     without a C compiler or zlib's headers): the Python reference serves, slower."""
-    if batch.compiled is not None:
+    if codec.compiled is not None:
         return []
     return ["the compiled batch codec (storage/_codec.c) is not built: batches are encoded and checked in "
             "Python, at about 4 times the CPU per entry (reinstall with a C compiler and zlib's headers)"]

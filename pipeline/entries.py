@@ -8,8 +8,6 @@ the headers into columns and the bodies into one Arrow data buffer.
 
 from __future__ import annotations
 
-import mmap
-import zlib
 from array import array
 from dataclasses import dataclass
 
@@ -17,11 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raftlog.storage.codec import BLANK, BLANK_MAGIC, CHAIN, ENTRY_MAGICS, HEADER, HEADER_SIZE, MIN_BLANK_LEN, Magic
+from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, Buffer, Magic, check_next
 
 TYPE_NAMES = {int(m): m.name.lower() for m in Magic}
 
-Buffer = bytes | memoryview | mmap.mmap  # what entries are decoded from: slicing bytes and maps is cheapest
 
 BASE_FIELDS = [
     pa.field("index", pa.int64()),
@@ -59,7 +56,7 @@ class Stop:
 
     @property
     def damaged(self) -> bool:
-        return self.reason not in ("blank", "zeros", "incomplete")
+        return self.reason not in ENDS
 
 
 # the 48-byte header as numpy reads it; CRCs as signed ints, as Java and Spark's `int` hold them
@@ -81,8 +78,9 @@ class Decoder:
     """
 
     def __init__(self, first_index: int, prev_chain: int | None, *, text: bool = False,
-                 mark_corrupt: bool = False) -> None:
+                 mark_corrupt: bool = False, file_size: int = 0) -> None:
         self.next_index = first_index
+        self.file_size = file_size  # of the data files fed (0: positions are not checked)
         self.prev_chain = prev_chain
         self.prev_term = -1  # terms never fall along the log
         self.text = text
@@ -119,60 +117,28 @@ class Decoder:
         """Decode the whole entries in buf[offset:end]; returns the offset after them and why it stopped
         early, if it did. `pos_base` is the global position of buf[0] (None: positions unchecked).
         Damage stops the scan at the damaged entry unless it is marked (see the class)."""
-        unpack = HEADER.unpack_from
-        crc32 = zlib.crc32
-        pack_chain = CHAIN.pack
         offsets = array("q")
         note = offsets.append
         expected = self.next_index
         prev_chain, prev_term = self.prev_chain, self.prev_term
+        file_size = self.file_size
         start = offset
         stop = None
-        while offset + HEADER_SIZE <= end:
-            magic, size, index, term, pos, _channel, chain, bcrc, bsize = unpack(buf, offset)
-            problem = None
-            if magic not in ENTRY_MAGICS:
-                if magic == BLANK_MAGIC:
-                    stop = Stop("blank", offset)
-                    break
-                if magic == 0 and size == 0:
-                    stop = Stop("zeros", offset)
-                    break
-                problem = f"bad magic {magic}"
-            elif size != HEADER_SIZE + bsize or bsize < 0:
-                problem = f"size {size} disagrees with body size {bsize}"
-            elif index != expected:
-                problem = f"index {index} where {expected} belongs"
-            elif term < prev_term:
-                problem = f"term {term} below the term {prev_term} before it"
-            elif pos_base is not None and pos != pos_base + offset:
-                problem = f"position {pos} stored at {pos_base + offset}"
+        while offset < end:
+            problem, _magic, size, term, chain, _pos = check_next(
+                buf, offset, end, expected, prev_term, None if pos_base is None else pos_base + offset, prev_chain,
+                file_size, True)
             if problem is not None:
-                stop = Stop(problem, offset)
-                if self.mark_corrupt:
-                    self._unreadable = (expected, problem)
-                break
-            if offset + size > end:
-                stop = Stop("incomplete", offset)
-                break
-            if crc32(buf[offset + HEADER_SIZE:offset + size]) != bcrc:
-                problem = "body CRC mismatch"
-            elif prev_chain is not None and crc32(pack_chain(prev_chain, index, term, bcrc)) != chain:
-                problem = "chain CRC mismatch"
-            if problem is not None:
-                if not self.mark_corrupt:
+                if problem in ENDS or problem not in CRC_FAULTS or not self.mark_corrupt:
                     stop = Stop(problem, offset)
+                    if self.mark_corrupt and problem not in ENDS:
+                        self._unreadable = (expected, problem)
                     break
-                self._corrupt[self._rows + len(offsets)] = problem
+                self._corrupt[self._rows + len(offsets)] = problem  # kept as a row that says why
             note(offset)
             prev_chain, prev_term = chain, term
-            expected = index + 1
+            expected += 1
             offset += size
-        else:
-            if offset + MIN_BLANK_LEN <= end and BLANK.unpack_from(buf, offset)[0] == BLANK_MAGIC:
-                stop = Stop("blank", offset)  # a filler shorter than a header
-            elif offset < end:
-                stop = Stop("incomplete", offset)
         if offsets:
             self._segments.append((buf, offsets))
             self._rows += len(offsets)

@@ -28,7 +28,16 @@ import pyarrow.compute as pc
 from raftlog.pipeline.entries import CorruptDataError, Decoder, Stop
 from raftlog.pipeline.options import PipelineError
 from raftlog.storage import read_checkpoint
-from raftlog.storage.codec import BLANK, ENTRY_MAGICS, HEADER, HEADER_SIZE, INDEX_RECORD, INDEX_RECORD_SIZE
+from raftlog.storage.codec import (
+    BLANK_END,
+    CUT_END,
+    ENTRY_MAGICS,
+    HEADER,
+    HEADER_SIZE,
+    INDEX_RECORD,
+    INDEX_RECORD_SIZE,
+    ZEROS_END,
+)
 from raftlog.storage.meta import META_NAME
 from raftlog.storage.segments import NAME_DIGITS
 
@@ -107,7 +116,8 @@ def read_file(part: DataFile, data_file_size: int, committed_index: int, *, text
     """The entries of one data file as record batches, every CRC and link checked."""
     if part.first_index is None:
         return
-    decoder = Decoder(part.first_index, part.prev_chain, text=text, mark_corrupt=mark_corrupt)
+    decoder = Decoder(part.first_index, part.prev_chain, text=text, mark_corrupt=mark_corrupt,
+                      file_size=data_file_size)
     with open(part.path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size != data_file_size:
@@ -141,7 +151,7 @@ def _scan(part: DataFile, view: mmap.mmap, decoder: Decoder, committed_index: in
             break
         if stop is not None and offset + HEADER_SIZE <= file_end:  # an entry larger than the window
             window = max(window, HEADER.unpack_from(view, offset)[1])
-    problem = _problem(stop, view, file_end)
+    problem = _problem(stop)
     if problem is not None and not (part.last and decoder.next_index > committed_index):  # not a torn tail
         _damaged(part, decoder, stop.offset if stop else file_end, problem)
     elif part.last and decoder.next_index <= committed_index:
@@ -154,15 +164,11 @@ def _scan(part: DataFile, view: mmap.mmap, decoder: Decoder, committed_index: in
         yield decoder.batch()
 
 
-def _problem(stop: Stop | None, view: mmap.mmap, file_end: int) -> str | None:
+def _problem(stop: Stop | None) -> str | None:
     """What is wrong where the scan of a file stopped, if anything."""
-    if stop is None or stop.reason == "zeros":
+    if stop is None or stop.reason in (BLANK_END, ZEROS_END):
         return None
-    if stop.reason == "blank":
-        length = BLANK.unpack_from(view, stop.offset)[1]
-        remaining = file_end - stop.offset
-        return None if length == remaining else f"file-end filler of {length} bytes where {remaining} remain"
-    if stop.reason == "incomplete":
+    if stop.reason == CUT_END:
         return "an entry runs past the end of the file"
     return stop.reason
 

@@ -1,11 +1,13 @@
-/* The batch codec's hot loops in C: storage.batch's encode_leader_batch and
- * validate_follower_batch, entry for entry the same bytes (storage/codec.py's
- * HEADER, CHAIN and INDEX_RECORD, big-endian; zlib's CRC-32), and the split of
- * a client's binary batch into bodies (api.bodies.decode_bodies).
+/* The format's rules and the codec's hot loops in C: storage.codec's place and
+ * check_next (the one check of an entry, which every reader and the follower run),
+ * storage.batch's encode_leader_batch and validate_follower_batch, entry for entry
+ * the same bytes (storage/codec.py's HEADER, CHAIN and INDEX_RECORD, big-endian;
+ * zlib's CRC-32), and the split of a client's binary batch into bodies
+ * (api.bodies.decode_bodies).
  *
- * Each returns the batch's parts, or None when the batch breaks a rule or does
- * not fit these types: storage.batch then runs the pure-Python reference, which
- * names the rule (rejections are off the hot path, so there is one wording).
+ * Each returns its result, or None when the input breaks a rule or does not fit
+ * these types: the pure-Python reference then decides, and names the rule
+ * (rejections are off the hot path, so there is one wording).
  * tests/storage/test_compiled_codec.py holds both to the same bytes and verdicts.
  */
 #define PY_SSIZE_T_CLEAN
@@ -70,12 +72,15 @@ static void put_record(unsigned char *r, int32_t magic, int64_t pos, int32_t siz
     put64(r + 24, (uint64_t)term);
 }
 
-/* Where entries in the data file holding `pos` must end (storage.batch._room_end). */
-static int64_t room_end(int64_t pos, int64_t file_size) {
-    int64_t mod = pos % file_size;
-    if (mod < 0)
-        mod += file_size;
-    return pos - mod + file_size - MIN_BLANK_LEN;
+/* storage.codec.place: where an entry of `size` bytes goes from write offset `pos` (>= 0);
+ * -1 if it fits no data file */
+static int64_t place_at(int64_t pos, int64_t size, int64_t file_size) {
+    if (size + MIN_BLANK_LEN > file_size)
+        return -1;
+    int64_t in_file = pos % file_size;
+    if (in_file + size + MIN_BLANK_LEN > file_size)
+        return pos - in_file + file_size;
+    return pos;
 }
 
 static int append_run(PyObject *runs, int64_t from, int64_t to, int64_t pos) {
@@ -96,35 +101,92 @@ static int append_int(PyObject *list, int64_t value) {
     return failed;
 }
 
-/* Where the entries go: the write position, the end of room in its data file, and the run of
- * entries (from data offset run_from, placed at run_pos) that the next filler ends. */
+/* Where a batch's entries go: the write position, and the run of entries (from data offset
+ * run_from, placed at run_pos) that the next filler ends. */
 typedef struct {
-    int64_t pos, end, run_from, run_pos;
+    int64_t pos, run_from, run_pos;
 } Placement;
 
-static Placement placement(int64_t pos, int64_t file_size) {
-    Placement at = {pos, room_end(pos, file_size), 0, pos};
-    return at;
-}
-
-/* Place an entry of `size` bytes at data offset `offset` (at->pos is then where it goes): one that
- * does not fit its file closes the file with a filler and starts the next. 1: placed; 0: it fits
- * no data file; -1: a Python error is set. */
-static int place(Placement *at, PyObject *runs, PyObject *fillers, int64_t offset, int64_t size,
-                 int64_t file_size) {
-    if (at->pos + size <= at->end)
-        return 1;
-    if (size + MIN_BLANK_LEN > file_size)
+/* The entry at data offset `offset` goes to `placed`: if that is not the write position, the file
+ * is closed with a filler there and a new run starts. 0, or -1 with a Python error set. */
+static int move_to(Placement *at, PyObject *runs, PyObject *fillers, int64_t offset, int64_t placed) {
+    if (placed == at->pos)
         return 0;
     if (offset > at->run_from && append_run(runs, at->run_from, offset, at->run_pos) < 0)
         return -1;
     if (append_int(fillers, at->pos) < 0)
         return -1;
-    at->pos = at->end + MIN_BLANK_LEN;
-    at->end = at->pos + file_size - MIN_BLANK_LEN;
+    at->pos = at->run_pos = placed;
     at->run_from = offset;
-    at->run_pos = at->pos;
+    return 0;
+}
+
+/* A sound entry's fields, as check_entry reads them. */
+typedef struct {
+    int32_t magic, size;
+    int64_t term, pos;
+    uint32_t chain;
+} Sound;
+
+/* storage.codec.reference_check_next's rules, in its order: 1 for a sound entry (`out` filled), 0
+ * for anything else, which the reference words. write_pos -1: positions unchecked; has_chain 0:
+ * the first link is taken on trust. */
+static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, int64_t index, int64_t term_floor,
+                       int64_t write_pos, int has_chain, uint32_t prev_chain, int64_t file_size, int in_file,
+                       Sound *out) {
+    if (offset < 0 || offset > end - HEADER_SIZE)
+        return 0;
+    const unsigned char *h = buf + offset;
+    int32_t magic = (int32_t)get32(h);
+    int32_t size = (int32_t)get32(h + 4);
+    int64_t term = (int64_t)get64(h + 16);
+    int64_t pos = (int64_t)get64(h + 24);
+    uint32_t chain = get32(h + 36);
+    uint32_t bcrc = get32(h + 40);
+    int32_t body_size = (int32_t)get32(h + 44);
+    if (magic < MAGIC_NORMAL || magic > MAGIC_CONFIG_CHANGE || body_size < 0
+            || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (int64_t)get64(h + 8) != index || term < term_floor)
+        return 0;
+    int64_t placed = pos;
+    if (write_pos >= 0) {
+        placed = place_at(write_pos, size, file_size);
+        if (placed < 0 || (in_file && placed != write_pos))
+            return 0;
+    }
+    if (pos != placed || size > end - offset || crc_of(h + HEADER_SIZE, body_size) != bcrc)
+        return 0;
+    if (has_chain && chain_crc(prev_chain, index, term, bcrc) != chain)
+        return 0;
+    out->magic = magic;
+    out->size = size;
+    out->term = term;
+    out->pos = placed;
+    out->chain = chain;
     return 1;
+}
+
+/* check_next(buf, offset, end, index, term_floor, write_pos or -1, prev_chain or -1, file_size, in_file)
+ * -> (None, magic, size, term, chain, pos) for a sound entry, else None: storage.codec.check_next */
+static PyObject *check_next(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long offset, end, index, term_floor, write_pos, prev_chain, file_size;
+    int in_file;
+    if (!PyArg_ParseTuple(args, "y*LLLLLLLp", &view, &offset, &end, &index, &term_floor, &write_pos, &prev_chain,
+                          &file_size, &in_file))
+        return NULL;
+    Sound sound;
+    PyObject *result;
+    if (end <= view.len && write_pos >= -1 && prev_chain >= -1 && prev_chain <= 0xFFFFFFFFLL
+            && (write_pos < 0 || file_size > MIN_BLANK_LEN) && IN_RANGE(index) && IN_RANGE(term_floor)
+            && IN_RANGE(write_pos) && IN_RANGE(file_size)
+            && check_entry((const unsigned char *)view.buf, offset, end, index, term_floor, write_pos, prev_chain >= 0,
+                           (uint32_t)prev_chain, file_size, in_file, &sound))
+        result = Py_BuildValue("(OiiLkL)", Py_None, sound.magic, sound.size, (long long)sound.term,
+                               (unsigned long)sound.chain, (long long)sound.pos);
+    else
+        result = Py_NewRef(Py_None);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 /* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size)
@@ -137,7 +199,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                           &write_pos, &prev_chain, &file_size))
         return NULL;
     Py_ssize_t count = PyList_GET_SIZE(bodies);
-    if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL
+    if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL || write_pos < 0
             || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
         Py_RETURN_NONE;
     Py_ssize_t total = 0;
@@ -156,7 +218,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         goto failed;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
     unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
-    Placement at = placement(write_pos, file_size);
+    Placement at = {write_pos, 0, write_pos};
     int64_t offset = 0, index = first_index;
     uint32_t chain = (uint32_t)prev_chain;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -164,12 +226,11 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
         int32_t body_size = (int32_t)PyBytes_GET_SIZE(body);
         int32_t size = HEADER_SIZE + body_size;
-        int placed = place(&at, runs, fillers, offset, size, file_size);
-        if (placed == 0)
+        int64_t pos = place_at(at.pos, size, file_size);
+        if (pos < 0)
             goto rejected;
-        if (placed < 0)
+        if (move_to(&at, runs, fillers, offset, pos) < 0)
             goto failed;
-        int64_t pos = at.pos;
         uint32_t bcrc = crc_of(bytes, body_size);
         chain = chain_crc(chain, index, term, bcrc);
         put32(out, (uint32_t)magic);
@@ -215,7 +276,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *configs = NULL;
     const unsigned char *buf = (const unsigned char *)view.buf;
     int64_t end_offset = view.len;
-    if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain > 0xFFFFFFFFLL
+    if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain > 0xFFFFFFFFLL || write_pos < 0
             || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
         goto rejected;
     runs = PyList_New(0);
@@ -230,46 +291,26 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     int has_chain = prev_chain >= 0;
     uint32_t chain = has_chain ? (uint32_t)prev_chain : 0;
     int64_t expected = first_index, term_floor = prev_term, offset = 0;
-    Placement at = placement(write_pos, file_size);
+    Placement at = {write_pos, 0, write_pos};
     Py_ssize_t count = 0;
     while (offset < end_offset) {
-        if (offset > end_offset - HEADER_SIZE)
+        Sound entry;
+        if (!check_entry(buf, offset, end_offset, expected, term_floor, at.pos, has_chain, chain, file_size, 0, &entry))
             goto rejected;
-        const unsigned char *h = buf + offset;
-        int32_t magic = (int32_t)get32(h);
-        int32_t size = (int32_t)get32(h + 4);
-        int64_t index = (int64_t)get64(h + 8);
-        int64_t term = (int64_t)get64(h + 16);
-        int64_t entry_pos = (int64_t)get64(h + 24);
-        uint32_t entry_chain = get32(h + 36);
-        uint32_t bcrc = get32(h + 40);
-        int32_t body_size = (int32_t)get32(h + 44);
-        int64_t next_offset = offset + size;
-        if (magic < MAGIC_NORMAL || magic > MAGIC_CONFIG_CHANGE || (int64_t)size != HEADER_SIZE + (int64_t)body_size
-                || body_size < 0 || next_offset > end_offset || index != expected || term < term_floor)
-            goto rejected;
-        int placed = place(&at, runs, fillers, offset, size, file_size);
-        if (placed == 0)
-            goto rejected;
-        if (placed < 0)
+        if (move_to(&at, runs, fillers, offset, entry.pos) < 0)
             goto failed;
-        int64_t pos = at.pos;
-        if (entry_pos != pos || crc_of(h + HEADER_SIZE, body_size) != bcrc)
-            goto rejected;
-        if (has_chain && chain_crc(chain, index, term, bcrc) != entry_chain)
-            goto rejected;
-        chain = entry_chain;
+        chain = entry.chain;
         has_chain = 1;
-        if (magic == MAGIC_CONFIG_CHANGE && append_int(configs, index) < 0)
+        if (entry.magic == MAGIC_CONFIG_CHANGE && append_int(configs, expected) < 0)
             goto failed;
-        put_record(record, magic, pos, size, index, term);
+        put_record(record, entry.magic, entry.pos, entry.size, expected, entry.term);
         record += RECORD_SIZE;
         count += 1;
-        if (append_int(positions, pos) < 0)
+        if (append_int(positions, entry.pos) < 0)
             goto failed;
-        term_floor = term;
-        at.pos = pos + size;
-        offset = next_offset;
+        term_floor = entry.term;
+        at.pos = entry.pos + entry.size;
+        offset += entry.size;
         expected += 1;
     }
     if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0)
@@ -332,6 +373,8 @@ rejected:
 static PyMethodDef methods[] = {
     {"split_bodies", split_bodies, METH_VARARGS, "A binary batch's bodies: api.bodies.decode_bodies's, or None."},
     {"encode_batch", encode_batch, METH_VARARGS, "A leader's batch: storage.batch.encode_leader_batch's parts, or None."},
+    {"check_next", check_next, METH_VARARGS,
+     "The next entry's check: storage.codec.check_next's verdict on a sound entry, or None for the reference."},
     {"validate_batch", validate_batch, METH_VARARGS,
      "A follower's batch: storage.batch.validate_follower_batch's parts, or None if it breaks a rule."},
     {NULL, NULL, 0, NULL},

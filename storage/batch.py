@@ -17,21 +17,20 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from raftlog.storage import codec
 from raftlog.storage.codec import (
     CHAIN,
+    CUT_END,
+    ENDS,
     ENTRY_MAGICS,
     HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
-    MIN_BLANK_LEN,
     Magic,
+    place,
+    reference_check_next,
 )
 from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
-
-try:
-    from raftlog.storage import _codec as compiled  # type: ignore[attr-defined]
-except ImportError:  # not built (no compiler at install): app.server says so at start
-    compiled = None
 
 
 @dataclass(slots=True)
@@ -70,6 +69,7 @@ def encode_leader_batch(
     file_size: int,
 ) -> Batch:
     """Encode `bodies` as entries first_index..., placed from `write_pos`."""
+    compiled = codec.compiled
     if compiled is not None and type(bodies) is list and magic in ENTRY_MAGICS:
         parts = compiled.encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc,
                                       file_size)
@@ -104,7 +104,6 @@ def reference_encode(
     runs: list[tuple[int, int, int]] = []
     fillers: list[int] = []
     pos = write_pos
-    room_end = _room_end(pos, file_size)
     run_from = offset = 0
     run_pos = pos
     index = first_index
@@ -112,16 +111,15 @@ def reference_encode(
     for body in bodies:
         body_size = len(body)
         size = HEADER_SIZE + body_size
-        if pos + size > room_end:  # the file is closed with a filler; the entry starts the next
-            if size + MIN_BLANK_LEN > file_size:
-                raise EntryTooLargeError(
-                    f"entry of {size} bytes cannot fit in a data file of {file_size} bytes")
+        placed = place(pos, size, file_size)
+        if placed is None:
+            raise EntryTooLargeError(f"entry of {size} bytes cannot fit in a data file of {file_size} bytes")
+        if placed != pos:  # the file is closed with a filler; the entry starts the next
             if offset > run_from:
                 runs.append((run_from, offset, run_pos))
             fillers.append(pos)
-            pos = room_end + MIN_BLANK_LEN
-            room_end = pos + file_size - MIN_BLANK_LEN
-            run_from, run_pos = offset, pos
+            pos = run_pos = placed
+            run_from = offset
         bcrc = crc32(body)
         chain = crc32(pack_chain(chain, index, term, bcrc))
         parts.append(pack_header(magic, size, index, term, pos, channel, chain, bcrc, body_size))
@@ -147,6 +145,7 @@ def validate_follower_batch(
     """Check raw entries from another replica against the local log end (reference_validate says
     how); the compiled loop's verdict where it is built, the reference's words for a rejection."""
     view = memoryview(data)
+    compiled = codec.compiled
     if compiled is not None and len(view) >= HEADER_SIZE:
         pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
         parts = compiled.validate_batch(view, first_index, prev_term, pos,
@@ -166,24 +165,17 @@ def reference_validate(
     prev_chain_crc: int | None,
     file_size: int,
 ) -> Batch:
-    """Check raw entries from another replica against the local log end.
-
-    Rules, in order, for each entry: a whole header, a known magic, size =
-    48 + bodySize and the body present, index = the next index, term not
-    below the previous, room in a data file, pos = where the local log puts
-    it, bodyCrc, chainCrc. `write_pos` / `prev_chain_crc` of None (a log reset
-    for a snapshot with no known position or chain) adopt the first entry's.
-    Raises AppendRejectedError naming the first bad entry.
+    """Check raw entries from another replica against the local log end: each must be the next
+    entry where the local log places it (codec.reference_check_next's rules, in a stream of
+    entries without fillers). `write_pos` / `prev_chain_crc` of None (a log reset for a snapshot
+    with no known position or chain) adopt the first entry's. Raises AppendRejectedError naming
+    the first bad entry.
     """
     view = memoryview(data)
     end = len(view)
     if end < HEADER_SIZE:
         raise AppendRejectedError(first_index, "no entries" if not end else "truncated header")
-    crc32 = zlib.crc32
-    unpack_header = HEADER.unpack_from
-    pack_chain = CHAIN.pack
     pack_record = INDEX_RECORD.pack
-    magics = ENTRY_MAGICS
     config_magic = Magic.CONFIG_CHANGE
     config_indices: list[int] = []
     records: list[bytes] = []
@@ -194,73 +186,36 @@ def reference_validate(
     term_floor = prev_term
     chain = prev_chain_crc
     pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
-    room_end = _room_end(pos, file_size)
     run_from = offset = 0
     run_pos = pos
-    last_header = end - HEADER_SIZE
     while offset < end:
-        if offset > last_header:
-            raise AppendRejectedError(expected, f"truncated header ({end - offset} bytes)")
-        magic, size, index, term, entry_pos, _channel, entry_chain, bcrc, body_size = \
-            unpack_header(view, offset)
-        next_offset = offset + size
-        if (magic not in magics or size != HEADER_SIZE + body_size or body_size < 0
-                or next_offset > end or index != expected or term < term_floor):
-            raise _header_rejection(view, offset, expected, term_floor, file_size)
-        if pos + size > room_end:  # the file is closed with a filler; the entry starts the next
-            if size + MIN_BLANK_LEN > file_size:
-                raise _header_rejection(view, offset, expected, term_floor, file_size)
+        verdict, magic, size, term, chain, placed = reference_check_next(
+            view, offset, end, expected, term_floor, pos, chain, file_size, False)
+        if verdict is not None:
+            raise AppendRejectedError(expected, "truncated entry" if verdict == CUT_END
+                                      else f"no entry ({verdict})" if verdict in ENDS else verdict)
+        if placed != pos:  # the file is closed with a filler; the entry starts the next
             if offset > run_from:
                 runs.append((run_from, offset, run_pos))
             fillers.append(pos)
-            pos = room_end + MIN_BLANK_LEN
-            room_end = pos + file_size - MIN_BLANK_LEN
-            run_from, run_pos = offset, pos
-        if entry_pos != pos:
-            raise AppendRejectedError(index, f"pos {entry_pos}, local write offset {pos}")
-        if crc32(view[offset + HEADER_SIZE:next_offset]) != bcrc:
-            raise AppendRejectedError(index, "body CRC mismatch")
-        if chain is not None and crc32(pack_chain(chain, index, term, bcrc)) != entry_chain:
-            raise AppendRejectedError(index, "chain CRC mismatch (logs diverge before it)")
-        chain = entry_chain
+            pos = run_pos = placed
+            run_from = offset
         if magic == config_magic:
-            config_indices.append(index)
-        records.append(pack_record(magic, pos, size, index, term))
+            config_indices.append(expected)
+        records.append(pack_record(magic, pos, size, expected, term))
         positions.append(pos)
         term_floor = term
         pos += size
-        offset = next_offset
+        offset += size
         expected += 1
     runs.append((run_from, offset, run_pos))
     return Batch(first_index, view, runs, fillers, b"".join(records), positions, term_floor,
                  chain, pos, tuple(config_indices))
 
 
-def _room_end(pos: int, file_size: int) -> int:
-    """Where entries in the data file holding `pos` must end: the filler keeps its room (codec.place)."""
-    return pos - pos % file_size + file_size - MIN_BLANK_LEN
-
-
 def _adopted_pos(view: memoryview, first_index: int, file_size: int) -> int:
     """After a reset without a position, the first entry's own pos, if it can start a log."""
     size, _index, _term, entry_pos = HEADER.unpack_from(view)[1:5]
-    if entry_pos < 0 or entry_pos % file_size + size + MIN_BLANK_LEN > file_size:
+    if entry_pos < 0 or place(entry_pos, size, file_size) != entry_pos:
         raise AppendRejectedError(first_index, f"pos {entry_pos} cannot start a log")
     return int(entry_pos)
-
-
-def _header_rejection(view: memoryview, offset: int, expected: int, term_floor: int,
-                      file_size: int) -> AppendRejectedError:
-    """Name the first header rule the entry at `offset` breaks (off the fast path)."""
-    magic, size, index, term, _pos, _channel, _chain, _bcrc, body_size = HEADER.unpack_from(view, offset)
-    if magic not in ENTRY_MAGICS:
-        return AppendRejectedError(expected, f"bad magic {magic}")
-    if body_size < 0 or size != HEADER_SIZE + body_size:
-        return AppendRejectedError(expected, f"size {size} != 48 + bodySize {body_size}")
-    if offset + size > len(view):
-        return AppendRejectedError(expected, "truncated body")
-    if index != expected:
-        return AppendRejectedError(expected, f"index {index}, expected {expected}")
-    if term < term_floor:
-        return AppendRejectedError(index, f"term {term} below previous term {term_floor}")
-    return AppendRejectedError(index, f"entry of {size} bytes exceeds a data file")

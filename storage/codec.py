@@ -26,14 +26,25 @@ Index record (32 bytes, record i at logical offset i * 32)::
     magic i32 | pos i64 | size i32 | index i64 | term i64
 
 CRC fields are written unsigned; their bytes equal Java's signed ints.
+
+`place` and `check_next` are the format's rules, each stated once here; storage/_codec.c
+compiles the same rules for the hot loops, and tests/storage/test_compiled_codec.py holds
+the two to the same verdicts.
 """
 
 from __future__ import annotations
 
+import importlib
+import mmap
 import struct
 import zlib
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+try:  # the rules compiled (storage/_codec.c); not built without a compiler: app.server says so at start
+    compiled: Any = importlib.import_module("raftlog.storage._codec")
+except ImportError:
+    compiled = None
 
 HEADER = struct.Struct(">iiqqqiIIi")
 HEADER_SIZE = HEADER.size  # 48
@@ -44,6 +55,8 @@ CHAIN = struct.Struct(">IqqI")
 BLANK = struct.Struct(">ii")
 BLANK_MAGIC = -1
 MIN_BLANK_LEN = BLANK.size  # 8
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap  # what entries are checked and decoded in
 
 
 class Magic(IntEnum):
@@ -125,15 +138,115 @@ def encode_blank(length: int) -> bytes:
     return BLANK.pack(BLANK_MAGIC, length) + bytes(length - MIN_BLANK_LEN)
 
 
-def place(write_pos: int, size: int, file_size: int) -> int:
-    """Where an entry of `size` bytes goes when the log's write offset is `write_pos`.
+def place(write_pos: int, size: int, file_size: int) -> int | None:
+    """Where an entry of `size` bytes goes when the log's write offset is `write_pos` (None: it fits
+    no data file).
 
     DLedger's preAppend rule: the entry stays in the current file only if the
     filler still fits after it; otherwise the file is closed with a filler and
     the entry starts the next file. Every replica applies the same rule, so
-    positions agree when the data file size does.
+    positions agree when the data file size does. Both writers (the leader's
+    encode, the follower's validate) and every reader's check place by it.
     """
+    if size + MIN_BLANK_LEN > file_size:
+        return None
     in_file = write_pos % file_size
     if in_file + size + MIN_BLANK_LEN > file_size:
         return write_pos - in_file + file_size
     return write_pos
+
+
+def header_of_record(buf: Buffer, offset: int, record: tuple[int, int, int, int, int]) -> tuple[int, ...] | None:
+    """The header of the entry at buf[offset], if it says what its index record (magic, pos, size,
+    index, term) does: the record can then be trusted to find the entry. Else None."""
+    magic, pos, size, index, term = record
+    if size < HEADER_SIZE or offset < 0 or offset + size > len(buf):
+        return None
+    header = HEADER.unpack_from(buf, offset)
+    if (header[0], header[1], header[2], header[3], header[4], header[8]) != (magic, size, index, term, pos,
+                                                                              size - HEADER_SIZE):
+        return None
+    return header
+
+
+# check_next's verdicts where entries end without damage: a file-end filler, bytes never written,
+# and an entry cut by the end of the bytes at hand
+BLANK_END, ZEROS_END, CUT_END = "blank", "zeros", "incomplete"
+ENDS = frozenset({BLANK_END, ZEROS_END, CUT_END})
+BODY_CRC_FAULT, CHAIN_CRC_FAULT = "body CRC mismatch", "chain CRC mismatch"
+CRC_FAULTS = frozenset({BODY_CRC_FAULT, CHAIN_CRC_FAULT})
+
+Checked = tuple[str | None, int, int, int, int, int]  # (verdict, magic, size, term, chain_crc, pos)
+
+
+def check_next(buf: Buffer, offset: int, end: int, index: int, term_floor: int, write_pos: int | None,
+               prev_chain: int | None, file_size: int, in_file: bool) -> Checked:
+    """The rules the next entry must keep: the one check the follower's validation, recovery,
+    reads and the pipeline's readers all run (reference_check_next says what it checks).
+
+    Compiled where storage/_codec.c is built; its verdict on anything but a sound entry is left to
+    the reference, which words it."""
+    if compiled is not None:
+        checked: Checked | None = compiled.check_next(
+            buf, offset, end, index, term_floor, -1 if write_pos is None else write_pos,
+            -1 if prev_chain is None else prev_chain, file_size, in_file)
+        if checked is not None:
+            return checked
+    return reference_check_next(buf, offset, end, index, term_floor, write_pos, prev_chain, file_size, in_file)
+
+
+def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_floor: int, write_pos: int | None,
+                         prev_chain: int | None, file_size: int, in_file: bool) -> Checked:
+    """Check the entry at buf[offset:end] against what the log before it says it must be.
+
+    The rules, in order: a known magic, size = 48 + bodySize, the expected
+    index, a term not below `term_floor`, room in a data file (`place`), pos =
+    where the log places it (`write_pos`; None: positions unknown, unchecked),
+    the body present, bodyCrc, chainCrc (`prev_chain` None: the first link is
+    taken on trust). With `in_file` the bytes are a data file's, so the entry
+    must fit where it lies. The verdict is None for a sound entry placed at
+    `pos`, one of ENDS where the entries end without damage (a filler whose
+    length is right, zeros, bytes cut short), or the first rule broken, in
+    words. The fields come back with any verdict that could read them, so a
+    reader may step over an entry whose CRC is bad.
+    """
+    if offset + HEADER_SIZE > end:  # only a filler or zeros fit in fewer bytes than a header
+        if offset + MIN_BLANK_LEN > end:
+            return CUT_END, 0, 0, 0, 0, 0
+        magic, size = BLANK.unpack_from(buf, offset)
+        return _no_entry(magic, size, write_pos, file_size, CUT_END), magic, size, 0, 0, 0
+    magic, size, index_, term, pos, _channel, chain, bcrc, body_size = HEADER.unpack_from(buf, offset)
+    if magic not in ENTRY_MAGICS:
+        return _no_entry(magic, size, write_pos, file_size, f"bad magic {magic}"), magic, size, 0, 0, 0
+    placed = pos if write_pos is None else place(write_pos, size, file_size)
+    verdict: str | None = None
+    if body_size < 0 or size != HEADER_SIZE + body_size:
+        verdict = f"size {size} != 48 + bodySize {body_size}"
+    elif index_ != index:
+        verdict = f"index {index_}, expected {index}"
+    elif term < term_floor:
+        verdict = f"term {term} below previous term {term_floor}"
+    elif placed is None:
+        verdict = f"entry of {size} bytes exceeds a data file"
+    elif in_file and write_pos is not None and placed != write_pos:
+        verdict = f"entry of {size} bytes runs into its file's end"
+    elif pos != placed:
+        verdict = f"pos {pos}, expected {placed}"
+    elif offset + size > end:
+        verdict = CUT_END
+    elif zlib.crc32(buf[offset + HEADER_SIZE:offset + size]) != bcrc:
+        verdict = BODY_CRC_FAULT
+    elif prev_chain is not None and zlib.crc32(CHAIN.pack(prev_chain, index_, term, bcrc)) != chain:
+        verdict = CHAIN_CRC_FAULT
+    return verdict, magic, size, term, chain, pos if placed is None else placed
+
+
+def _no_entry(magic: int, size: int, write_pos: int | None, file_size: int, otherwise: str) -> str:
+    """The verdict where no entry starts: a filler (its length is the rest of its file, where that
+    is known), zeros, or `otherwise`."""
+    if magic == BLANK_MAGIC:
+        remaining = None if write_pos is None else file_size - write_pos % file_size
+        return BLANK_END if remaining in (None, size) else f"file-end filler of {size} bytes where {remaining} remain"
+    if magic == 0 and size == 0:
+        return ZEROS_END
+    return otherwise

@@ -13,15 +13,16 @@ import zlib
 from typing import Protocol
 
 from raftlog.storage.codec import (
-    BLANK_MAGIC,
+    BLANK_END,
     ENTRY_MAGICS,
-    HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
     INDEX_RECORD_SIZE,
     Entry,
     chain_crc,
+    check_next,
     decode_entry,
+    header_of_record,
 )
 from raftlog.storage.errors import CorruptEntryError, StorageError, check_in_log
 from raftlog.storage.protocol import LogBounds, RawEntries, Verified
@@ -51,11 +52,11 @@ class LogReader:
         seg = self.data.find(pos)
         off = pos - seg.start
         view = seg.read_view
-        h_magic, h_size, h_index, h_term, h_pos, channel, chain, bcrc, bsize = \
-            HEADER.unpack_from(view, off)
-        body = view[off + HEADER_SIZE:off + h_size]
-        if (h_magic, h_size, h_index, h_term, h_pos, bsize) != (magic, size, index, term, pos, size - HEADER_SIZE):
+        header = header_of_record(view, off, (magic, pos, size, index, term))
+        if header is None:
             raise self.damaged(index, pos, "entry header disagrees with its index record")
+        channel, chain, bcrc = header[5:8]
+        body = view[off + HEADER_SIZE:off + size]
         if zlib.crc32(body) != bcrc:
             raise self.damaged(index, pos, "body CRC mismatch")
         return Entry(magic, index, term, pos, channel, chain, bcrc, body)
@@ -90,21 +91,16 @@ class LogReader:
         view = seg.read_view
         first = off = pos - seg.start
         limit = min(self.log.end_index, start + max_entries - 1)
-        crc32 = zlib.crc32
-        unpack_header = HEADER.unpack_from
         file_size = self.file_size
         index = start
-        while index <= limit and off + HEADER_SIZE <= file_size:
-            magic, size, h_index, _t, h_pos, _c, _chain, bcrc, bsize = unpack_header(view, off)
-            if magic == BLANK_MAGIC:
+        term_floor = -1
+        while index <= limit:
+            verdict, _magic, size, term_floor, _chain, _pos = check_next(
+                view, off, file_size, index, term_floor, seg.start + off, None, file_size, True)
+            if verdict == BLANK_END or (index > start and off + size - first > max_bytes):
                 break
-            if index > start and off + size - first > max_bytes:
-                break
-            if (magic not in ENTRY_MAGICS or h_index != index or h_pos != seg.start + off
-                    or bsize != size - HEADER_SIZE):
-                raise self.damaged(index, seg.start + off, "bad entry header")
-            if crc32(view[off + HEADER_SIZE:off + size]) != bcrc:
-                raise self.damaged(index, seg.start + off, "body CRC mismatch")
+            if verdict is not None:
+                raise self.damaged(index, seg.start + off, verdict)
             off += size
             index += 1
         return RawEntries(start, index - start, view[first:off])
@@ -130,8 +126,9 @@ class LogReader:
             else:
                 hi = mid - 1
         last = self.record(lo)
-        if not (seg.start <= last[1] < file_end and header_agrees(seg.read_view, seg.start, first, file_size)
-                and header_agrees(seg.read_view, seg.start, last, file_size)):
+        view = seg.read_view
+        if not (seg.start <= last[1] < file_end and header_of_record(view, first[1] - seg.start, first) is not None
+                and header_of_record(view, last[1] - seg.start, last) is not None):
             return None
         return RawEntries(start, lo - start + 1, seg.read_view[first[1] - seg.start:last[1] + last[2] - seg.start])
 
@@ -198,12 +195,12 @@ class LogReader:
         same size, index, term, position and type as its index record, a sound body, and a chain CRC
         that follows from the entry before (and leads to the one after, when that one is sound)."""
         check_in_log(index, self.log.begin_index, self.log.end_index)
-        magic, pos, size, _index, term = self.record(index)
-        copy = decode_entry(memoryview(raw)) if len(raw) >= HEADER_SIZE else None
-        if (copy is None or len(raw) != size or HEADER_SIZE + len(copy.body) != size
-                or (copy.magic, copy.index, copy.term, copy.pos) != (magic, index, term, pos)
-                or zlib.crc32(copy.body) != copy.body_crc):
+        record = self.record(index)
+        _magic, pos, size, _index, term = record
+        if (len(raw) != size or header_of_record(raw, 0, record) is None
+                or check_next(raw, 0, size, index, term, None, None, self.file_size, False)[0] is not None):
             raise StorageError(f"the copy offered for entry {index} is not that entry")
+        copy = decode_entry(memoryview(raw))
         before = (self.log.before_begin_chain_crc if index == self.log.begin_index
                   else self.get(index - 1).chain_crc)  # a damaged one before is repaired first
         if before is not None and copy.chain_crc != chain_crc(before, index, term, copy.body_crc):
@@ -233,12 +230,3 @@ class LogReader:
         return record
 
 
-
-def header_agrees(view: memoryview, start: int, record: tuple[int, int, int, int, int], file_size: int) -> bool:
-    """The entry header at the record's position (in the file mapped at `start`) says what it says."""
-    magic, pos, size, index, term = record
-    off = pos - start
-    if off + size > file_size or size < HEADER_SIZE:
-        return False
-    h_magic, h_size, h_index, h_term, h_pos, _ch, _chain, _bcrc, bsize = HEADER.unpack_from(view, off)
-    return (h_magic, h_size, h_index, h_term, h_pos, bsize) == (magic, size, index, term, pos, size - HEADER_SIZE)

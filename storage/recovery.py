@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from dataclasses import dataclass, field
 
 from raftlog.storage.codec import (
-    BLANK,
-    BLANK_MAGIC,
-    CHAIN,
+    BLANK_END,
+    CUT_END,
     ENTRY_MAGICS,
     HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
     INDEX_RECORD_SIZE,
     MIN_BLANK_LEN,
+    ZEROS_END,
+    check_next,
+    header_of_record,
+    place,
 )
 from raftlog.storage.errors import CorruptLogError
 from raftlog.storage.meta import StoreMeta
@@ -150,10 +152,10 @@ def _scan_start(data: SegmentList, index: SegmentList, meta: StoreMeta,
     seg_no = max(0, len(data.segments) - SCAN_FILES)
     if seg_no > 0 and index.segments:
         seg = data.segments[seg_no]
-        magic, size, idx, term, pos, _ch, _chain, bcrc, bsize = HEADER.unpack_from(seg.view, 0)
-        if (magic in ENTRY_MAGICS and size == HEADER_SIZE + bsize and pos == seg.start
-                and size + MIN_BLANK_LEN <= data.file_size and idx > meta.base_index
-                and zlib.crc32(seg.view[HEADER_SIZE:size]) == bcrc):
+        idx = HEADER.unpack_from(seg.view, 0)[2]
+        verdict, _magic, _size, term, _chain, _pos = check_next(
+            seg.view, 0, data.file_size, idx, 0, seg.start, None, data.file_size, True)
+        if verdict is None and idx > meta.base_index:
             if index.end > idx * INDEX_RECORD_SIZE:
                 return _Cursor(seg_no, seg.start, idx, term, None)
             report.notes.append("index files end before the scan would start: scanning every file")
@@ -176,14 +178,14 @@ def _cursor_at_mark(data: SegmentList, index: SegmentList, meta: StoreMeta, sync
         return from_base
     record_pos = last * INDEX_RECORD_SIZE
     if index.covers(record_pos):
-        magic, pos, size, idx, term = INDEX_RECORD.unpack_from(index.view(record_pos, INDEX_RECORD_SIZE))
-        if magic in ENTRY_MAGICS and idx == last and data.covers(pos) and pos % data.file_size + size \
-                + MIN_BLANK_LEN <= data.file_size:
-            h_magic, h_size, h_idx, h_term, h_pos, _ch, chain, _bcrc, _bsize = \
-                HEADER.unpack_from(data.view(pos, HEADER_SIZE))
-            if (h_magic, h_size, h_idx, h_term, h_pos) == (magic, size, idx, term, pos):
+        record = INDEX_RECORD.unpack_from(index.view(record_pos, INDEX_RECORD_SIZE))
+        magic, pos, size, idx, term = record
+        if magic in ENTRY_MAGICS and idx == last and data.covers(pos) and place(pos, size, data.file_size) == pos:
+            seg = data.find(pos)
+            header = header_of_record(seg.view, pos - seg.start, record)
+            if header is not None:
                 seg_no = (pos - first.start) // data.file_size
-                return _Cursor(seg_no, pos + size, synced_end, term, chain)
+                return _Cursor(seg_no, pos + size, synced_end, term, header[6])
     report.notes.append(f"the synced index record of entry {last} does not match its entry: "
                         "scanning every file")
     return from_base
@@ -194,13 +196,9 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
     """Walk entries from the cursor; returns the end of the good prefix and, if the
     walk stopped on bytes that are not a clean end, (reason, pos, index)."""
     file_size = data.file_size
-    crc32 = zlib.crc32
-    unpack_header = HEADER.unpack_from
-    pack_chain = CHAIN.pack
     pack_record = INDEX_RECORD.pack
     expected, term_floor, chain, pos = cur.expected, cur.term_floor, cur.chain, cur.pos
     end_pos = pos
-    magics = ENTRY_MAGICS
     for seg in data.segments[cur.seg_no:]:
         report.files_scanned += 1
         view = seg.view
@@ -208,32 +206,15 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
         off = pos - start
         first_of_file = expected
         records: list[bytes] = []
-        stop: str | None = None
         while True:
-            if off + HEADER_SIZE > file_size:
-                stop = _tail_of_file(view, off, file_size)
+            verdict, magic, size, term, entry_chain, _pos = check_next(
+                view, off, file_size, expected, term_floor, start + off, chain, file_size, True)
+            if verdict is not None:
                 break
-            magic, size, idx, term, epos, _ch, echain, bcrc, bsize = unpack_header(view, off)
-            if magic not in magics:
-                if magic == BLANK_MAGIC and size == file_size - off:
-                    break  # filler: the log goes on in the next file
-                stop = "clean end" if magic == 0 and size == 0 else f"bad magic {magic}"
-                break
-            next_off = off + size
-            if (size != HEADER_SIZE + bsize or bsize < 0 or next_off + MIN_BLANK_LEN > file_size
-                    or idx != expected or term < term_floor or epos != start + off):
-                stop = _header_fault(size, bsize, idx, term, epos, expected, term_floor, start + off)
-                break
-            if crc32(view[off + HEADER_SIZE:next_off]) != bcrc:
-                stop = "body CRC mismatch"
-                break
-            if chain is not None and crc32(pack_chain(chain, idx, term, bcrc)) != echain:
-                stop = "chain CRC mismatch"
-                break
-            chain = echain
+            chain = entry_chain
             term_floor = term
-            records.append(pack_record(magic, epos, size, idx, term))
-            off = next_off
+            records.append(pack_record(magic, start + off, size, expected, term))
+            off += size
             expected += 1
         if records:
             end_pos = start + off
@@ -244,35 +225,13 @@ def _scan(data: SegmentList, index: SegmentList, cur: _Cursor,
             conflict_pos = INDEX_RECORD.unpack_from(records[conflict - first_of_file])[1]
             return _end_before(data, index, conflict, cur), (reason, conflict_pos, conflict)
         end = LogEnd(expected - 1, term_floor, chain, end_pos)
-        if stop == "clean end":
+        if verdict == ZEROS_END:
             return end, None
-        if stop is not None:
-            return end, (stop, seg.start + off, expected)
+        if verdict != BLANK_END:  # a filler: the log goes on in the next file
+            reason = "an entry runs past the end of its file" if verdict == CUT_END else verdict
+            return end, (reason, seg.start + off, expected)
         pos = seg.start + file_size
     return LogEnd(expected - 1, term_floor, chain, end_pos), None
-
-
-def _tail_of_file(view: memoryview, off: int, file_size: int) -> str | None:
-    """Fewer than 48 bytes left in a file: only a filler or a clean end fits there."""
-    magic, size = BLANK.unpack_from(view, off)
-    if magic == 0 and size == 0:
-        return "clean end"
-    if magic != BLANK_MAGIC or size != file_size - off:
-        return "bad filler"
-    return None
-
-
-def _header_fault(size: int, body_size: int, index: int, term: int, pos: int, expected: int,
-                  term_floor: int, actual_pos: int) -> str:
-    if size != HEADER_SIZE + body_size or body_size < 0:
-        return f"bad size {size}"
-    if index != expected:
-        return f"index {index}, expected {expected}"
-    if term < term_floor:
-        return f"term {term} below previous term {term_floor}"
-    if pos != actual_pos:
-        return f"pos field {pos}, actual {actual_pos}"
-    return f"entry of {size} bytes does not fit in its file"
 
 
 def _end_before(data: SegmentList, index: SegmentList, first_bad: int, cur: _Cursor) -> LogEnd:

@@ -1,7 +1,7 @@
-"""The compiled batch codec (storage/_codec.c) against the Python reference (storage.batch,
+"""The compiled codec (storage/_codec.c) against the Python reference (storage.codec, storage.batch,
 api.bodies): the same bytes for every batch a leader encodes, the same verdict on every batch a
-follower is sent, valid, damaged or hostile, and the same bodies from every client's binary
-batch (a rejection is the reference's, word for word)."""
+follower is sent and on every entry a reader checks, valid, damaged or hostile, and the same
+bodies from every client's binary batch (a rejection is the reference's, word for word)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftlog.api.bodies import BatchFormatError, decode_bodies, encode_bodies, reference_decode
-from raftlog.storage import batch as codec
+from raftlog.storage import batch, codec
 from raftlog.storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch
-from raftlog.storage.codec import HEADER_SIZE, MIN_BLANK_LEN
+from raftlog.storage.codec import HEADER_SIZE, MIN_BLANK_LEN, check_next, encode_blank, reference_check_next
 from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
 
 FILE_SIZES = st.integers(HEADER_SIZE + MIN_BLANK_LEN + 1, 2048)  # small files: fillers in most batches
@@ -53,7 +53,7 @@ def leader_batches(draw: st.DrawFn) -> tuple[Any, ...]:
 @given(leader_batches())
 def test_a_leaders_batch_is_encoded_to_the_same_bytes(args: tuple[Any, ...]) -> None:
     expected = outcome(reference_encode, *args)
-    assert outcome(codec.encode_leader_batch, *args) == expected
+    assert outcome(batch.encode_leader_batch, *args) == expected
     assert (codec.compiled.encode_batch(*args) is None) == isinstance(expected, tuple)  # it took the batch itself
 
 
@@ -103,6 +103,62 @@ def test_a_rejection_is_worded_by_the_reference() -> None:
     assert codec.compiled.validate_batch(bytes(damaged), 5, 2, 0, 7, 1024) is None
     assert outcome(validate_follower_batch, bytes(damaged), 5, 2, 0, 7, 1024) == (
         AppendRejectedError, str(AppendRejectedError(6, "body CRC mismatch")))
+
+
+@st.composite
+def stored_entries(draw: st.DrawFn) -> tuple[Any, ...]:
+    """Entries as a data file holds them (fillers and all) or as a push carries them, perhaps
+    damaged, and a reader's expectations at an offset in them, right or wrong."""
+    file_size = draw(FILE_SIZES)
+    bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size // 2), min_size=1, max_size=8))
+    first, term, chain = draw(st.integers(0, 2**40)), draw(st.integers(1, 2**40)), draw(U32)
+    try:
+        sent = reference_encode(bodies, first, term, 1, 0, 0, chain, file_size)
+    except EntryTooLargeError:
+        return bytes(draw(st.binary(max_size=200))), 0, first, term, None, None, file_size, False
+    in_file = draw(st.booleans())
+    if in_file:  # the file image: runs where they go, a filler closing each full file
+        image = bytearray(sent.end_pos + file_size)
+        for start, end, pos in sent.runs:
+            image[pos:pos + end - start] = bytes(sent.data[start:end])
+        for pos in sent.fillers:
+            image[pos:pos - pos % file_size + file_size] = encode_blank(file_size - pos % file_size)
+        data, offsets = image, sent.positions + sent.fillers + [sent.end_pos]
+    else:
+        data, offsets = bytearray(sent.data), [p - sent.positions[0] for p in sent.positions]
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(data) - 1))
+        data[at] = draw(st.integers(0, 255))
+    if not in_file and draw(st.booleans()):
+        del data[draw(st.integers(0, len(data) - 1)):]
+    nth = draw(st.integers(0, len(offsets) - 1))
+    at = offsets[nth]
+    write_pos = draw(st.sampled_from([at if in_file else sent.positions[0] + at, None, at + 1]))
+    return (bytes(data), min(at, len(data)), first + nth + draw(st.sampled_from([0, 0, 1])),
+            term - draw(st.sampled_from([0, 1])), write_pos, draw(st.sampled_from([chain, None, chain ^ 1])),
+            file_size, in_file)
+
+
+@settings(max_examples=800, deadline=None)
+@given(stored_entries())
+def test_every_entry_a_reader_checks_gets_the_same_verdict(args: tuple[Any, ...]) -> None:
+    data, offset, index, term_floor, write_pos, chain, file_size, in_file = args
+    expected = reference_check_next(data, offset, len(data), index, term_floor, write_pos, chain, file_size, in_file)
+    assert check_next(data, offset, len(data), index, term_floor, write_pos, chain, file_size, in_file) == expected
+    compiled = codec.compiled.check_next(data, offset, len(data), index, term_floor,
+                                         -1 if write_pos is None else write_pos, -1 if chain is None else chain,
+                                         file_size, in_file)
+    assert compiled in (None, expected) and (compiled is None) == (expected[0] is not None)
+
+
+def test_a_sound_entry_is_found_by_both_and_a_damaged_one_worded_by_the_reference() -> None:
+    sent = reference_encode([b"a", b"b"], 5, 2, 1, 0, 0, 7, 1024)
+    data = bytes(sent.data)
+    second = sent.positions[1]
+    assert check_next(data, second, len(data), 6, 2, second, None, 1024, False)[0] is None
+    damaged = data[:-1] + bytes([data[-1] ^ 0xFF])
+    assert codec.compiled.check_next(damaged, second, len(damaged), 6, 2, second, -1, 1024, False) is None
+    assert check_next(damaged, second, len(damaged), 6, 2, second, None, 1024, False)[0] == "body CRC mismatch"
 
 
 def split(call: Any, data: bytes, max_entries: int | None) -> list[bytes] | tuple[type, str]:
