@@ -22,10 +22,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.requests import ClientDisconnect
 
+from raftlog.api.answers import AppendAnswer
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
 from raftlog.api.errors import ApiError, bad_request, too_large
 from raftlog.api.metrics import NodeMetrics
-from raftlog.api.schemas import NewBatch, NewEntry
+from raftlog.api.schemas import Appended, BatchAppended, NewBatch, NewEntry
 from raftlog.api.service import LogService, entry_json, entry_type
 from raftlog.raft.messages import Code
 
@@ -65,7 +66,7 @@ class EntryHandlers:
             raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
         return parse_model(model, await self.read_body(request))  # the limits answer 413/503 as such
 
-    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> dict[str, Any]:
+    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> AppendAnswer:
         metrics = self.metrics
         started = time.perf_counter()
         try:
@@ -87,9 +88,7 @@ class EntryHandlers:
                 return [decode_body(parse_model(NewEntry, data))]
             return [data]
 
-        answer = await self.appending(bodies)
-        return CompactJSONResponse({"index": answer["first_index"], "term": answer["term"],
-                                    "pos": answer["positions"][0], "leader": answer["leader"]}, status_code=201)
+        return ModelResponse(Appended.of(await self.appending(bodies)), status_code=201)
 
     async def append_batch(self, request: Request) -> JSONResponse:
         async def bodies() -> list[bytes]:
@@ -106,7 +105,7 @@ class EntryHandlers:
             except BatchFormatError as exc:
                 raise bad_request(str(exc)) from None
 
-        return CompactJSONResponse(await self.appending(bodies), status_code=201)
+        return ModelResponse(BatchAppended.of(await self.appending(bodies)), status_code=201)
 
     async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
         entry = await self.service.get(index, linearizable)
@@ -118,11 +117,11 @@ class EntryHandlers:
         return JSONResponse(entry_json(entry))
 
 
-class CompactJSONResponse(JSONResponse):
-    """JSONResponse's bytes, from one encoder (json.dumps with its options builds an encoder per call)."""
+class ModelResponse(JSONResponse):
+    """An answer's model (api.schemas) as compact JSON, in pydantic's own encoder."""
 
     def render(self, content: Any) -> bytes:
-        return COMPACT_JSON.encode(content).encode()
+        return content.model_dump_json().encode()  # type: ignore[no-any-return]
 
 
 def content_type(request: Request) -> str:

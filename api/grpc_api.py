@@ -28,6 +28,7 @@ from grpc_status import rpc_status
 
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
+from raftlog.api.answers import AppendAnswer, MembershipAnswer
 from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
@@ -96,19 +97,19 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
         answer = await self._answer(context, self._append([request.body]))
-        return pb.AppendResponse(index=answer["first_index"], term=answer["term"], pos=answer["positions"][0],
-                                 leader=answer["leader"])
+        return pb.AppendResponse(index=answer.first_index, term=answer.term, pos=answer.positions[0],
+                                 leader=answer.leader)
 
     async def AppendBatch(self, request: pb.AppendBatchRequest,
                           context: grpc.aio.ServicerContext) -> pb.AppendBatchResponse:
-        return pb.AppendBatchResponse(**await self._answer(context, self._append(list(request.bodies))))
+        return _batch_response(await self._answer(context, self._append(list(request.bodies))))
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AppendBatchResponse]:
         """Batches are appended as they arrive, up to APPEND_STREAM_WINDOW ahead of their answers.
         On the leader they go into the log in arrival order (its append lock is first come, first
         served); a follower forwards one batch at a time, so that order holds there too."""
-        window: asyncio.Queue[asyncio.Future[dict[str, Any]] | None] = asyncio.Queue(APPEND_STREAM_WINDOW)
+        window: asyncio.Queue[asyncio.Future[AppendAnswer] | None] = asyncio.Queue(APPEND_STREAM_WINDOW)
 
         async def take() -> None:
             previous: asyncio.Future[Any] | None = None
@@ -130,7 +131,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
         taking = asyncio.ensure_future(take())
         try:
             while (appending := await window.get()) is not None:
-                yield pb.AppendBatchResponse(**await self._answer(context, appending))
+                yield _batch_response(await self._answer(context, appending))
             await taking  # the client's half ended cleanly
         finally:
             taking.cancel()
@@ -138,7 +139,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
                 if (left := window.get_nowait()) is not None:
                     left.add_done_callback(consume)
 
-    async def _append(self, bodies: list[bytes]) -> dict[str, Any]:
+    async def _append(self, bodies: list[bytes]) -> AppendAnswer:
         async def given() -> list[bytes]:
             return bodies
 
@@ -200,8 +201,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
     async def TransferLeader(self, request: pb.TransferLeaderRequest,
                              context: grpc.aio.ServicerContext) -> pb.TransferLeaderResponse:
-        return pb.TransferLeaderResponse(**await self._answer(
-            context, self.service.transfer_leadership(request.target)))
+        transferred = await self._answer(context, self.service.transfer_leadership(request.target))
+        return pb.TransferLeaderResponse(leader=transferred.leader, previous=transferred.previous)
 
     async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
         return _configuration(self.service.members())
@@ -434,8 +435,13 @@ async def _after(previous: asyncio.Future[Any] | None, call: Coroutine[Any, Any,
     return await call
 
 
-def _configuration(answer: dict[str, Any]) -> pb.Configuration:
-    return json_format.ParseDict(answer, pb.Configuration(), ignore_unknown_fields=True)
+def _configuration(answer: MembershipAnswer) -> pb.Configuration:
+    return json_format.ParseDict(answer.json(), pb.Configuration(), ignore_unknown_fields=True)
+
+
+def _batch_response(answer: AppendAnswer) -> pb.AppendBatchResponse:
+    return pb.AppendBatchResponse(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
+                                  positions=answer.positions, leader=answer.leader)
 
 
 def _entry(entry: Entry) -> pb.Entry:

@@ -36,9 +36,10 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
+from raftlog.api.answers import AppendAnswer, MembershipAnswer, TransferAnswer
 from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import ForwardStream
-from raftlog.api.peer_codec import PeerMessageError, decode_message, encode_message
+from raftlog.api.peer_codec import PeerMessageError, append_answer_share, decode_message, encode_message
 from raftlog.api.peer_stream import H2PushStream
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import (
@@ -64,6 +65,7 @@ FORWARD_FIELD_BYTES_MAX = 6  # a body's tag and length in a forwarded message
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
+A = TypeVar("A", MembershipAnswer, TransferAnswer)
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class PeerClient:
 
     # -- the public API's calls to other members ----------------------------------------
 
-    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> dict[str, Any]:
+    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> AppendAnswer:
         """Append through the leader, with the appends around it; its answer, or its error as an ApiError."""
         stream = self._forwards.get(leader_id)
         if stream is None or stream.broken:
@@ -192,26 +194,24 @@ class PeerClient:
             raise ApiError(Code.NETWORK_ERROR, f"no answer from {leader_id}: {exc}") from None
         if answer.HasField("error"):
             raise _api_error(answer.error, leader_id)
-        return {"first_index": answer.first_index + offset, "last_index": answer.first_index + offset + count - 1,
-                "term": answer.term, "positions": list(answer.positions[offset:offset + count]),
-                "leader": answer.leader}
+        return append_answer_share(answer, offset, count)
 
     async def read_index(self, leader_id: str) -> int:
         answer = await self._api_call(leader_id, "ReadIndex", pb.ReadIndexRequest(), pb.ReadIndexResponse)
         return answer.committed_index
 
-    async def transfer_leadership(self, leader_id: str, target: str) -> dict[str, Any]:
+    async def transfer_leadership(self, leader_id: str, target: str) -> TransferAnswer:
         answer = await self._api_call(leader_id, "TransferLeadership", pb.TransferLeadershipRequest(target=target),
                                       pb.JsonAnswer)
-        return _json(answer.json, leader_id)
+        return _typed(TransferAnswer, answer.json, leader_id)
 
     async def change_membership(self, leader_id: str, action: str, member_id: str,
-                                new: Peer | None) -> dict[str, Any]:
+                                new: Peer | None) -> MembershipAnswer:
         added = {} if new is None else {"peer_address": new.address, "client_url": new.client_url or "",
                                         "grpc_address": new.grpc_address or "", "learner": new.learner}
         request = pb.MembershipChange(action=action, id=member_id, **added)
         answer = await self._api_call(leader_id, "ChangeMembership", request, pb.JsonAnswer)
-        return _json(answer.json, leader_id)
+        return _typed(MembershipAnswer, answer.json, leader_id)
 
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
         answer = await self._api_call(peer_id, "Status", pb.StatusRequest(), pb.JsonAnswer, timeout_s)
@@ -307,6 +307,15 @@ def _json(text: str, peer_id: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ApiError(Code.NETWORK_ERROR, f"{peer_id} answered something else than a JSON object")
     return value
+
+
+def _typed(answer_type: type[A], text: str, peer_id: str) -> A:
+    """A typed answer from its JSON in a peer's message (api.answers maps both ways)."""
+    try:
+        return answer_type.from_json(_json(text, peer_id))
+    except ValueError as exc:
+        raise ApiError(Code.NETWORK_ERROR, f"{peer_id} answered something else than a {answer_type.__name__}: {exc}") \
+            from None
 
 
 def api_error_message(error: ApiError) -> pb.ApiError:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, get_type_hints
 from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
+from raftlog.api.answers import AppendAnswer
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -132,3 +133,17 @@ def decode_push_response(data: bytes) -> PushResponse:
                             proto.x_term, proto.x_index, proto.ack_index)
     except (DecodeError, ValueError) as exc:
         raise PeerMessageError(f"PushResponse: {exc}") from None
+
+
+# -- the public API's answers between members (a forwarded append answered by the leader) ----------
+
+def append_answer_message(answer: AppendAnswer) -> pb.AppendResponse:
+    return pb.AppendResponse(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
+                             positions=answer.positions, leader=answer.leader)
+
+
+def append_answer_share(message: pb.AppendResponse, offset: int, count: int) -> AppendAnswer:
+    """One client's part of the leader's answer to a forwarded batch: its `count` entries from `offset`."""
+    first = message.first_index + offset
+    return AppendAnswer(first, first + count - 1, message.term, list(message.positions[offset:offset + count]),
+                        message.leader)

@@ -35,7 +35,14 @@ from raftlog.api.auth import AuthFailures, bearer_credentials, is_secret, secret
 from raftlog.api.errors import ApiError, too_large
 from raftlog.api.limits import InflightBytes, batch_entries
 from raftlog.api.peer_client import api_error_message
-from raftlog.api.peer_codec import PeerMessageError, decode_message, decode_push, encode_message, encode_push_response
+from raftlog.api.peer_codec import (
+    PeerMessageError,
+    append_answer_message,
+    decode_message,
+    decode_push,
+    encode_message,
+    encode_push_response,
+)
 from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH
 from raftlog.api.service import LogService
 from raftlog.raft.config import Peer
@@ -178,13 +185,10 @@ class PeerService:
 
     async def _append(self, bodies: list[bytes]) -> pb.AppendResponse:
         try:
-            if not bodies:
-                raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a forwarded append without entries")
-            self.service.check_bodies(bodies)
-            answer = await self.service.append_here(bodies)
+            answer = await self.service.append_forwarded(bodies)
         except ApiError as exc:
             return pb.AppendResponse(error=api_error_message(exc))
-        return pb.AppendResponse(**answer)
+        return append_answer_message(answer)
 
     def _keep(self, handling: asyncio.Future[Any]) -> asyncio.Future[Any]:
         """Keep what a stream handed over until it ends, even if its stream goes, as a server's call would."""
@@ -224,7 +228,7 @@ class PeerService:
         target = pb.TransferLeadershipRequest.FromString(request).target
         try:
             self._check_leader()
-            return _json_answer(await self.service.transfer_leadership(target))
+            return _json_answer((await self.service.transfer_leadership(target)).json())
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 
@@ -236,7 +240,7 @@ class PeerService:
                        change.grpc_address or None)
         try:
             self._check_leader()
-            return _json_answer(await self.service.change_membership(change.action, change.id, new))
+            return _json_answer((await self.service.change_membership(change.action, change.id, new)).json())
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 

@@ -28,7 +28,7 @@ from raftlog.api import schemas
 from raftlog.api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
 from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, page_policy
-from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, explain
+from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain
 from raftlog.api.errors import ApiError, api_error, bad_request, error_response
 from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
 from raftlog.api.follow import LogStream, committed_chunks
@@ -245,13 +245,13 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                   "schema": {"$ref": "#/components/schemas/TransferTarget"}}}}})
     async def transfer(request: Request) -> JSONResponse:
         target = await handlers.read_json(request, TransferTarget)
-        return JSONResponse(await service.transfer_leadership(target.target))
+        return ModelResponse(Transferred.of(await service.transfer_leadership(target.target)))
 
     @app.get("/v1/cluster/members", tags=["cluster"], summary="The group's configuration",
              responses={200: {"model": GroupConfiguration, "description": "The configuration in force on this "
                               "member: the latest in its log, committed or not"}})
     async def members() -> JSONResponse:
-        return JSONResponse(service.members())
+        return ModelResponse(GroupConfiguration.of(service.members()))
 
     @app.post("/v1/cluster/members", status_code=201, tags=["cluster"], summary="Add a member (a learner)",
               responses={201: {"model": GroupConfiguration, "description": "The new configuration, committed"},
@@ -260,19 +260,20 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                   "schema": {"$ref": "#/components/schemas/NewMember"}}}}})
     async def add_member(request: Request) -> JSONResponse:
         new = await handlers.read_json(request, NewMember)
-        return JSONResponse(await service.change_membership("add", new.id, new.as_peer()), status_code=201)
+        return ModelResponse(GroupConfiguration.of(await service.change_membership("add", new.id, new.as_peer())),
+                             status_code=201)
 
     @app.post("/v1/cluster/members/{member_id}/promote", tags=["cluster"], summary="Promote a learner to voter",
               responses={200: {"model": GroupConfiguration, "description": "The new configuration, committed"},
                          **errors(400, 404, 409, 502, 503, 504)})
     async def promote_member(member_id: str = MEMBER_ID) -> JSONResponse:
-        return JSONResponse(await service.change_membership("promote", member_id))
+        return ModelResponse(GroupConfiguration.of(await service.change_membership("promote", member_id)))
 
     @app.delete("/v1/cluster/members/{member_id}", tags=["cluster"], summary="Remove a member",
                 responses={200: {"model": GroupConfiguration, "description": "The new configuration, committed"},
                            **errors(400, 404, 409, 502, 503, 504)})
     async def remove_member(member_id: str = MEMBER_ID) -> JSONResponse:
-        return JSONResponse(await service.change_membership("remove", member_id))
+        return ModelResponse(GroupConfiguration.of(await service.change_membership("remove", member_id)))
 
     @app.get("/healthz", tags=["health"], summary="The process is up", response_model=Health)
     async def healthz() -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Pydantic models of the public API: what openapi.yaml documents and SDKs generate from."""
+"""Pydantic models of the public API: what openapi.yaml documents and SDKs generate from. Each
+answer's model maps LogService's typed answer (api.answers) for REST, once (`of`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from raftlog.api.answers import AppendAnswer, MembershipAnswer, TransferAnswer
 from raftlog.raft.config import Peer
 
 Encoding = Literal["utf-8", "base64"]
@@ -35,6 +37,10 @@ class Appended(BaseModel):
     pos: int = Field(description="The entry's global byte offset in the log, the same on every member")
     leader: str
 
+    @classmethod
+    def of(cls, answer: AppendAnswer) -> Appended:
+        return cls(index=answer.first_index, term=answer.term, pos=answer.positions[0], leader=answer.leader)
+
 
 class BatchAppended(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
@@ -45,6 +51,11 @@ class BatchAppended(BaseModel):
     term: int
     positions: list[int]
     leader: str
+
+    @classmethod
+    def of(cls, answer: AppendAnswer) -> BatchAppended:
+        return cls(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
+                   positions=list(answer.positions), leader=answer.leader)
 
 
 class EntryOut(BaseModel):
@@ -124,6 +135,10 @@ class Transferred(BaseModel):
     leader: str
     previous: str
 
+    @classmethod
+    def of(cls, answer: TransferAnswer) -> Transferred:
+        return cls(leader=answer.leader, previous=answer.previous)
+
 
 # a host name, an IPv4 address or a bracketed IPv6 address; with a port
 HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])"
@@ -173,6 +188,10 @@ class GroupConfiguration(BaseModel):
     version: int = Field(description="The configuration format's version")
     members: list[ConfiguredMember]
     committed: bool = Field(description="Whether the answering member knows the configuration committed")
+
+    @classmethod
+    def of(cls, answer: MembershipAnswer) -> GroupConfiguration:
+        return cls.model_validate(answer.json())
 
 
 class ErrorDetail(BaseModel):

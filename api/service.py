@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from raftlog.api.answers import AppendAnswer, MembershipAnswer, TransferAnswer
 from raftlog.api.auth import is_loopback
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
 from raftlog.api.limits import ApiLimits, ByteBudget
 from raftlog.api.peer_client import PeerClient
 from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
-from raftlog.raft.membership import Configuration
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
 from raftlog.raft.waiting import consume, wait_event
@@ -80,11 +79,11 @@ class LogService:
             i = next(i for i, size in enumerate(sizes) if size > self.limits.max_entry_bytes)
             raise too_large(f"entry {i} has {sizes[i]} bytes; max_entry_bytes is {self.limits.max_entry_bytes}")
 
-    async def append(self, bodies: Sequence[bytes]) -> dict[str, Any]:
+    async def append(self, bodies: Sequence[bytes]) -> AppendAnswer:
         """Append on the leader, here or through the peer connection, once committed."""
         self.check_bodies(bodies)
         if self.node.role is Role.LEADER:
-            return await self.append_here(bodies)
+            return await self._append_here(bodies)
         leader, tried = self.node.leader_id, set[str]()
         while True:
             if leader is None or leader in tried or leader == self.node.config.self_id:
@@ -97,13 +96,19 @@ class LogService:
                     raise
                 leader = exc.leader  # it names the leader it knows of: follow once more
 
-    async def append_here(self, bodies: Sequence[bytes]) -> dict[str, Any]:
+    async def append_forwarded(self, bodies: Sequence[bytes]) -> AppendAnswer:
+        """A batch another member's clients sent: checked against this member's limits too (each
+        member has its own settings), and appended here if this member leads."""
+        self.check_bodies(bodies)
+        return await self._append_here(bodies)
+
+    async def _append_here(self, bodies: Sequence[bytes]) -> AppendAnswer:
         try:
             appended = await self.node.append(bodies)
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
-        return {"first_index": appended.first_index, "last_index": appended.last_index,
-                "term": appended.term, "positions": appended.positions, "leader": self.node.config.self_id}
+        return AppendAnswer(appended.first_index, appended.last_index, appended.term, appended.positions,
+                            self.node.config.self_id)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -240,7 +245,7 @@ class LogService:
 
     # -- cluster -------------------------------------------------------------------------
 
-    async def transfer_leadership(self, target: str) -> dict[str, Any]:
+    async def transfer_leadership(self, target: str) -> TransferAnswer:
         if target not in self.node.configuration.ids:
             raise ApiError(Code.UNKNOWN_MEMBER, f"{target!r} is not a member of this group")
         if self.node.role is not Role.LEADER:
@@ -255,17 +260,16 @@ class LogService:
         if code is not Code.SUCCESS:
             raise ApiError(code, f"transfer to {target} failed: {code.name}", self.node.leader_id,
                            status=None if code in (Code.UNKNOWN_MEMBER, Code.FALL_BEHIND_TOO_MUCH) else 409)
-        return {"leader": target, "previous": self.node.config.self_id}
+        return TransferAnswer(target, self.node.config.self_id)
 
     # -- membership (raft.membership) --------------------------------------------------------
 
-    def members(self) -> dict[str, Any]:
+    def members(self) -> MembershipAnswer:
         """The configuration in force on this member, and whether it knows it committed."""
         configuration = self.node.configuration
-        return {**configuration_json(configuration),
-                "committed": configuration.index <= self.node.committed_index}
+        return MembershipAnswer(configuration, configuration.index <= self.node.committed_index)
 
-    async def change_membership(self, action: str, member_id: str, new: Peer | None = None) -> dict[str, Any]:
+    async def change_membership(self, action: str, member_id: str, new: Peer | None = None) -> MembershipAnswer:
         """Add (`new`, a learner unless said otherwise), promote or remove a member, through the leader;
         the new configuration once committed. The leader's own removal hands leadership over first."""
         node = self.node
@@ -285,10 +289,10 @@ class LogService:
             configuration = await node.change_membership(**change)
         except Exception as exc:
             raise api_error(exc, node.leader_id) from None
-        return {**configuration_json(configuration), "committed": True}
+        return MembershipAnswer(configuration, True)
 
     async def _forward_change(self, action: str, member_id: str, new: Peer | None, *,
-                              retry_in_flight: bool = False) -> dict[str, Any]:
+                              retry_in_flight: bool = False) -> MembershipAnswer:
         """The change, made by the leader. Just after a hand-over, the new leader refuses changes until
         its first entry commits (CHANGE_IN_FLIGHT): then it is asked again as this member's commit moves."""
         deadline = self.node.now() + self.node.config.max_wait_ack_ms / 1000
@@ -394,12 +398,6 @@ class LogService:
             return await self.peers.status(peer_id, STATUS_TIMEOUT_S)
         except ApiError:
             return None
-
-
-def configuration_json(configuration: Configuration) -> dict[str, Any]:
-    """A configuration as the API shows it, and `raftlog serve --join` reads it back
-    (`Configuration.decode_with_index`): its entry's index and the members."""
-    return json.loads(configuration.encode_with_index())
 
 
 class SharedRounds(Generic[T]):

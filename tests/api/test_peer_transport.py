@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from raftlog.api import peer_client, stream_server
 from raftlog.api import peer_pb2 as pb
+from raftlog.api.answers import AppendAnswer
 from raftlog.api.auth import AuthFailures
 from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import FORWARDS_AHEAD_MAX
@@ -136,11 +137,8 @@ class FollowerNode:
 class ForwardingService:
     limits = ApiLimits()
 
-    async def append_here(self, bodies: list[bytes]) -> dict[str, Any]:
+    async def append_forwarded(self, bodies: list[bytes]) -> AppendAnswer:
         raise ApiError(Code.WAIT_QUORUM_ACK_TIMEOUT, "no quorum in time", "n2")
-
-    def check_bodies(self, bodies: list[bytes]) -> None:
-        pass
 
 
 class AppendingService(ForwardingService):
@@ -153,15 +151,14 @@ class AppendingService(ForwardingService):
         self.arrived = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def append_here(self, bodies: list[bytes]) -> dict[str, Any]:
+    async def append_forwarded(self, bodies: list[bytes]) -> AppendAnswer:
         first = len(self.log) + 1
         self.log += bodies
         self.batches.append(len(bodies))
         self.arrived.set()
         await self.release.wait()
         last = first + len(bodies) - 1
-        return {"first_index": first, "last_index": last, "term": 3,
-                "positions": [100 * i for i in range(first, last + 1)], "leader": "n2"}
+        return AppendAnswer(first, last, 3, [100 * i for i in range(first, last + 1)], "n2")
 
 
 async def serving(node: FollowerNode, secret: bytes | None = SECRET,
@@ -453,10 +450,10 @@ async def test_appends_forwarded_meanwhile_go_to_the_leader_as_one_message_and_e
             await client.close()
     assert service.batches == [1] * FORWARDS_AHEAD_MAX + [sum(map(len, sent))]
     for bodies, answer in zip(sent, answers[FORWARDS_AHEAD_MAX:], strict=True):
-        first, last = answer["first_index"], answer["last_index"]
+        first, last = answer.first_index, answer.last_index
         assert service.log[first - 1:last] == bodies
-        assert answer["positions"] == [100 * i for i in range(first, last + 1)]
-        assert (answer["term"], answer["leader"]) == (3, "n2")
+        assert answer.positions == [100 * i for i in range(first, last + 1)]
+        assert (answer.term, answer.leader) == (3, "n2")
 
 
 async def test_a_forwarded_message_keeps_to_the_leaders_batch_limit() -> None:
@@ -469,7 +466,7 @@ async def test_a_forwarded_message_keeps_to_the_leaders_batch_limit() -> None:
         finally:
             await client.close()
     assert service.batches == [800, 400]
-    assert [(a["first_index"], a["last_index"]) for a in answers] == [(1, 400), (401, 800), (801, 1200)]
+    assert [(a.first_index, a.last_index) for a in answers] == [(1, 400), (401, 800), (801, 1200)]
 
 
 async def test_a_push_wider_than_the_followers_window_goes_through(follower: tuple[FollowerNode, str]) -> None:
