@@ -4,6 +4,7 @@ peer protocol (api.peer_codec), so an answer forwarded through another member ar
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,3 +59,58 @@ class TransferAnswer:
         if not isinstance(leader, str) or not isinstance(previous, str):
             raise ValueError("a transfer's answer names the new leader and the previous one")
         return cls(leader, previous)
+
+
+@dataclass(frozen=True, slots=True)
+class DiskStatus:
+    data_dir: str
+    usage_ratio: float
+    full: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """One member as the answering member sees it; None where the member did not answer."""
+
+    id: str
+    peer_url: str
+    client_url: str | None
+    grpc_address: str | None
+    voter: bool
+    role: str | None
+    term: int | None
+    end_index: int | None
+    committed_index: int | None
+    applied_index: int | None
+    match_index: int | None
+    lag: int | None
+    lag_bytes: int | None
+    inflight_bytes: int | None
+    last_contact_ms: int | None
+    rejoining: bool | None
+    reachable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatusAnswer:
+    """The group as the answering member (`self_id`) sees it."""
+
+    group: str
+    self_id: str
+    role: str
+    term: int
+    leader: str | None
+    members: list[MemberStatus]
+    configuration_index: int
+    begin_index: int
+    end_index: int
+    committed_index: int
+    applied_index: int
+    uptime_s: float
+    flush_mode: str
+    disk: DiskStatus
+
+    def json(self) -> dict[str, Any]:
+        """As the API shows it (its member is `self`)."""
+        fields = dataclasses.asdict(self)
+        return {"self" if name == "self_id" else name: value for name, value in fields.items()}

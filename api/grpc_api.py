@@ -197,7 +197,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
     async def Cluster(self, request: pb.ClusterRequest, context: grpc.aio.ServicerContext) -> pb.ClusterResponse:
         status = await self._answer(context, self.service.cluster_status())
-        return json_format.ParseDict(status, pb.ClusterResponse(), ignore_unknown_fields=True)
+        return json_format.ParseDict(status.json(), pb.ClusterResponse(), ignore_unknown_fields=True)
 
     async def TransferLeader(self, request: pb.TransferLeaderRequest,
                              context: grpc.aio.ServicerContext) -> pb.TransferLeaderResponse:

@@ -231,7 +231,7 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
     @app.get("/v1/cluster", tags=["cluster"], summary="Cluster and member status",
              responses={200: {"model": ClusterStatus, "description": "As this member sees it"}})
     async def cluster() -> JSONResponse:
-        return JSONResponse(await service.cluster_status())
+        return ModelResponse(ClusterStatus.of(await service.cluster_status()))
 
     @app.get("/v1/cluster/history", tags=["cluster"], summary="The last five minutes of the admin page's charts",
              responses={200: {"model": ChartHistory, "description": "One point a second, oldest first"}})

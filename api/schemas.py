@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from raftlog.api.answers import AppendAnswer, MembershipAnswer, TransferAnswer
+from raftlog.api.answers import AppendAnswer, MembershipAnswer, StatusAnswer, TransferAnswer
 from raftlog.raft.config import Peer
 
 Encoding = Literal["utf-8", "base64"]
@@ -121,6 +121,10 @@ class ClusterStatus(BaseModel):
     uptime_s: float
     flush_mode: Literal["sync", "async"]
     disk: Disk
+
+    @classmethod
+    def of(cls, answer: StatusAnswer) -> ClusterStatus:
+        return cls.model_validate(answer.json())
 
 
 class TransferTarget(BaseModel):

@@ -17,7 +17,14 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from raftlog.api.answers import AppendAnswer, MembershipAnswer, TransferAnswer
+from raftlog.api.answers import (
+    AppendAnswer,
+    DiskStatus,
+    MembershipAnswer,
+    MemberStatus,
+    StatusAnswer,
+    TransferAnswer,
+)
 from raftlog.api.auth import is_loopback
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
 from raftlog.api.limits import ApiLimits, ByteBudget
@@ -42,7 +49,7 @@ class RawRead(NamedTuple):
 
 class LogService:
     def __init__(self, node: RaftNode, peers: PeerClient, limits: ApiLimits, *, client_url: str,
-                 grpc_address: str | None = None, describe: Callable[[], dict[str, Any]] = dict,
+                 grpc_address: str | None = None, describe: Callable[[], tuple[str, DiskStatus]],
                  remote_members: bool = True) -> None:
         self.node = node
         self.peers = peers
@@ -358,7 +365,7 @@ class LogService:
             return None
         return store.write_pos - store.pos_at(index + 1)
 
-    async def cluster_status(self) -> dict[str, Any]:
+    async def cluster_status(self) -> StatusAnswer:
         node, store = self.node, self.store
         me = self.own_status()
         configuration = node.configuration
@@ -374,24 +381,23 @@ class LogService:
             answer = said.get(peer.id) or {}
             follower = progress.get(peer.id, {})
             match = leader_end if peer.id == leader else follower.get("match_index")
-            members.append({
-                "id": peer.id, "peer_url": f"http://{peer.address}",
-                "client_url": answer.get("client_url", peer.client_url),
-                "grpc_address": answer.get("grpc_address", peer.grpc_address),
-                "voter": not peer.learner, "role": answer.get("role"),
-                "term": answer.get("term"), "end_index": answer.get("end_index"),
-                "committed_index": answer.get("committed_index"), "applied_index": answer.get("applied_index"),
-                "match_index": match, "lag": None if match is None else max(leader_end - match, 0),
-                "lag_bytes": 0 if peer.id == leader else follower.get("lag_bytes"),
-                "inflight_bytes": follower.get("inflight_bytes"),
-                "last_contact_ms": 0 if peer.id == leader else follower.get("last_contact_ms"),
-                "rejoining": answer.get("rejoining"), "reachable": bool(answer)})
-        return {
-            "group": node.config.group, "self": node.config.self_id, "role": node.role.value,
-            "term": node.term, "leader": leader, "members": members, "configuration_index": configuration.index,
-            "begin_index": store.begin_index, "end_index": store.end_index,
-            "committed_index": node.committed_index, "applied_index": node.applied_index,
-            "uptime_s": round(time.monotonic() - self.started, 3), **self.describe()}
+            members.append(MemberStatus(
+                id=peer.id, peer_url=f"http://{peer.address}", client_url=answer.get("client_url", peer.client_url),
+                grpc_address=answer.get("grpc_address", peer.grpc_address), voter=not peer.learner,
+                role=answer.get("role"), term=answer.get("term"), end_index=answer.get("end_index"),
+                committed_index=answer.get("committed_index"), applied_index=answer.get("applied_index"),
+                match_index=match, lag=None if match is None else max(leader_end - match, 0),
+                lag_bytes=0 if peer.id == leader else follower.get("lag_bytes"),
+                inflight_bytes=follower.get("inflight_bytes"),
+                last_contact_ms=0 if peer.id == leader else follower.get("last_contact_ms"),
+                rejoining=answer.get("rejoining"), reachable=bool(answer)))
+        flush_mode, disk = self.describe()
+        return StatusAnswer(
+            group=node.config.group, self_id=node.config.self_id, role=node.role.value, term=node.term,
+            leader=leader, members=members, configuration_index=configuration.index,
+            begin_index=store.begin_index, end_index=store.end_index, committed_index=node.committed_index,
+            applied_index=node.applied_index, uptime_s=round(time.monotonic() - self.started, 3),
+            flush_mode=flush_mode, disk=disk)
 
     async def _peer_status(self, peer_id: str) -> dict[str, Any] | None:
         try:

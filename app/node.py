@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
 
 import grpc
 from fastapi import FastAPI
 
+from raftlog.api.answers import DiskStatus
 from raftlog.api.auth import AuthFailures
 from raftlog.api.entry_handlers import EntryHandlers
 from raftlog.api.grpc_api import GrpcApi
@@ -115,10 +115,11 @@ class Node:
         the first kept entry is brought back by a snapshot install (DLedger's rule)."""
         return self.raft.applied_index
 
-    def _describe(self) -> dict[str, Any]:
-        return {"flush_mode": self.store.config.flush_mode,
-                "disk": {"data_dir": str(self.store.data_dir), "usage_ratio": round(self.store.disk_usage_ratio(), 4),
-                         "full": self.store.disk_full}}
+    def _describe(self) -> tuple[str, DiskStatus]:
+        """The flush mode and the disk, for the cluster status."""
+        store = self.store
+        return store.config.flush_mode, DiskStatus(str(store.data_dir), round(store.disk_usage_ratio(), 4),
+                                                    store.disk_full)
 
     def grpc_api(self) -> GrpcApi:
         """The public gRPC API's server, bound to its port (OSError or RuntimeError when it cannot)."""

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from raftlog.api.answers import DiskStatus
 from raftlog.api.errors import ApiError
 from raftlog.api.limits import ApiLimits
 from raftlog.api.service import LogService
@@ -276,7 +277,8 @@ class SimCluster:
                         configuration=saved_configuration(cp.config_index, cp.config),
                         config_scan_from=cp.committed_index + 1)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
-        member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}")  # type: ignore[arg-type]
+        member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
+                                    describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))
         member.node, member.last_commit = node, node.committed_index
         self.network.register(node_id, Endpoint(node, member.service))
         member.store.start()
@@ -402,8 +404,8 @@ class SimCluster:
             self._check_api_error(node_id, "append", exc)
             return None
         self.history.forwarded += forwarded
-        self._acked(Ack(answer["first_index"], body, invoked, self.now(), node_id))
-        return answer["first_index"]
+        self._acked(Ack(answer.first_index, body, invoked, self.now(), node_id))
+        return answer.first_index
 
     async def read(self, node_id: str, index: int) -> bytes | None:
         """A linearizable read of `index` from a member's API: read index, then its store."""

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from raftlog.api.answers import AppendAnswer
 from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
 from raftlog.raft.inmem_transport import Network
@@ -55,9 +56,9 @@ class Endpoint:
     async def handle_fetch(self, request: FetchRequest) -> bytes:
         return await self.node.handle_fetch(request)
 
-    async def handle_append(self, bodies: list[bytes]) -> dict[str, Any] | ApiError:
+    async def handle_append(self, bodies: list[bytes]) -> AppendAnswer | ApiError:
         try:
-            return await self.service.append_here(bodies)
+            return await self.service.append_forwarded(bodies)
         except ApiError as exc:
             return exc
 
@@ -78,7 +79,7 @@ class SimPeers:
         self.self_id = self_id
         self.wait_timeout_s = wait_timeout_s  # as PeerClient: the leader may wait for a quorum
 
-    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> dict[str, Any]:
+    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> AppendAnswer:
         return await self._call(leader_id, "append", list(bodies))
 
     async def read_index(self, leader_id: str) -> int:

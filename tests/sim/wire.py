@@ -4,7 +4,8 @@
 is encoded with `api.peer_codec` (the protobuf messages of the peer port, a
 push with its raw entries) and decoded again, so a field the codec drops or
 mangles, or a follower that keeps a view into the leader's mapped file, shows
-up in the simulation. Forwarded appends carry their bodies as the peer port does.
+up in the simulation. Forwarded appends carry their bodies, and their answers come back, as the
+peer port carries them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import dataclasses
 from typing import Any
 
 from raftlog.api import peer_pb2
+from raftlog.api.answers import AppendAnswer
 from raftlog.api.peer_codec import (
+    append_answer_message,
+    append_answer_share,
     decode_message,
     decode_push,
     decode_push_response,
@@ -32,6 +36,9 @@ def round_trip(kind: str, message: Any) -> Any:
     if kind == "append" and isinstance(message, list):
         wire = peer_pb2.AppendRequest(bodies=message).SerializeToString()
         return list(peer_pb2.AppendRequest.FromString(wire).bodies)
+    if isinstance(message, AppendAnswer):  # the leader's answer to a forwarded append, as the peer port maps it
+        wire = append_answer_message(message).SerializeToString()
+        return append_answer_share(peer_pb2.AppendResponse.FromString(wire), 0, len(message.positions))
     if isinstance(message, bytes | memoryview):  # a fetched entry, raw
         return bytes(message)
     if dataclasses.is_dataclass(message) and not isinstance(message, type):
