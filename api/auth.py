@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -31,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raftlog.api.errors import ApiError, error_response
 from raftlog.raft.messages import Code
+from raftlog.raft.waiting import loop_time
 
 log = logging.getLogger("raftlog.auth")
 
@@ -169,7 +169,7 @@ class AuthFailures:
     def note(self, reason: str, call: str, peer: str) -> None:
         """Count a refused call, and log it unless a line for `reason` went out less than a second ago."""
         self.counter.labels(self.port, reason).inc()
-        now = time.monotonic()
+        now = loop_time()
         if now - self._logged.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
             self._logged[reason] = now
             more = self._unlogged.pop(reason, 0)

@@ -24,7 +24,8 @@ from google.protobuf.message import DecodeError
 
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.peer_codec import PeerMessageError
-from raftlog.api.peer_stream import FORWARD_PATH, H2CallStream, StreamOwner
+from raftlog.api.peer_stream import H2CallStream, StreamOwner
+from raftlog.api.peer_wire import FORWARD_PATH
 from raftlog.raft.transport import fail_push
 
 FORWARDS_AHEAD_MAX = 2  # messages on their way to the leader; the appends that come meanwhile wait to go together

@@ -45,7 +45,6 @@ log = logging.getLogger("raftlog.api.grpc")
 
 SERVICE = "raftlog.v1.Log"
 ERROR_DOMAIN = "raftlog"
-APPEND_STREAM_WINDOW = 32  # batches of one AppendStream appended and not yet answered
 STREAMS_MAX = 1024  # concurrent calls on one connection
 KEEPALIVE_MS = 30_000  # the server pings a connection silent this long (a follow stream's dead client)
 KEEPALIVE_TIMEOUT_MS = 10_000  # ... and closes it when the ping is not answered in this time
@@ -106,10 +105,11 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AppendBatchResponse]:
-        """Batches are appended as they arrive, up to APPEND_STREAM_WINDOW ahead of their answers.
+        """Batches are appended as they arrive, up to append_stream_window_batches ahead of their answers.
         On the leader they go into the log in arrival order (its append lock is first come, first
         served); a follower forwards one batch at a time, so that order holds there too."""
-        window: asyncio.Queue[asyncio.Future[AppendAnswer] | None] = asyncio.Queue(APPEND_STREAM_WINDOW)
+        window: asyncio.Queue[asyncio.Future[AppendAnswer] | None] = asyncio.Queue(
+            self.service.limits.append_stream_window_batches)
 
         async def take() -> None:
             previous: asyncio.Future[Any] | None = None

@@ -61,11 +61,17 @@ class ApiLimits:
     grpc_connections_max: int = 1024  # gRPC port connections at once, counted from accept (TLS handshakes too)
     peer_connections_max: int = 256  # peer port connections at once, counted from accept (TLS handshakes too)
     peer_calls_max: int = 1024  # peer port unary calls at once (votes, heartbeats, read index, ...)
+    peer_window_bytes: int = 8 << 20  # log a leader may push on a stream ahead of this member's reading
+    peer_answers_ahead_max: int = 1024  # a stream's messages taken and not yet answered: then it reads no more
+    append_stream_window_batches: int = 32  # batches of one gRPC AppendStream appended and not yet answered
 
     def __post_init__(self) -> None:
-        for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max"):
+        for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max", "peer_answers_ahead_max",
+                     "append_stream_window_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} {getattr(self, name)} must be at least 1")
+        if not 65_535 <= self.peer_window_bytes < 1 << 31:
+            raise ValueError(f"peer_window_bytes {self.peer_window_bytes} must be 65535 to 2 GiB (HTTP/2's bounds)")
 
 
 class InflightBytes:

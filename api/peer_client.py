@@ -25,7 +25,6 @@ import json
 import logging
 import ssl
 import tempfile
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import ForwardStream
 from raftlog.api.peer_codec import PeerMessageError, append_answer_share, decode_message, encode_message
 from raftlog.api.peer_stream import H2PushStream
+from raftlog.api.peer_wire import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS, SERVICE
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import (
     Code,
@@ -53,14 +53,11 @@ from raftlog.raft.messages import (
     VoteResponse,
 )
 from raftlog.raft.transport import PeerUnavailable
+from raftlog.raft.waiting import loop_time
 
 log = logging.getLogger("raftlog.api.peers")
 
-SERVICE = "/raftlog.peer.v1.Peer/"
 UNREACHABLE_WARN_S = 10.0
-KEEPALIVE_MS = 2000  # a ping on a connection quiet this long ...
-KEEPALIVE_TIMEOUT_MS = 5000  # ... unanswered this long: the peer is gone, the connection closed
-FRAME_BYTES_MAX = 1 << 20  # HTTP/2 frames a peer may send us: a push in one or two (the default, 16 KiB, is 64)
 FORWARD_FIELD_BYTES_MAX = 6  # a body's tag and length in a forwarded message
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
@@ -117,9 +114,9 @@ class PeerClient:
         self.addresses: dict[str, str] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self.last_contact: dict[str, float] = {}  # monotonic time of the last answer from a peer
+        self.last_contact: dict[str, float] = {}  # when a peer last answered (the loop's clock)
+        self._failing_since: dict[str, float] = {}  # a peer's first failed call, for one that never answered
         self._warned: dict[str, float] = {}  # when each silent peer was last warned about
-        self._started = time.monotonic()
         self.set_members(peers)
 
     def set_members(self, peers: Sequence[Peer]) -> None:
@@ -255,14 +252,14 @@ class PeerClient:
         return channel
 
     def answered(self, peer_id: str) -> None:
-        self.last_contact[peer_id] = time.monotonic()
+        self.last_contact[peer_id] = loop_time()
 
     def failed(self, peer_id: str, what: str, exc: Exception) -> str:
         """Why a call failed, in a line; a peer silent for UNREACHABLE_WARN_S gets a warning, once
         per UNREACHABLE_WARN_S."""
         reason = _describe(exc)
-        now = time.monotonic()
-        silent = now - self.last_contact.get(peer_id, self._started)
+        now = loop_time()
+        silent = now - self.last_contact.get(peer_id, self._failing_since.setdefault(peer_id, now))
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now
             log.warning("%s has not answered for %.0f s; last error (%s): %s", peer_id, silent, what, reason)

@@ -36,17 +36,13 @@ import grpc.aio
 
 from raftlog.api.peer_client import PeerTls, channel_options, load_identity
 from raftlog.api.peer_server import PeerService
-from raftlog.api.peer_stream import REPLICATE_SETTING
+from raftlog.api.peer_wire import GRPC, REPLICATE, route_of
 from raftlog.api.stream_server import StreamConnection
+from raftlog.raft.waiting import loop_time
 
 log = logging.getLogger("raftlog.api.peer_server")
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-FRAME_HEADER_SIZE = 9
-SETTINGS_FRAME = 0x4
-FIRST_FRAME_BYTES_MAX = 16_384  # every peer must accept a frame this big: a longer first SETTINGS is not HTTP/2
 ROUTE_TIMEOUT_S = 10.0  # a connection that has not sent its preface and SETTINGS by then is closed
-REPLICATE, GRPC, NOT_HTTP2 = "replicate", "grpc", "not HTTP/2"
 PEER_STREAMS_MAX = 256  # concurrent calls per gRPC connection
 IDLE_CONNECTION_MS = 75_000  # a gRPC connection with no call for this long is closed
 GRACE_S = 1.0  # at stop, calls under way get this long to finish
@@ -156,7 +152,7 @@ class PeerPort:
             self._handshaking.add(sock)
             return True
         self._refused += 1
-        now = time.monotonic()
+        now = loop_time()
         if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL_S:
             self._refusal_logged = now
             log.warning("peer port: refused %d connection(s), the latest from %s: %d open (peer_connections_max)",
@@ -305,25 +301,6 @@ def _served(path: str) -> bool:
         except OSError:
             return True
     return True
-
-
-def route_of(received: bytes | bytearray) -> str | None:
-    """Where a connection goes, from its first bytes; None: not known yet."""
-    head = bytes(received[:len(PREFACE)])
-    if head != PREFACE[:len(head)]:
-        return NOT_HTTP2
-    start = len(PREFACE) + FRAME_HEADER_SIZE
-    if len(received) < start:
-        return None
-    size = int.from_bytes(received[len(PREFACE):len(PREFACE) + 3], "big")
-    if received[len(PREFACE) + 3] != SETTINGS_FRAME or size % 6 or size > FIRST_FRAME_BYTES_MAX:
-        return NOT_HTTP2  # the preface is followed by a SETTINGS frame (RFC 9113 §3.4)
-    if len(received) < start + size:
-        return None
-    for at in range(start, start + size, 6):
-        if int.from_bytes(received[at:at + 2], "big") == REPLICATE_SETTING:
-            return REPLICATE
-    return GRPC
 
 
 def grpc_server(service: PeerService, address: str, max_message_bytes: int) -> grpc.aio.Server:

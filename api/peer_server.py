@@ -43,7 +43,7 @@ from raftlog.api.peer_codec import (
     encode_message,
     encode_push_response,
 )
-from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH
+from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH
 from raftlog.api.service import LogService
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import (

@@ -39,17 +39,10 @@ import hyperframe.frame
 
 from raftlog.api.data_frames import DEFAULT_WINDOW, DataFrames
 from raftlog.api.peer_codec import PeerMessageError, decode_push_response, encode_push
+from raftlog.api.peer_wire import PING_DATA, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix, take_message
 from raftlog.raft.messages import PushRequest, PushResponse
 from raftlog.raft.transport import PeerUnavailable, fail_push
 
-PREFIX_SIZE = 5  # gRPC's message prefix: a compressed flag and a u32 big-endian length
-PING_DATA = b"raftlog!"  # a PING frame carries 8 bytes
-REPLICATE_PATH = b"/raftlog.peer.v1.Peer/Replicate"
-FORWARD_PATH = b"/raftlog.peer.v1.Peer/Forward"
-# An HTTP/2 setting no one has registered (receivers ignore unknown settings, RFC 9113 §6.5.2) in the
-# first SETTINGS frame of a connection: the peer port serves its stream on h2 (api.peer_port). Below
-# 0x100, as hyperframe writes setting ids of one byte.
-REPLICATE_SETTING = 0xA6
 PUSH_ANSWER_BYTES_MAX = 1024  # a push's answer is a few varints: a longer message breaks the stream
 
 
@@ -62,11 +55,6 @@ def _frame_repr(frame: hyperframe.frame.Frame) -> str:
 
 
 hyperframe.frame.Frame.__repr__ = _frame_repr  # type: ignore[method-assign,assignment]
-
-
-def grpc_prefix(size: int) -> bytes:
-    """What goes before a gRPC message of `size` bytes: not compressed, and its length."""
-    return b"\x00" + size.to_bytes(4, "big")
 
 
 class StreamOwner(Protocol):
@@ -83,31 +71,6 @@ class StreamOwner(Protocol):
     def answered(self, peer_id: str) -> None: ...
 
     def failed(self, peer_id: str, what: str, exc: Exception) -> str: ...
-
-
-class MessageTooLarge(PeerMessageError):
-    """A gRPC message whose prefix announces more than the receiver takes."""
-
-
-class CompressedMessage(PeerMessageError):
-    """A gRPC message flagged compressed: no compression is agreed on the peer port."""
-
-
-def take_message(received: bytearray, max_bytes: int | None = None) -> bytes | None:
-    """The first whole gRPC message in `received`, taken out of it; None while it is not all there.
-    One over `max_bytes` is refused by its prefix, before its bytes arrive."""
-    if len(received) < PREFIX_SIZE:
-        return None
-    size = int.from_bytes(received[1:PREFIX_SIZE], "big")
-    if max_bytes is not None and size > max_bytes:
-        raise MessageTooLarge(f"a message of {size} bytes is over the limit of {max_bytes}")
-    if len(received) < PREFIX_SIZE + size:
-        return None
-    if received[0]:
-        raise CompressedMessage("a compressed message")
-    message = bytes(received[PREFIX_SIZE:PREFIX_SIZE + size])
-    del received[:PREFIX_SIZE + size]
-    return message
 
 
 class H2CallStream(asyncio.Protocol):

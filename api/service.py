@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -58,7 +57,6 @@ class LogService:
         self.grpc_address = grpc_address
         self.describe = describe  # node facts beyond raft: flush mode, disk
         self.remote_members = remote_members  # members beyond loopback may join (a cluster secret, or insecure)
-        self.started = time.monotonic()  # uptime and contact ages are wall durations, for people
         self.closing = False  # the member is stopping: readers following the log end
         self.follow_budget = ByteBudget(limits.follow_buffer_bytes_max)  # shared by REST and gRPC streams
         self._read_index_rounds = SharedRounds(self._read_index_round)
@@ -348,7 +346,7 @@ class LogService:
             "committed_index": progress.committed_index, "applied_index": progress.applied_index,
             "rejoining": progress.rejoining}
         if progress.role is Role.LEADER:
-            now = time.monotonic()
+            now = self.node.now()
             status["progress"] = {
                 peer: {"match_index": p.match_index, "lag_bytes": self._bytes_after(p.match_index),
                        "inflight_bytes": p.inflight_bytes,
@@ -396,7 +394,7 @@ class LogService:
             group=node.config.group, self_id=node.config.self_id, role=node.role.value, term=node.term,
             leader=leader, members=members, configuration_index=configuration.index,
             begin_index=store.begin_index, end_index=store.end_index, committed_index=node.committed_index,
-            applied_index=node.applied_index, uptime_s=round(time.monotonic() - self.started, 3),
+            applied_index=node.applied_index, uptime_s=round(node.now() - (node.started_at or node.now()), 3),
             flush_mode=flush_mode, disk=disk)
 
     async def _peer_status(self, peer_id: str) -> dict[str, Any] | None:

@@ -42,9 +42,15 @@ import h2.settings
 from hyperframe.frame import HeadersFrame
 
 from raftlog.api.data_frames import DataFrames
-from raftlog.api.peer_client import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS
 from raftlog.api.peer_codec import PeerMessageError
-from raftlog.api.peer_stream import (
+from raftlog.api.peer_wire import (
+    FRAME_BYTES_MAX,
+    INTERNAL,
+    INVALID_ARGUMENT,
+    OK,
+    RESOURCE_EXHAUSTED,
+    SILENT_PEER_S,
+    UNIMPLEMENTED,
     CompressedMessage,
     MessageTooLarge,
     grpc_prefix,
@@ -55,12 +61,6 @@ if TYPE_CHECKING:
     from raftlog.api.peer_server import PeerService, StreamMethod
 
 log = logging.getLogger("raftlog.api.peer_server")
-
-ANSWERS_AHEAD_MAX = 1024  # messages handed to the node and not yet answered: then the stream reads no more
-SILENT_PEER_S = (KEEPALIVE_MS + 2 * KEEPALIVE_TIMEOUT_MS) / 1000
-WINDOW_BYTES = 8 << 20  # what a leader may send ahead of our reading: twice push_inflight_bytes_max's
-# default, so the window does not slow a leader that keeps to it (ANSWERS_AHEAD_MAX bounds the rest)
-OK, INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 3, 8, 12, 13  # gRPC status codes
 
 
 class BoundedFrameBuffer(h2.frame_buffer.FrameBuffer):
@@ -86,18 +86,21 @@ class StreamConnection(asyncio.Protocol):
         self.peer = peer
         self.max_message_bytes = max_message_bytes
         self._loop = asyncio.get_running_loop()
-        header_bytes = service.service.limits.max_header_bytes
+        limits = service.service.limits
+        header_bytes = limits.max_header_bytes
+        self.window_bytes = limits.peer_window_bytes
+        self.answers_ahead_max = limits.peer_answers_ahead_max
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config)
         self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW_BYTES,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window_bytes,
             h2.settings.SettingCodes.MAX_FRAME_SIZE: FRAME_BYTES_MAX,
             h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: header_bytes})
         self._h2.max_inbound_frame_size = FRAME_BYTES_MAX  # h2 took it from its default settings
         self._h2.decoder.max_header_list_size = header_bytes  # ... and this, until the leader acknowledges ours
         self._h2.incoming_buffer = BoundedFrameBuffer(header_bytes)
-        self._frames = DataFrames(self._h2, server=True, inbound_window=WINDOW_BYTES)
+        self._frames = DataFrames(self._h2, server=True, inbound_window=self.window_bytes)
         self._control = b""  # WINDOW_UPDATE frames to send
         self._transport: Any = None
         self._stream_id: int | None = None
@@ -116,7 +119,7 @@ class StreamConnection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
         self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(WINDOW_BYTES - 65_535)  # the connection's own window
+        self._h2.increment_flow_control_window(self.window_bytes - 65_535)  # the connection's own window
         self._flush()
 
     def data_received(self, data: bytes) -> None:
@@ -149,7 +152,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _data(self, data: bytes) -> None:
         """DATA of the open stream (api.data_frames): its window is given back at once, as the
-        bounds on what is held are ANSWERS_AHEAD_MAX's."""
+        bounds on what is held are peer_answers_ahead_max's."""
         self._control += self._frames.give_back(len(data))
         if self._ending is None:
             self._take(data)
@@ -215,7 +218,7 @@ class StreamConnection(asyncio.Protocol):
             self._end(UNIMPLEMENTED, str(exc))
         except PeerMessageError as exc:
             self._end(INVALID_ARGUMENT, str(exc))
-        if len(self._answers) >= ANSWERS_AHEAD_MAX and not self._paused:
+        if len(self._answers) >= self.answers_ahead_max and not self._paused:
             self._paused = True  # the node is behind: read no more until it catches up
             self._transport.pause_reading()
 
@@ -231,7 +234,7 @@ class StreamConnection(asyncio.Protocol):
             message = encode(answer.result())
             outbox.append(grpc_prefix(len(message)))
             outbox.append(message)
-        if self._paused and len(answers) < ANSWERS_AHEAD_MAX:
+        if self._paused and len(answers) < self.answers_ahead_max:
             self._paused = False
             self._transport.resume_reading()
         self._flush()

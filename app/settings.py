@@ -317,6 +317,9 @@ class NodeSettings(BaseSettings):
         if self.max_inflight_body_bytes < self.max_request_bytes:
             raise SettingsError(f"max_inflight_body_bytes {self.max_inflight_body_bytes} is below max_request_bytes "
                                 f"{self.max_request_bytes}: a request of the largest size could never be taken")
+        if self.peer_window_bytes < self.push_inflight_bytes_max:
+            raise SettingsError(f"peer_window_bytes {self.peer_window_bytes} is below push_inflight_bytes_max "
+                                f"{self.push_inflight_bytes_max}: a leader could not keep that much in flight")
         self._check_security()
         if self.max_entry_bytes + HEADER_SIZE > self.store_config().max_entry_size:
             raise SettingsError(f"max_entry_bytes {self.max_entry_bytes} does not fit in a data file "

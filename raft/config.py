@@ -91,6 +91,8 @@ class RaftConfig:
     max_heartbeat_leak: int = 3
     min_vote_interval_ms: int = 50
     max_vote_interval_ms: int = 150
+    min_take_leadership_vote_interval_ms: int = 30  # the back-off of a transfer's target: it stands sooner
+    max_take_leadership_vote_interval_ms: int = 100
     vote_timeout_ms: int = 200
     max_push_timeout_ms: int = 1000
     max_wait_ack_ms: int = 2500
@@ -108,6 +110,8 @@ class RaftConfig:
     apply_batch_max: int = 1000
     scrub_interval_ms: int = 3_600_000  # 0: no scrub (reads still find and repair damage)
     max_promote_lag_entries: int = 1000  # a learner further behind the leader is not promoted yet
+    control_queue_max: int = 1024  # compares and truncates a follower holds (DLedger's compareOrTruncateRequests)
+    waiting_pushes_max: int = 1024  # appends a follower holds that arrived ahead of their turn
 
     def __post_init__(self) -> None:
         ids = {p.id for p in self.peers}
@@ -116,13 +120,17 @@ class RaftConfig:
         for name in ("heartbeat_interval_ms", "max_heartbeat_leak", "min_vote_interval_ms",
                      "vote_timeout_ms", "max_push_timeout_ms", "max_wait_ack_ms", "max_pending_requests",
                      "push_bytes_max", "push_entries_max", "push_window_max", "push_inflight_bytes_max",
-                     "rpc_timeout_ms", "apply_batch_max"):
+                     "rpc_timeout_ms", "apply_batch_max", "min_take_leadership_vote_interval_ms",
+                     "control_queue_max", "waiting_pushes_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.scrub_interval_ms < 0:
             raise ValueError("scrub_interval_ms must be 0 (off) or positive")
         if self.max_vote_interval_ms < self.min_vote_interval_ms:
             raise ValueError("max_vote_interval_ms must be at least min_vote_interval_ms")
+        if self.max_take_leadership_vote_interval_ms < self.min_take_leadership_vote_interval_ms:
+            raise ValueError("max_take_leadership_vote_interval_ms must be at least "
+                             "min_take_leadership_vote_interval_ms")
         if self.max_promote_lag_entries < 0:
             raise ValueError("max_promote_lag_entries must not be negative")
         unknown = set(self.preferred_leader_ids) - {p.id for p in self.peers if not p.learner}

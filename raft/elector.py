@@ -44,7 +44,6 @@ from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.elector")
 
-TAKE_LEADERSHIP_VOTE_INTERVAL_MS = (30, 100)  # DLedger's min/maxTakeLeadershipVoteIntervalMs
 
 
 class Candidacy(Protocol):
@@ -110,8 +109,9 @@ class LeaderElector:
         return ms / 1000
 
     def _next_vote_time(self) -> float:
-        low, high = (TAKE_LEADERSHIP_VOTE_INTERVAL_MS if self.taking_leadership else
-                     (self.config.min_vote_interval_ms, self.config.max_vote_interval_ms))
+        config = self.config
+        low, high = ((config.min_take_leadership_vote_interval_ms, config.max_take_leadership_vote_interval_ms)
+                     if self.taking_leadership else (config.min_vote_interval_ms, config.max_vote_interval_ms))
         return self.clock() + self.last_vote_cost + self._ms(self.rng.uniform(low, high))
 
     # -- leader ------------------------------------------------------------------------

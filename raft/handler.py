@@ -32,9 +32,6 @@ from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.handler")
 
-CONTROL_QUEUE_MAX = 1024  # DLedger's compareOrTruncateRequests capacity
-WAITING_PUSHES_MAX = 1024
-
 
 class PushShapeError(ValueError):
     """A push whose numbers cannot be true: entries that do not fit its bytes, an index before 0."""
@@ -137,13 +134,13 @@ class EntryHandler:
                 return response
             if request.first_index in self.waiting:
                 return self._answer(request, Code.REPEATED_PUSH)
-            if len(self.waiting) >= WAITING_PUSHES_MAX:
+            if len(self.waiting) >= self.config.waiting_pushes_max:
                 return self._answer(request, Code.PUSH_REQUEST_IS_FULL)
             self.waiting[request.first_index] = (request, future, self.clock())
         else:
             if request.type in (PushType.COMPARE, PushType.TRUNCATE, PushType.INSTALL_SNAPSHOT):
                 self.drop_waiting(Code.INCONSISTENT_STATE)
-            if len(self.control) >= CONTROL_QUEUE_MAX:
+            if len(self.control) >= self.config.control_queue_max:
                 return self._answer(request, Code.PUSH_REQUEST_IS_FULL)
             self.control.append((request, future))
         self.wake.set()

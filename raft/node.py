@@ -49,7 +49,7 @@ from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
 from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
-from raftlog.raft.waiting import Signal, log_if_died, wait_event
+from raftlog.raft.waiting import Signal, log_if_died, loop_time, wait_event
 from raftlog.storage.codec import Magic
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
@@ -112,11 +112,12 @@ class RaftNode:
         self._leading = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()  # one-off work such as the NOOP
+        self.started_at: float | None = None  # on the loop's clock, once started
         self.state.add_role_listener(self._on_role_change)
 
     def now(self) -> float:
         """The loop's clock: the simulation drives it."""
-        return asyncio.get_running_loop().time()
+        return loop_time()
 
     def _dispatcher(self, peer: str) -> EntryDispatcher:
         return EntryDispatcher(peer, self.config, self.state, self.store, self.members, self.commitment,
@@ -125,6 +126,7 @@ class RaftNode:
     # -- life ------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.started_at = self.now()
         loop_tasks = [self.elector.run(), self.handler.run(), self.applier.run(), self.appends.flush_loop()]
         loop_tasks.append(self.repairer.run_repairs())
         if self.config.scrub_interval_ms:

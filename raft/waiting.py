@@ -11,6 +11,11 @@ from typing import Any
 Clock = Callable[[], float]  # seconds on the event loop's clock, which the simulation drives
 
 
+def loop_time() -> float:
+    """Now, on the running event loop's clock: every deadline and age in raft/ and api/ reads it."""
+    return asyncio.get_running_loop().time()
+
+
 async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     """Wait until `event` is set or `timeout` seconds pass (None: forever); True if set."""
     if timeout is not None and timeout <= 0:

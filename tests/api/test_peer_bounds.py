@@ -31,7 +31,7 @@ from raftlog.api.peer_client import PeerClient, PeerTls
 from raftlog.api.peer_codec import encode_message, encode_push
 from raftlog.api.peer_port import PeerPort
 from raftlog.api.peer_server import PeerService
-from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
+from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
 from raftlog.app.launcher import free_ports
 from raftlog.app.settings import SettingsError, load_settings
 from raftlog.raft.config import Peer

@@ -32,7 +32,7 @@ from raftlog.api.peer_codec import (
 )
 from raftlog.api.peer_port import PeerPort
 from raftlog.api.peer_server import PeerService
-from raftlog.api.peer_stream import FORWARD_PATH, REPLICATE_PATH, grpc_prefix
+from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH, grpc_prefix
 from raftlog.app.launcher import free_ports
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import (
@@ -474,7 +474,7 @@ async def test_a_push_wider_than_the_followers_window_goes_through(follower: tup
     follower grants more."""
     node, address = follower
     client = client_for(address, timeout_ms=5000)
-    pushes = stream_server.WINDOW_BYTES // (1 << 20) + 4
+    pushes = ApiLimits().peer_window_bytes // (1 << 20) + 4
     try:
         stream = client.open_stream("n2")
         answers = [stream.send(push(i, 1 << 20)) for i in range(pushes)]

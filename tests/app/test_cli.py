@@ -56,6 +56,13 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"peer-tls-cert": "/x.pem", "peer-tls-key": "/x.key"}, "needs peer_tls_cert, peer_tls_key and peer_tls_ca"),
     ({"client-tls-cert": "/x.pem", "client-tls-key": "/x.key"}, "client_tls_cert: /x.pem is not a file"),
     ({"max-inflight-body-bytes": "10"}, "max_inflight_body_bytes 10 is below max_request_bytes"),
+    ({"peer-window-bytes": str(1 << 20)}, "peer_window_bytes 1048576 is below push_inflight_bytes_max"),
+    ({"peer-window-bytes": "1000"}, "peer_window_bytes 1000 must be 65535 to 2 GiB"),
+    ({"peer-answers-ahead-max": "0"}, "peer_answers_ahead_max 0 must be at least 1"),
+    ({"append-stream-window-batches": "0"}, "append_stream_window_batches 0 must be at least 1"),
+    ({"control-queue-max": "0"}, "control_queue_max must be positive"),
+    ({"waiting-pushes-max": "-1"}, "waiting_pushes_max must be positive"),
+    ({"max-take-leadership-vote-interval-ms": "10"}, "max_take_leadership_vote_interval_ms must be at least"),
 ])
 def test_bad_settings_fail_at_start_with_one_line(tmp_path: Path, overrides: dict[str, str], message: str) -> None:
     result = raftlog(*serve_args(tmp_path, **overrides))

@@ -12,7 +12,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from raftlog.api.peer_stream import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix, take_message
+from raftlog.api.peer_wire import REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix, take_message
 
 SERVICE = "/raftlog.peer.v1.Peer/"
 
