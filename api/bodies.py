@@ -46,7 +46,7 @@ def decode_bodies(data: bytes, max_entries: int | None = None) -> list[bytes]:
 
 def reference_decode(data: bytes, max_entries: int | None = None) -> list[bytes]:
     """decode_bodies in Python (lengths read in place, no view per entry)."""
-    bodies = []
+    bodies: list[bytes] = []
     unpack_from = LENGTH.unpack_from
     end = len(data)
     offset = 0

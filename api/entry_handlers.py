@@ -121,7 +121,7 @@ class ModelResponse(JSONResponse):
     """An answer's model (api.schemas) as compact JSON, in pydantic's own encoder."""
 
     def render(self, content: Any) -> bytes:
-        return content.model_dump_json().encode()  # type: ignore[no-any-return]
+        return content.model_dump_json().encode()
 
 
 def content_type(request: Request) -> str:

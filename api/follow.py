@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 log = logging.getLogger("raftlog.api")
 
 ABORTED_WAIT_S = 5.0  # for the server to see a cut connection gone
-ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: cuts the request's connection (app.client_protocol)
+ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: {"abort": cuts the request's connection} (app.client_protocol)
 
 if TYPE_CHECKING:
     from raftlog.api.limits import ByteBudget
@@ -82,7 +82,7 @@ class LogStream(StreamingResponse):
             await asyncio.wait((streaming, leaving), return_when=asyncio.FIRST_COMPLETED)
             error = None if not streaming.done() or streaming.cancelled() else streaming.exception()
             if error is not None:
-                abort = scope.get("extensions", {}).get(ABORT_EXTENSION)
+                abort = scope.get("extensions", {}).get(ABORT_EXTENSION, {}).get("abort")
                 if abort is None:
                     raise error
                 log.warning("ended a stream of the log to %s: %s", _client(scope), error)

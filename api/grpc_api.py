@@ -66,7 +66,8 @@ BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
            Code.MEMBER_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
            **dict.fromkeys((Code.ALREADY_VOTER, Code.LAST_VOTER, Code.LEARNER_BEHIND, Code.QUORUM_AT_RISK,
                             Code.CHANGE_IN_FLIGHT, Code.SECRET_REQUIRED), grpc.StatusCode.FAILED_PRECONDITION)}
-ENTRY_TYPES = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP, Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}
+ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
+                                        Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
          "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN}
@@ -120,7 +121,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
                         await window.put(asyncio.ensure_future(_fail(request.error)))
                         break
                     bodies = list(request.bodies)
-                    if self.service.node.role is RaftRole.LEADER and not (forwarded and not previous.done()):
+                    behind_a_forward = forwarded and previous is not None and not previous.done()
+                    if self.service.node.role is RaftRole.LEADER and not behind_a_forward:
                         previous, forwarded = asyncio.ensure_future(self._append(bodies)), False
                     else:  # behind the batch before it, wherever that one went
                         previous, forwarded = asyncio.ensure_future(_after(previous, self._append(bodies))), True

@@ -94,7 +94,7 @@ class PeerClient:
                  routes: dict[str, str] | None = None) -> None:
         self.self_id = self_id
         self.routes = routes or {}  # where to reach some peers, over their configured address
-        self.metadata = (("authorization", f"Bearer {secret.decode()}"),) if secret else ()
+        self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {secret.decode()}"),) if secret else ()
         self.on_push = on_push  # (peer, seconds, bytes) of each answered push, for metrics
         self.rpc_timeout_s = rpc_timeout_ms / 1000
         self.push_timeout_s = push_timeout_ms / 1000  # an overdue push answer breaks its stream
@@ -204,9 +204,10 @@ class PeerClient:
 
     async def change_membership(self, leader_id: str, action: str, member_id: str,
                                 new: Peer | None) -> MembershipAnswer:
-        added = {} if new is None else {"peer_address": new.address, "client_url": new.client_url or "",
-                                        "grpc_address": new.grpc_address or "", "learner": new.learner}
-        request = pb.MembershipChange(action=action, id=member_id, **added)
+        request = pb.MembershipChange(action=action, id=member_id)
+        if new is not None:
+            request.peer_address, request.learner = new.address, new.learner
+            request.client_url, request.grpc_address = new.client_url or "", new.grpc_address or ""
         answer = await self._api_call(leader_id, "ChangeMembership", request, pb.JsonAnswer)
         return _typed(MembershipAnswer, answer.json, leader_id)
 
@@ -237,7 +238,8 @@ class PeerClient:
         return answer
 
     async def _unary(self, peer_id: str, method: str, request: bytes, timeout_s: float) -> bytes:
-        call = self._channel(peer_id, method).unary_unary(SERVICE + method)
+        call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self._channel(peer_id, method).unary_unary(
+            SERVICE + method)
         try:
             answer: bytes = await call(request, timeout=timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:  # refused, reset, timed out, a protocol error, a wrong secret

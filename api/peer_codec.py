@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum, IntEnum
-from functools import cache
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, TypeVar, cast, get_type_hints
 
 from google.protobuf.message import DecodeError, Message
 
@@ -33,6 +32,7 @@ from raftlog.raft.messages import (
 )
 
 M = TypeVar("M")
+FIELD_TYPES: dict[type, dict[str, Any]] = {}  # _field_types's, by message class
 
 PUSH_TYPES = tuple(PushType)  # in the order of the proto's enum
 PUSH_DATA_TAG = bytes([pb.PushRequest.DATA_FIELD_NUMBER << 3 | 2])  # PushRequest.data, length-delimited
@@ -65,10 +65,13 @@ def decode_message(cls: type[M], data: bytes) -> M:
         raise PeerMessageError(f"{cls.__name__}: {exc}") from None
 
 
-@cache
 def _field_types(cls: type) -> dict[str, Any]:
-    hints = get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    """A message dataclass's fields and their types, worked out once per class (get_type_hints is slow)."""
+    types = FIELD_TYPES.get(cls)
+    if types is None:
+        hints = get_type_hints(cls)
+        types = FIELD_TYPES[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return types
 
 
 def _convert(kind: Any, value: Any) -> object:
@@ -85,7 +88,7 @@ def encode_push(request: PushRequest) -> bytes:
     serialisation would copy them twice more."""
     head = pb.PushRequest(
         group=request.group, leader_id=request.leader_id, term=request.term,
-        type=PUSH_TYPES.index(request.type), commit_index=request.commit_index,
+        type=cast(pb.PushType, PUSH_TYPES.index(request.type)), commit_index=request.commit_index,
         first_index=request.first_index, count=request.count,
         pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
         chain_crc=request.chain_crc, next_pos=request.next_pos).SerializeToString()

@@ -94,8 +94,9 @@ class PeerService:
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
             "ChangeMembership": self._change_membership,
         }
-        methods = {name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
-                   for name, call in unary.items()}
+        methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
+            for name, call in unary.items()}
         return grpc.method_handlers_generic_handler("raftlog.peer.v1.Peer", methods)
 
     def guard(self) -> grpc.aio.ServerInterceptor:

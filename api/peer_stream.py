@@ -28,7 +28,7 @@ import asyncio
 import ssl
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import h2.config
 import h2.connection
@@ -54,7 +54,7 @@ def _frame_repr(frame: hyperframe.frame.Frame) -> str:
     return f"{type(frame).__name__}(stream_id={frame.stream_id}, {len(getattr(frame, 'data', b''))} bytes)"
 
 
-hyperframe.frame.Frame.__repr__ = _frame_repr  # type: ignore[method-assign,assignment]
+hyperframe.frame.Frame.__repr__ = _frame_repr  # type: ignore[method-assign]
 
 
 class StreamOwner(Protocol):
@@ -89,7 +89,8 @@ class H2CallStream(asyncio.Protocol):
         self.answer_bytes_max = answer_bytes_max
         self._loop = asyncio.get_running_loop()
         self._h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
-        self._h2.local_settings = h2.settings.Settings(client=True, initial_values={REPLICATE_SETTING: 1})
+        announce = cast(dict[h2.settings.SettingCodes, int], {REPLICATE_SETTING: 1})  # h2 sends one it does not know
+        self._h2.local_settings = h2.settings.Settings(client=True, initial_values=announce)
         self._headers = [
             (b":method", b"POST"), (b":scheme", b"https" if tls else b"http"),
             (b":path", self.path), (b":authority", address.encode()),

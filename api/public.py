@@ -373,7 +373,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 def _install_docs(app: FastAPI) -> None:
     """Swagger UI at /docs, as FastAPI serves it, with a Content-Security-Policy that lets its scripts
     and styles load from their CDN and run its own inline script."""
-    html = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI").body.decode()
+    html = bytes(get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - Swagger UI").body).decode()
     headers = {"Content-Security-Policy": page_policy(html, sources=SWAGGER_SOURCES)}
 
     @app.get("/docs", include_in_schema=False)

@@ -40,6 +40,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from starlette.types import ASGIApp, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -47,6 +48,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from raftlog.api.errors import RETRY_AFTER_S, ApiError
 from raftlog.api.follow import ABORT_EXTENSION
 from raftlog.raft.messages import Code
+
+if TYPE_CHECKING:
+    from uvicorn._types import ASGI3Application  # uvicorn's own type of an app (a private module: types only)
 
 log = logging.getLogger("raftlog.server")
 
@@ -133,7 +137,8 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
         def on_headers_complete(self) -> None:
             self._in_headers = False
             self._header_bytes = 0
-            self.scope["extensions"] = {**self.scope.get("extensions", {}), ABORT_EXTENSION: self.transport.abort}
+            self.scope["extensions"] = {**self.scope.get("extensions", {}),
+                                        ABORT_EXTENSION: {"abort": self.transport.abort}}  # an extension is a dict
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
@@ -146,11 +151,13 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             if self._mid_message and not self.transport.is_closing():
                 self._arm()  # the next request, which had to wait, now reads on
 
-        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGIApp) -> None:
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             """Run the request's cycle, with what `below_asgi` answers it by in place of the app (never
             in place of another: uvicorn's own refusals)."""
             if below_asgi is not None and app is self.app:
-                app = below_asgi(cycle.scope) or app  # type: ignore[assignment]
+                below = below_asgi(cast(Scope, cycle.scope))  # uvicorn's typed scope is starlette's mapping
+                if below is not None:
+                    app = cast("ASGI3Application", below)
             super()._start_asgi_task(cycle, app)
 
         def _answering(self) -> bool:

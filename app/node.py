@@ -46,7 +46,7 @@ class Node:
                                 push_timeout_ms=config.max_push_timeout_ms,
                                 wait_timeout_ms=config.max_wait_ack_ms + config.rpc_timeout_ms,
                                 max_message_bytes=settings.peer_message_bytes_max(),
-                                max_batch_entries=settings.max_batch_entries,
+                                max_batch_entries=settings.api_limits().max_batch_entries,
                                 secret=secret, tls=settings.peer_tls(), routes=settings.peer_route_map())
         self.raft = RaftNode(config, store, checkpoint, self.peers, term=state.current_term,
                              voted_for=state.voted_for, committed_index=state.committed_index,

@@ -160,7 +160,8 @@ def codec_warnings() -> list[str]:
 
 
 async def serve(settings: NodeSettings) -> None:
-    raise_open_files(settings.max_connections + settings.grpc_connections_max + settings.peer_connections_max)
+    limits = settings.api_limits()
+    raise_open_files(limits.max_connections + limits.grpc_connections_max + limits.peer_connections_max)
     client_sock = bind(settings.client_host, settings.client_port, "client")
     try:
         peer_sock = bind(*settings.peer_address, "peer")

@@ -117,7 +117,9 @@ class NodeSettings(BaseSettings):
     def peer_message_bytes_max(self) -> int:
         """The largest message on the peer port: a push (push_bytes_max, or one entry larger than
         that), or a forwarded append (max_request_bytes), with room for the fields around them."""
-        return max(self.push_bytes_max, self.max_entry_bytes + HEADER_SIZE, self.max_request_bytes) + (1 << 20)
+        limits = self.api_limits()
+        return max(self.raft_config().push_bytes_max, limits.max_entry_bytes + HEADER_SIZE,
+                   limits.max_request_bytes) + (1 << 20)
 
     def _values_of(self, cls: type) -> dict[str, Any]:
         names = {f.name for f in dataclasses.fields(cls)} - NOT_SETTINGS
@@ -314,16 +316,21 @@ class NodeSettings(BaseSettings):
                 raise SettingsError(f"peer {peer.id}: {port!r} in {peer.address!r} is not a TCP port number")
         if self.join is not None and not self.join.startswith(("http://", "https://")):
             raise SettingsError(f"join {self.join!r}: expected a member's client URL, http://host:port")
-        if self.max_inflight_body_bytes < self.max_request_bytes:
-            raise SettingsError(f"max_inflight_body_bytes {self.max_inflight_body_bytes} is below max_request_bytes "
-                                f"{self.max_request_bytes}: a request of the largest size could never be taken")
-        if self.peer_window_bytes < self.push_inflight_bytes_max:
-            raise SettingsError(f"peer_window_bytes {self.peer_window_bytes} is below push_inflight_bytes_max "
-                                f"{self.push_inflight_bytes_max}: a leader could not keep that much in flight")
+        self._check_layers(self.raft_config(), self.store_config(), self.api_limits())
         self._check_security()
-        if self.max_entry_bytes + HEADER_SIZE > self.store_config().max_entry_size:
-            raise SettingsError(f"max_entry_bytes {self.max_entry_bytes} does not fit in a data file "
-                                f"of data_file_size {self.data_file_size}")
+
+    @staticmethod
+    def _check_layers(raft: RaftConfig, store: StoreConfig, limits: ApiLimits) -> None:
+        """The bounds that tie one layer's settings to another's."""
+        if limits.max_inflight_body_bytes < limits.max_request_bytes:
+            raise SettingsError(f"max_inflight_body_bytes {limits.max_inflight_body_bytes} is below max_request_bytes "
+                                f"{limits.max_request_bytes}: a request of the largest size could never be taken")
+        if limits.peer_window_bytes < raft.push_inflight_bytes_max:
+            raise SettingsError(f"peer_window_bytes {limits.peer_window_bytes} is below push_inflight_bytes_max "
+                                f"{raft.push_inflight_bytes_max}: a leader could not keep that much in flight")
+        if limits.max_entry_bytes + HEADER_SIZE > store.max_entry_size:
+            raise SettingsError(f"max_entry_bytes {limits.max_entry_bytes} does not fit in a data file "
+                                f"of data_file_size {store.data_file_size}")
 
 
 def _read(path: Path, setting: str) -> str:

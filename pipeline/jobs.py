@@ -247,8 +247,8 @@ def stats(spark: SparkSession, *, urls: Sequence[str] = (), data_dir: str | None
     """Entries and body bytes per term and, when bodies are JSON with a time field (epoch seconds,
     milliseconds, or an ISO-8601 string), per hour of that time."""
     reader = spark.read.format("raftlog")
-    reader = reader.load(data_dir) if data_dir is not None else reader.option("url", ",".join(urls)).load()
-    frame = reader.withColumn("bytes", F.length("body")).cache()
+    log = reader.load(data_dir) if data_dir is not None else reader.option("url", ",".join(urls)).load()
+    frame = log.withColumn("bytes", F.length("body")).cache()
     try:
         totals = frame.agg(F.count("*").alias("entries"), F.sum("bytes").alias("bytes")).first()
         by_term = [r.asDict() for r in frame.groupBy("term").agg(

@@ -110,7 +110,7 @@ def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: flo
     client = _http(access)
     while decoder.next_index <= end:
         start = decoder.next_index
-        params = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
+        params: dict[str, str | int] = {"start": start, "limit": end - start + 1, "consistency": "linearizable"}
         try:
             with client.stream("GET", f"{url}/v1/entries", params=params, timeout=timeout_s,
                                headers={"accept": ENTRIES_CONTENT_TYPE, **access.headers()}) as response:

@@ -13,7 +13,7 @@ failed call to retry.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Any, Protocol
 
 from raftlog.raft.messages import (
     FetchRequest,
@@ -32,7 +32,7 @@ class PeerUnavailable(Exception):
     """No answer from a peer: refused, lost, timed out, or a protocol error."""
 
 
-def fail_push(answer: asyncio.Future[PushResponse], message: str) -> None:
+def fail_push(answer: asyncio.Future[Any], message: str) -> None:
     """Settle a push's answer as failed (PeerUnavailable), unless it is settled already; the
     failure counts as seen, so a push whose waiter has gone does not log it."""
     if not answer.done():

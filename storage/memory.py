@@ -81,6 +81,9 @@ class MemoryStore:
     async def close(self) -> None:
         pass
 
+    def disk_usage_ratio(self) -> float:
+        return 0.0  # it holds nothing on disk
+
     async def flush(self) -> None:
         pass
 

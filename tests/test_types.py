@@ -1,4 +1,5 @@
-"""mypy, strict, on storage and raft: the log and the protocol, where a slip of type is a lost entry.
+"""mypy: strict on storage and raft (the log and the protocol, where a slip of type is a lost entry),
+its default checks on api, app and pipeline, with pyproject.toml's settings.
 
 mypy reads modules by their paths, and the repository's folders are the raftlog package's subpackages
 only through pyproject.toml's package-dir: it reads them through a directory of links that lays them
@@ -10,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STRICT = ("storage", "raft")
+DEFAULT = ("api", "app", "pipeline")
 
 
 def wheel_layout(tmp_path: Path) -> Path:
@@ -22,8 +24,18 @@ def wheel_layout(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def mypy(tmp_path: Path, folders: tuple[str, ...], *flags: str) -> subprocess.CompletedProcess[str]:
+    packages = [arg for folder in folders for arg in ("-p", f"raftlog.{folder}")]
+    return subprocess.run([sys.executable, "-m", "mypy", *flags, "--config-file", str(ROOT / "pyproject.toml"),
+                           "--cache-dir", str(ROOT / ".mypy_cache"), *packages],
+                          cwd=wheel_layout(tmp_path), capture_output=True, text=True)
+
+
 def test_storage_and_raft_type_check_strictly(tmp_path: Path) -> None:
-    packages = [arg for folder in STRICT for arg in ("-p", f"raftlog.{folder}")]
-    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(ROOT / ".mypy_cache"),
-                          *packages], cwd=wheel_layout(tmp_path), capture_output=True, text=True)
+    out = mypy(tmp_path, STRICT, "--strict")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_api_app_and_pipeline_type_check(tmp_path: Path) -> None:
+    out = mypy(tmp_path, DEFAULT)
     assert out.returncode == 0, out.stdout + out.stderr
