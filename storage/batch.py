@@ -101,37 +101,28 @@ def reference_encode(
     parts: list[bytes] = []
     records: list[bytes] = []
     positions: list[int] = []
-    runs: list[tuple[int, int, int]] = []
-    fillers: list[int] = []
-    pos = write_pos
-    run_from = offset = 0
-    run_pos = pos
+    layout = Layout(write_pos)
+    offset = 0
     index = first_index
     chain = prev_chain_crc
     for body in bodies:
         body_size = len(body)
         size = HEADER_SIZE + body_size
-        placed = place(pos, size, file_size)
+        placed = place(layout.pos, size, file_size)
         if placed is None:
             raise EntryTooLargeError(f"entry of {size} bytes cannot fit in a data file of {file_size} bytes")
-        if placed != pos:  # the file is closed with a filler; the entry starts the next
-            if offset > run_from:
-                runs.append((run_from, offset, run_pos))
-            fillers.append(pos)
-            pos = run_pos = placed
-            run_from = offset
+        pos = layout.move_to(offset, placed)
         bcrc = crc32(body)
         chain = crc32(pack_chain(chain, index, term, bcrc))
         parts.append(pack_header(magic, size, index, term, pos, channel, chain, bcrc, body_size))
         parts.append(body)
         records.append(pack_record(magic, pos, size, index, term))
         positions.append(pos)
-        pos += size
+        layout.pos = pos + size
         offset += size
         index += 1
-    runs.append((run_from, offset, run_pos))
-    return Batch(first_index, b"".join(parts), runs, fillers, b"".join(records), positions, term,
-                 chain, pos)
+    return Batch(first_index, b"".join(parts), layout.runs_to(offset), layout.fillers, b"".join(records), positions,
+                 term, chain, layout.pos)
 
 
 def validate_follower_batch(
@@ -180,37 +171,54 @@ def reference_validate(
     config_indices: list[int] = []
     records: list[bytes] = []
     positions: list[int] = []
-    runs: list[tuple[int, int, int]] = []
-    fillers: list[int] = []
     expected = first_index
     term_floor = prev_term
     chain = prev_chain_crc
-    pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
-    run_from = offset = 0
-    run_pos = pos
+    layout = Layout(_adopted_pos(view, first_index, file_size) if write_pos is None else write_pos)
+    offset = 0
     while offset < end:
         verdict, magic, size, term, chain, placed = reference_check_next(
-            view, offset, end, expected, term_floor, pos, chain, file_size, False)
+            view, offset, end, expected, term_floor, layout.pos, chain, file_size, False)
         if verdict is not None:
             raise AppendRejectedError(expected, "truncated entry" if verdict == CUT_END
                                       else f"no entry ({verdict})" if verdict in ENDS else verdict)
-        if placed != pos:  # the file is closed with a filler; the entry starts the next
-            if offset > run_from:
-                runs.append((run_from, offset, run_pos))
-            fillers.append(pos)
-            pos = run_pos = placed
-            run_from = offset
+        pos = layout.move_to(offset, placed)
         if magic == config_magic:
             config_indices.append(expected)
         records.append(pack_record(magic, pos, size, expected, term))
         positions.append(pos)
         term_floor = term
-        pos += size
+        layout.pos = pos + size
         offset += size
         expected += 1
-    runs.append((run_from, offset, run_pos))
-    return Batch(first_index, view, runs, fillers, b"".join(records), positions, term_floor,
-                 chain, pos, tuple(config_indices))
+    return Batch(first_index, view, layout.runs_to(offset), layout.fillers, b"".join(records), positions, term_floor,
+                 chain, layout.pos, tuple(config_indices))
+
+
+class Layout:
+    """Where a batch's entries go in the global offset space, as both writers place them (codec.place):
+    runs of entries back to back, and a filler closing each data file an entry did not fit."""
+
+    def __init__(self, write_pos: int) -> None:
+        self.pos = write_pos  # where the next entry goes, if it fits its file
+        self.runs: list[tuple[int, int, int]] = []
+        self.fillers: list[int] = []
+        self._run_from = 0  # the data offset where the current run starts ...
+        self._run_pos = write_pos  # ... and where it goes
+
+    def move_to(self, offset: int, placed: int) -> int:
+        """The entry at data offset `offset` goes to `placed`: past a filler if that is not `pos`."""
+        if placed != self.pos:  # the file is closed with a filler; the entry starts the next
+            if offset > self._run_from:
+                self.runs.append((self._run_from, offset, self._run_pos))
+            self.fillers.append(self.pos)
+            self.pos = self._run_pos = placed
+            self._run_from = offset
+        return placed
+
+    def runs_to(self, end: int) -> list[tuple[int, int, int]]:
+        """The runs, the last one ending at data offset `end`."""
+        return [*self.runs, (self._run_from, end, self._run_pos)]
 
 
 def _adopted_pos(view: memoryview, first_index: int, file_size: int) -> int:
