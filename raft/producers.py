@@ -1,0 +1,165 @@
+"""Producer sessions: what each producer last appended, as the log says it (Kafka's ProducerStateManager).
+
+A producer names itself (an id and an epoch) and numbers its appends (a sequence per entry). Its
+entries carry the three in the log, so the table below is a function of the log's entries in
+order: every member builds the same one, and a new leader knows every producer's last sequences
+from its own log. The leader consults it before it appends a batch:
+
+- a batch whose sequences were appended already is a duplicate: it is answered with the original
+  entries, not written again;
+- a batch that starts past the next sequence is out of order, and one from an epoch below the
+  producer's is fenced: both are refused;
+- anything else is new, and starts where the producer left off (a new producer or a new epoch
+  starts anywhere).
+
+The table is bounded: the last `batches_kept` batches of each producer (Kafka keeps 5; a retry of an
+older one is out of order, as Kafka's is), at most `producers_max` producers (the least recently
+appended go first), and a producer that appended nothing for `idle_ms` of log time (the leader's
+clock when it appended, written in each entry, so every member reaches the same answer) is
+forgotten. A batch above the commit index is never forgotten: a truncation may take it away again,
+and `truncate` must then find the batch before it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedBatch:
+    """Entries first_index..last_index, sequences first_seq..first_seq + count - 1 of one epoch."""
+
+    first_seq: int
+    first_index: int
+    last_index: int
+    appended_ms: int
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.last_index - self.first_index
+
+
+@dataclass(slots=True)
+class ProducerState:
+    epoch: int
+    batches: list[ProducedBatch] = field(default_factory=list)  # oldest first
+
+    @property
+    def last(self) -> ProducedBatch:
+        return self.batches[-1]
+
+
+class Verdict(Enum):
+    NEW = "new"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out of order"
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    verdict: Verdict
+    original: ProducedBatch | None = None  # a duplicate's first appending (its entries from first_seq on)
+    expected_seq: int | None = None  # an out-of-order batch's: what the producer must send next
+    epoch: int | None = None  # a fenced batch's: the producer's current epoch
+
+
+class ProducerTable:
+    def __init__(self, *, batches_kept: int = 5, producers_max: int = 100_000,
+                 idle_ms: int = 7 * 24 * 3600 * 1000) -> None:
+        if batches_kept < 1 or producers_max < 1 or idle_ms < 1:
+            raise ValueError("batches_kept, producers_max and idle_ms must be positive")
+        self.batches_kept = batches_kept
+        self.producers_max = producers_max
+        self.idle_ms = idle_ms
+        self.producers: OrderedDict[int, ProducerState] = OrderedDict()  # least recently appended first
+        self.log_ms = 0  # the latest append time the log holds: log time's now
+        self.end_index = -1  # the last entry recorded: entries up to it are in the table already
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> Checked:
+        """What to do with a batch of `count` entries from `first_seq` (nothing is recorded)."""
+        state = self.producers.get(producer_id)
+        if state is None or epoch > state.epoch:
+            return Checked(Verdict.NEW)
+        if epoch < state.epoch:
+            return Checked(Verdict.FENCED, epoch=state.epoch)
+        next_seq = state.last.last_seq + 1
+        if first_seq == next_seq:
+            return Checked(Verdict.NEW)
+        if first_seq < next_seq:
+            for batch in state.batches:
+                if batch.first_seq <= first_seq and first_seq + count - 1 <= batch.last_seq:
+                    return Checked(Verdict.DUPLICATE, original=batch)
+        return Checked(Verdict.OUT_OF_ORDER, expected_seq=next_seq)
+
+    def record(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int,
+               appended_ms: int, committed_index: int) -> None:
+        """Entries first_index..last_index are in the log, in log order, from this producer. Those up
+        to end_index are in the table already (a table installed with a snapshot, then the entries
+        after the snapshot's first pushed again): they are not recorded twice."""
+        if last_index <= self.end_index:
+            return
+        if first_index <= self.end_index:
+            first_seq += self.end_index + 1 - first_index
+            first_index = self.end_index + 1
+        self.end_index = last_index
+        self.log_ms = max(self.log_ms, appended_ms)
+        state = self.producers.pop(producer_id, None)
+        if state is None or epoch != state.epoch:
+            state = ProducerState(epoch)
+        batches = state.batches
+        if batches and batches[-1].last_seq + 1 == first_seq and batches[-1].last_index + 1 == first_index \
+                and batches[-1].appended_ms == appended_ms:
+            last = batches.pop()  # one run of entries read back in pieces (a push cut a batch)
+            first_seq, first_index = last.first_seq, last.first_index
+        batches.append(ProducedBatch(first_seq, first_index, last_index, appended_ms))
+        while len(batches) > self.batches_kept and batches[0].last_index <= committed_index:
+            del batches[0]
+        self.producers[producer_id] = state
+        self._evict(committed_index)
+
+    def truncate(self, after_index: int) -> None:
+        """The log ends at `after_index` now: entries past it are gone from their batches, and a
+        producer left with none is forgotten."""
+        self.end_index = min(self.end_index, after_index)
+        for producer_id in list(self.producers):
+            state = self.producers[producer_id]
+            state.batches = [b if b.last_index <= after_index else
+                             ProducedBatch(b.first_seq, b.first_index, after_index, b.appended_ms)
+                             for b in state.batches if b.first_index <= after_index]
+            if not state.batches:
+                del self.producers[producer_id]
+
+    def _evict(self, committed_index: int) -> None:
+        """Forget the least recently appended producers past producers_max, and the idle ones."""
+        horizon = self.log_ms - self.idle_ms
+        while self.producers:
+            producer_id, state = next(iter(self.producers.items()))
+            idle = state.last.appended_ms < horizon
+            if not (idle or len(self.producers) > self.producers_max) or state.last.last_index > committed_index:
+                break
+            del self.producers[producer_id]
+
+    # -- the checkpoint and snapshot installs --------------------------------------------
+
+    def encode(self) -> bytes:
+        return json.dumps({"end_index": self.end_index, "log_ms": self.log_ms, "producers": [
+            [producer_id, state.epoch, [[b.first_seq, b.first_index, b.last_index, b.appended_ms]
+                                        for b in state.batches]]
+            for producer_id, state in self.producers.items()]}, separators=(",", ":")).encode()
+
+    def load(self, data: bytes) -> None:
+        """What `encode` wrote (ValueError if it is not that), in place of this table's contents."""
+        try:
+            fields = json.loads(data)
+            producers: OrderedDict[int, ProducerState] = OrderedDict()
+            for producer_id, epoch, batches in fields["producers"]:
+                producers[int(producer_id)] = ProducerState(int(epoch), [
+                    ProducedBatch(int(s), int(f), int(last), int(ms)) for s, f, last, ms in batches])
+            log_ms, end_index = int(fields["log_ms"]), int(fields["end_index"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a producer table: {exc}") from None
+        self.producers, self.log_ms, self.end_index = producers, log_ms, end_index
