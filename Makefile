@@ -82,4 +82,4 @@ compare: $(BENCH_STAMP)
 	$(BIN)/python bench/compare.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
