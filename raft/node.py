@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,7 +50,7 @@ from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
 from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
-from raftlog.raft.waiting import Signal, log_if_died, loop_time, wait_event
+from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time, wait_event
 from raftlog.storage.codec import Magic
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
@@ -74,10 +75,12 @@ class RaftNode:
                  *, term: int = 0, voted_for: str | None = None, committed_index: int = -1,
                  applied_index: int = -1, state_machine: StateMachine | None = None,
                  rng: random.Random | None = None, rejoining: bool = False,
-                 configuration: Configuration | None = None, config_scan_from: int = 0) -> None:
+                 configuration: Configuration | None = None, config_scan_from: int = 0,
+                 work_clock: Clock = time.perf_counter) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
-        holds every configuration up to the commit index it saved)."""
+        holds every configuration up to the commit index it saved). `work_clock` times the scrub's
+        batches, to pace it (the simulation gives its virtual clock, so a seed replays the same)."""
         self.config = config
         self.store = store
         self.transport = transport
@@ -98,7 +101,7 @@ class RaftNode:
         self.handler = EntryHandler(config, self.state, store, self.now, self)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
-        self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids)
+        self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids, work_clock)
         self.reconfiguration = Reconfiguration(config, self.state, store, self.members, self.commitment,
                                                self.appends, self.elector)
         self.transfer = LeadershipTransfer(config, self.state, store, self.members, self.commitment, transport,

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import FetchRequest
 from raftlog.raft.transport import PeerUnavailable, Transport
-from raftlog.raft.waiting import Wakeup
+from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
 
@@ -33,13 +32,15 @@ RETRY_S = 1.0  # when no replica could give a copy, ask again after this long
 
 class Repairer:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, transport: Transport,
-                 peer_ids: Callable[[], tuple[str, ...]]) -> None:
-        """`peer_ids`: the other members in play, whose copies may be asked for."""
+                 peer_ids: Callable[[], tuple[str, ...]], work_clock: Clock) -> None:
+        """`peer_ids`: the other members in play, whose copies may be asked for; `work_clock`: what
+        a scrub batch's cost is timed with (not the loop's clock, which stands still while it runs)."""
         self.config = config
         self.state = state
         self.store = store
         self.transport = transport
         self.peer_ids = peer_ids
+        self.work_clock = work_clock
         self.damaged: set[int] = set()
         self.repaired = 0
         self.scrubs = 0  # completed passes over the committed log
@@ -100,9 +101,9 @@ class Repairer:
                 # committed entries only: an uncommitted tail may be truncated between two batches, and the
                 # chain CRC carried from one batch to the next would then belong to an entry gone
                 batch = min(SCRUB_BATCH, self.state.committed_index - index + 1)
-                started = time.perf_counter()  # not the loop's clock: it stands still while a batch runs
+                started = self.work_clock()
                 index, _damaged, chain = self.store.verify(index, batch, chain)  # each one is reported
-                await asyncio.sleep((time.perf_counter() - started) * (1 / SCRUB_DUTY - 1))
+                await asyncio.sleep((self.work_clock() - started) * (1 / SCRUB_DUTY - 1))
             self.scrubs += 1
             await asyncio.sleep(interval_s)
 

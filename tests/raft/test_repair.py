@@ -5,6 +5,7 @@ batches, and the chain CRC carried from one batch to the next would then belong 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import cast
 
 from raftlog.raft.config import RaftConfig, parse_peers
@@ -33,7 +34,7 @@ async def test_the_scrub_verifies_committed_entries_only() -> None:
     committed = SCRUB_BATCH + 99  # a second batch ends at the commit index, not SCRUB_BATCH later
     config = RaftConfig(self_id="n1", peers=parse_peers("n1-127.0.0.1:1"))
     state = MemberState("n1", MemoryCheckpoint(), 1, None, committed)
-    repairer = Repairer(config, state, store, cast(Transport, None), lambda: ())
+    repairer = Repairer(config, state, store, cast(Transport, None), lambda: (), time.perf_counter)
     scrub = asyncio.create_task(repairer.run_scrub(3600))
     try:
         while repairer.scrubs == 0:

@@ -38,6 +38,7 @@ from raftlog.raft.inmem_transport import Fate, Network
 from raftlog.raft.membership import Configuration, saved_configuration
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode, trusted_commit_end
+from raftlog.raft.waiting import loop_time
 from raftlog.storage import CorruptLogError, Store, StoreConfig
 from raftlog.storage.codec import Magic
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
@@ -275,7 +276,7 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
                         rejoining=rejoining or member.lost_data,
                         configuration=saved_configuration(cp.config_index, cp.config),
-                        config_scan_from=cp.committed_index + 1)
+                        config_scan_from=cp.committed_index + 1, work_clock=loop_time)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
                                     describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))
