@@ -261,7 +261,10 @@ class PeerClient:
         per UNREACHABLE_WARN_S."""
         reason = _describe(exc)
         now = loop_time()
-        silent = now - self.last_contact.get(peer_id, self._failing_since.setdefault(peer_id, now))
+        since = self.last_contact.get(peer_id)
+        if since is None:  # never answered: silent since its first failed call
+            since = self._failing_since.setdefault(peer_id, now)
+        silent = now - since
         if silent >= UNREACHABLE_WARN_S and now - self._warned.get(peer_id, -UNREACHABLE_WARN_S) >= UNREACHABLE_WARN_S:
             self._warned[peer_id] = now
             log.warning("%s has not answered for %.0f s; last error (%s): %s", peer_id, silent, what, reason)

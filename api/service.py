@@ -390,11 +390,12 @@ class LogService:
                 last_contact_ms=0 if peer.id == leader else follower.get("last_contact_ms"),
                 rejoining=answer.get("rejoining"), reachable=bool(answer)))
         flush_mode, disk = self.describe()
+        uptime_s = 0.0 if node.started_at is None else round(node.now() - node.started_at, 3)
         return StatusAnswer(
             group=node.config.group, self_id=node.config.self_id, role=node.role.value, term=node.term,
             leader=leader, members=members, configuration_index=configuration.index,
             begin_index=store.begin_index, end_index=store.end_index, committed_index=node.committed_index,
-            applied_index=node.applied_index, uptime_s=round(node.now() - (node.started_at or node.now()), 3),
+            applied_index=node.applied_index, uptime_s=uptime_s,
             flush_mode=flush_mode, disk=disk)
 
     async def _peer_status(self, peer_id: str) -> dict[str, Any] | None:
