@@ -22,6 +22,8 @@
 #define MIN_BLANK_LEN 8
 #define MAGIC_NORMAL 1
 #define MAGIC_CONFIG_CHANGE 3
+#define MAGIC_PRODUCED 4
+#define STAMP_SIZE 28
 /* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
  * beyond, the Python reference (with its unbounded ints) decides */
 #define IN_RANGE(v) ((v) > -(1LL << 60) && (v) < (1LL << 60))
@@ -144,8 +146,9 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
     uint32_t chain = get32(h + 36);
     uint32_t bcrc = get32(h + 40);
     int32_t body_size = (int32_t)get32(h + 44);
-    if (magic < MAGIC_NORMAL || magic > MAGIC_CONFIG_CHANGE || body_size < 0
-            || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (int64_t)get64(h + 8) != index || term < term_floor)
+    if (magic < MAGIC_NORMAL || magic > MAGIC_PRODUCED || body_size < 0
+            || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (magic == MAGIC_PRODUCED && body_size < STAMP_SIZE)
+            || (int64_t)get64(h + 8) != index || term < term_floor)
         return 0;
     int64_t placed = pos;
     if (write_pos >= 0) {
@@ -189,25 +192,36 @@ static PyObject *check_next(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size)
- * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None */
+/* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size[, stamp])
+ * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None; with a stamp
+ * (producer_id, epoch, first sequence, appended_ms) each body is stamped, sequences counting up */
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
-    PyObject *bodies;
+    PyObject *bodies, *stamp = Py_None;
     long long first_index, term, write_pos, prev_chain, file_size;
     int magic, channel;
-    if (!PyArg_ParseTuple(args, "O!LLiiLLL", &PyList_Type, &bodies, &first_index, &term, &magic, &channel,
-                          &write_pos, &prev_chain, &file_size))
+    if (!PyArg_ParseTuple(args, "O!LLiiLLL|O", &PyList_Type, &bodies, &first_index, &term, &magic, &channel,
+                          &write_pos, &prev_chain, &file_size, &stamp))
         return NULL;
     Py_ssize_t count = PyList_GET_SIZE(bodies);
     if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL || write_pos < 0
             || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
         Py_RETURN_NONE;
+    unsigned long long producer_id = 0, first_seq = 0, appended_ms = 0;
+    unsigned int epoch = 0;
+    int stamped = stamp != Py_None;
+    if (stamped && (magic != MAGIC_PRODUCED || !PyTuple_Check(stamp)
+                    || !PyArg_ParseTuple(stamp, "KIKK", &producer_id, &epoch, &first_seq, &appended_ms)
+                    || first_seq > (1ULL << 62)))
+        goto unstampable;
+    if (!stamped && magic == MAGIC_PRODUCED)
+        Py_RETURN_NONE;
+    Py_ssize_t extra = stamped ? STAMP_SIZE : 0;
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
-        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE)
+        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE - extra)
             Py_RETURN_NONE;
-        total += HEADER_SIZE + PyBytes_GET_SIZE(body);
+        total += HEADER_SIZE + extra + PyBytes_GET_SIZE(body);
     }
     PyObject *data = PyBytes_FromStringAndSize(NULL, total);
     PyObject *records = PyBytes_FromStringAndSize(NULL, count * RECORD_SIZE);
@@ -224,14 +238,23 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
-        int32_t body_size = (int32_t)PyBytes_GET_SIZE(body);
+        int32_t client_size = (int32_t)PyBytes_GET_SIZE(body);
+        int32_t body_size = (int32_t)extra + client_size;
         int32_t size = HEADER_SIZE + body_size;
         int64_t pos = place_at(at.pos, size, file_size);
         if (pos < 0)
             goto rejected;
         if (move_to(&at, runs, fillers, offset, pos) < 0)
             goto failed;
-        uint32_t bcrc = crc_of(bytes, body_size);
+        unsigned char *stamp_at = out + HEADER_SIZE;
+        if (stamped) {
+            put64(stamp_at, producer_id);
+            put32(stamp_at + 8, epoch);
+            put64(stamp_at + 12, first_seq + (uint64_t)i);
+            put64(stamp_at + 20, appended_ms);
+        }
+        memcpy(stamp_at + extra, bytes, (size_t)client_size);
+        uint32_t bcrc = crc_of(stamp_at, body_size);
         chain = chain_crc(chain, index, term, bcrc);
         put32(out, (uint32_t)magic);
         put32(out + 4, (uint32_t)size);
@@ -242,7 +265,6 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         put32(out + 36, chain);
         put32(out + 40, bcrc);
         put32(out + 44, (uint32_t)body_size);
-        memcpy(out + HEADER_SIZE, bytes, (size_t)body_size);
         out += size;
         put_record(record, magic, pos, size, index, term);
         record += RECORD_SIZE;
@@ -264,16 +286,57 @@ rejected:
 failed:
     Py_XDECREF(data); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(runs); Py_XDECREF(fillers);
     return NULL;
+unstampable:  /* not a stamp these types hold: the reference decides */
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* A run of one producer's consecutive PRODUCED entries: storage.codec.ProducedRun. */
+typedef struct {
+    uint64_t producer_id, first_seq, appended_ms;
+    uint32_t epoch;
+    int64_t first_index, last_index;  /* last_index < first_index: no run */
+} Produced;
+
+static int flush_produced(PyObject *list, const Produced *run) {
+    if (run->last_index < run->first_index)
+        return 0;
+    PyObject *item = Py_BuildValue("(KIKLLK)", (unsigned long long)run->producer_id, (unsigned int)run->epoch,
+                                   (unsigned long long)run->first_seq, (long long)run->first_index,
+                                   (long long)run->last_index, (unsigned long long)run->appended_ms);
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+/* The PRODUCED entry `index` whose stamp is at `s` follows `run`: storage.codec.add_produced. */
+static int add_produced(PyObject *list, Produced *run, const unsigned char *s, int64_t index) {
+    uint64_t producer_id = get64(s), sequence = get64(s + 12), appended_ms = get64(s + 20);
+    uint32_t epoch = get32(s + 8);
+    if (run->last_index >= run->first_index && run->producer_id == producer_id && run->epoch == epoch
+            && run->appended_ms == appended_ms && run->last_index + 1 == index
+            && run->first_seq + (uint64_t)(index - run->first_index) == sequence) {
+        run->last_index = index;
+        return 0;
+    }
+    if (flush_produced(list, run) < 0)
+        return -1;
+    *run = (Produced){producer_id, sequence, appended_ms, epoch, index, index};
+    return 0;
 }
 
 /* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size)
- * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, config_indices) | None */
+ * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, config_indices, produced) | None */
 static PyObject *validate_batch(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long first_index, prev_term, write_pos, prev_chain, file_size;
     if (!PyArg_ParseTuple(args, "y*LLLLL", &view, &first_index, &prev_term, &write_pos, &prev_chain, &file_size))
         return NULL;
-    PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *configs = NULL;
+    PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *configs = NULL,
+             *produced = NULL;
+    Produced run = {0, 0, 0, 0, 0, -1};
     const unsigned char *buf = (const unsigned char *)view.buf;
     int64_t end_offset = view.len;
     if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain > 0xFFFFFFFFLL || write_pos < 0
@@ -283,9 +346,10 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     fillers = PyList_New(0);
     positions = PyList_New(0);
     configs = PyList_New(0);
+    produced = PyList_New(0);
     /* at most one record per header's worth of bytes; trimmed at the end */
     records = PyBytes_FromStringAndSize(NULL, (end_offset / HEADER_SIZE) * RECORD_SIZE);
-    if (runs == NULL || fillers == NULL || positions == NULL || configs == NULL || records == NULL)
+    if (runs == NULL || fillers == NULL || positions == NULL || configs == NULL || produced == NULL || records == NULL)
         goto failed;
     unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
     int has_chain = prev_chain >= 0;
@@ -303,6 +367,8 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         has_chain = 1;
         if (entry.magic == MAGIC_CONFIG_CHANGE && append_int(configs, expected) < 0)
             goto failed;
+        if (entry.magic == MAGIC_PRODUCED && add_produced(produced, &run, buf + offset + HEADER_SIZE, expected) < 0)
+            goto failed;
         put_record(record, entry.magic, entry.pos, entry.size, expected, entry.term);
         record += RECORD_SIZE;
         count += 1;
@@ -313,22 +379,31 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         offset += entry.size;
         expected += 1;
     }
-    if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0)
+    if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0
+            || flush_produced(produced, &run) < 0)
         goto failed;
     PyObject *config_indices = PyList_AsTuple(configs);
     if (config_indices == NULL)
         goto failed;
-    result = Py_BuildValue("(NNNNLkLN)", runs, fillers, records, positions, (long long)term_floor,
-                           (unsigned long)chain, (long long)at.pos, config_indices);
+    PyObject *produced_runs = PyList_AsTuple(produced);
+    if (produced_runs == NULL) {
+        Py_DECREF(config_indices);
+        goto failed;
+    }
+    result = Py_BuildValue("(NNNNLkLNN)", runs, fillers, records, positions, (long long)term_floor,
+                           (unsigned long)chain, (long long)at.pos, config_indices, produced_runs);
     Py_DECREF(configs);
+    Py_DECREF(produced);
     PyBuffer_Release(&view);
     return result;
 rejected:
     Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(configs);
+    Py_XDECREF(produced);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 failed:
     Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(configs);
+    Py_XDECREF(produced);
     PyBuffer_Release(&view);
     return NULL;
 }

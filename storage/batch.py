@@ -26,7 +26,11 @@ from raftlog.storage.codec import (
     HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
+    STAMP,
     Magic,
+    ProducedRun,
+    Stamp,
+    add_produced,
     place,
     reference_check_next,
 )
@@ -47,7 +51,7 @@ class Batch:
     last_chain_crc: int | None  # None only for a follower batch of no entry after a reset without a chain
     end_pos: int  # write offset after the batch
     config_indices: tuple[int, ...] = ()  # its CONFIG_CHANGE entries: a follower learns of a new configuration
-
+    produced: tuple[ProducedRun, ...] = ()  # its PRODUCED entries, run by run: a follower's producer table
 
     @property
     def count(self) -> int:
@@ -67,16 +71,18 @@ def encode_leader_batch(
     write_pos: int,
     prev_chain_crc: int,
     file_size: int,
+    stamp: Stamp | None = None,
 ) -> Batch:
-    """Encode `bodies` as entries first_index..., placed from `write_pos`."""
+    """Encode `bodies` as entries first_index..., placed from `write_pos`; with a `stamp`, PRODUCED
+    entries whose sequences count up from the stamp's."""
     compiled = codec.compiled
     if compiled is not None and type(bodies) is list and magic in ENTRY_MAGICS:
         parts = compiled.encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc,
-                                      file_size)
+                                      file_size, stamp)
         if parts is not None:
             data, runs, fillers, records, positions, chain, end_pos = parts
             return Batch(first_index, data, runs, fillers, records, positions, term, chain, end_pos)
-    return reference_encode(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size)
+    return reference_encode(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size, stamp)
 
 
 def reference_encode(
@@ -88,12 +94,18 @@ def reference_encode(
     write_pos: int,
     prev_chain_crc: int,
     file_size: int,
+    stamp: Stamp | None = None,
 ) -> Batch:
     """Encode `bodies` as entries first_index..., placed from `write_pos`."""
     if not bodies:
         raise ValueError("an append needs at least one body")
     if magic not in ENTRY_MAGICS:
         raise ValueError(f"magic {magic} is not an entry type")
+    if (stamp is not None) != (magic == Magic.PRODUCED):
+        raise ValueError("PRODUCED entries, and they alone, carry a stamp")
+    if stamp is not None:
+        producer_id, epoch, first_seq, appended_ms = stamp
+        bodies = [STAMP.pack(producer_id, epoch, first_seq + i, appended_ms) + body for i, body in enumerate(bodies)]
     crc32 = zlib.crc32
     pack_header = HEADER.pack
     pack_chain = CHAIN.pack
@@ -142,9 +154,9 @@ def validate_follower_batch(
         parts = compiled.validate_batch(view, first_index, prev_term, pos,
                                         -1 if prev_chain_crc is None else prev_chain_crc, file_size)
         if parts is not None:
-            runs, fillers, records, positions, last_term, chain, end_pos, config_indices = parts
+            runs, fillers, records, positions, last_term, chain, end_pos, config_indices, produced = parts
             return Batch(first_index, view, runs, fillers, records, positions, last_term, chain, end_pos,
-                         config_indices)
+                         config_indices, produced)
     return reference_validate(view, first_index, prev_term, write_pos, prev_chain_crc, file_size)
 
 
@@ -167,8 +179,9 @@ def reference_validate(
     if end < HEADER_SIZE:
         raise AppendRejectedError(first_index, "no entries" if not end else "truncated header")
     pack_record = INDEX_RECORD.pack
-    config_magic = Magic.CONFIG_CHANGE
+    config_magic, produced_magic = Magic.CONFIG_CHANGE, Magic.PRODUCED
     config_indices: list[int] = []
+    produced: list[ProducedRun] = []
     records: list[bytes] = []
     positions: list[int] = []
     expected = first_index
@@ -185,6 +198,8 @@ def reference_validate(
         pos = layout.move_to(offset, placed)
         if magic == config_magic:
             config_indices.append(expected)
+        elif magic == produced_magic:
+            add_produced(produced, STAMP.unpack_from(view, offset + HEADER_SIZE), expected)
         records.append(pack_record(magic, pos, size, expected, term))
         positions.append(pos)
         term_floor = term
@@ -192,7 +207,7 @@ def reference_validate(
         offset += size
         expected += 1
     return Batch(first_index, view, layout.runs_to(offset), layout.fillers, b"".join(records), positions, term_floor,
-                 chain, layout.pos, tuple(config_indices))
+                 chain, layout.pos, tuple(config_indices), tuple(produced))
 
 
 class Layout:

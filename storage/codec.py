@@ -3,7 +3,7 @@
 Entry (48-byte header, then the body)::
 
     offset  size  field
-         0     4  magic      i32   NORMAL 1, NOOP 2, CONFIG_CHANGE 3
+         0     4  magic      i32   NORMAL 1, NOOP 2, CONFIG_CHANGE 3, PRODUCED 4
          4     4  size       i32   48 + bodySize
          8     8  index      i64   first entry is 0
         16     8  term       i64
@@ -17,6 +17,12 @@ Entry (48-byte header, then the body)::
     chainCrc = crc32(prevChainCrc u32 | index i64 | term i64 | bodyCrc u32)
                over those 24 big-endian bytes, with prevChainCrc = 0 before the
                first entry. Equal chainCrc at an index means equal logs up to it.
+
+A PRODUCED entry is a NORMAL entry that a producer session wrote (raft.producers): its body
+starts with the producer's stamp, 28 bytes, then the client's body; bodySize and bodyCrc
+cover both, so DLedger's reader reads it as an entry whose body has 28 bytes more::
+
+    producer_id u64 | epoch u32 | sequence u64 | appended_ms u64 (the leader's clock)
 
 File-end filler: magic -1 (BLANK) then i32 remaining length of the file; a data
 file always keeps room for it (MIN_BLANK_LEN 8), so no entry ends a file.
@@ -55,6 +61,8 @@ CHAIN = struct.Struct(">IqqI")
 BLANK = struct.Struct(">ii")
 BLANK_MAGIC = -1
 MIN_BLANK_LEN = BLANK.size  # 8
+STAMP = struct.Struct(">QIQQ")
+STAMP_SIZE = STAMP.size  # 28
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what entries are checked and decoded in
 
@@ -65,6 +73,7 @@ class Magic(IntEnum):
     NORMAL = 1
     NOOP = 2
     CONFIG_CHANGE = 3
+    PRODUCED = 4  # raftlog's: a NORMAL entry with its producer's stamp ahead of the body
 
 
 ENTRY_MAGICS = frozenset(int(m) for m in Magic)
@@ -85,6 +94,45 @@ class Entry(NamedTuple):
     @property
     def size(self) -> int:
         return HEADER_SIZE + len(self.body)
+
+
+class Stamp(NamedTuple):
+    """Who wrote a PRODUCED entry: its producer session and its sequence in it, and when."""
+
+    producer_id: int
+    epoch: int
+    sequence: int
+    appended_ms: int
+
+
+# (producer_id, epoch, first sequence, first index, last index, appended_ms): consecutive PRODUCED
+# entries of one producer's batch, as a follower's batch holds them
+ProducedRun = tuple[int, int, int, int, int, int]
+
+
+def stamp_of(entry: Entry) -> Stamp | None:
+    """A PRODUCED entry's stamp (None for any other entry)."""
+    if entry.magic != Magic.PRODUCED:
+        return None
+    return Stamp._make(STAMP.unpack_from(entry.body))
+
+
+def client_body(entry: Entry) -> memoryview:
+    """The body as its client sent it: a PRODUCED entry's without its stamp."""
+    return entry.body[STAMP_SIZE:] if entry.magic == Magic.PRODUCED else entry.body
+
+
+def add_produced(runs: list[ProducedRun], stamp: tuple[int, int, int, int], index: int) -> None:
+    """Entry `index` with `stamp` (producer_id, epoch, sequence, appended_ms) follows `runs`: it
+    extends the last run, or starts one."""
+    producer_id, epoch, sequence, appended_ms = stamp
+    if runs:
+        last = runs[-1]
+        if (last[0], last[1], last[5]) == (producer_id, epoch, appended_ms) and last[4] + 1 == index \
+                and last[2] + index - last[3] == sequence:
+            runs[-1] = (producer_id, epoch, last[2], last[3], index, appended_ms)
+            return
+    runs.append((producer_id, epoch, sequence, index, index, appended_ms))
 
 
 def body_crc(body: bytes | memoryview) -> int:
@@ -199,8 +247,9 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
                          prev_chain: int | None, file_size: int, in_file: bool) -> Checked:
     """Check the entry at buf[offset:end] against what the log before it says it must be.
 
-    The rules, in order: a known magic, size = 48 + bodySize, the expected
-    index, a term not below `term_floor`, room in a data file (`place`), pos =
+    The rules, in order: a known magic, size = 48 + bodySize, a PRODUCED
+    entry's body holding its stamp, the expected index, a term not below
+    `term_floor`, room in a data file (`place`), pos =
     where the log places it (`write_pos`; None: positions unknown, unchecked),
     the body present, bodyCrc, chainCrc (`prev_chain` None: the first link is
     taken on trust). With `in_file` the bytes are a data file's, so the entry
@@ -222,6 +271,8 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
     verdict: str | None = None
     if body_size < 0 or size != HEADER_SIZE + body_size:
         verdict = f"size {size} != 48 + bodySize {body_size}"
+    elif magic == Magic.PRODUCED and body_size < STAMP_SIZE:
+        verdict = f"a produced entry's body of {body_size} bytes cannot hold its {STAMP_SIZE}-byte stamp"
     elif index_ != index:
         verdict = f"index {index_}, expected {index}"
     elif term < term_floor:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
 from raftlog.storage.checkpoint import check_vote
-from raftlog.storage.codec import HEADER, Entry, Magic, decode_entry
+from raftlog.storage.codec import HEADER, Entry, Magic, Stamp, decode_entry
 from raftlog.storage.config import StoreConfig
 from raftlog.storage.errors import (
     CorruptEntryError,
@@ -98,13 +98,14 @@ class MemoryStore:
     # -- appends -------------------------------------------------------------------
 
     async def append_as_leader(self, bodies: Sequence[bytes], term: int,
-                               magic: int = Magic.NORMAL, channel: int = 0) -> AppendResult:
+                               magic: int = Magic.NORMAL, channel: int = 0,
+                               stamp: Stamp | None = None) -> AppendResult:
         assert term >= self.end_term, "a leader's term never falls below its log's"
         if self._write_pos is None or self._end_chain is None:
             raise StorageError("the log was reset without a position")
         self._check_writable()
         batch = encode_leader_batch(list(bodies), self.end_index + 1, term, magic, channel,
-                                    self._write_pos, self._end_chain, self.config.data_file_size)
+                                    self._write_pos, self._end_chain, self.config.data_file_size, stamp)
         self._keep(batch)
         return AppendResult(batch.first_index, batch.positions)
 
@@ -118,7 +119,7 @@ class MemoryStore:
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
                                         self._end_chain, self.config.data_file_size)
         self._keep(batch)
-        return FollowerAppend(self.end_index, batch.config_indices)
+        return FollowerAppend(self.end_index, batch.config_indices, batch.produced)
 
     def _check_writable(self) -> None:
         if self.disk_full:

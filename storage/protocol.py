@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
-from raftlog.storage.codec import Entry
+from raftlog.storage.codec import Entry, ProducedRun, Stamp
 
 
 class AppendResult(NamedTuple):
@@ -20,6 +20,7 @@ class AppendResult(NamedTuple):
 class FollowerAppend(NamedTuple):
     end_index: int  # the log's end after the append
     config_indices: tuple[int, ...]  # the CONFIG_CHANGE entries among those appended
+    produced: tuple[ProducedRun, ...] = ()  # the PRODUCED entries among them, run by run
 
 
 class Verified(NamedTuple):
@@ -71,7 +72,7 @@ class LogStore(LogBounds, Protocol):
     def ack_end_index(self) -> int: ...
 
     async def append_as_leader(self, bodies: Sequence[bytes], term: int, magic: int = ...,
-                               channel: int = ...) -> AppendResult: ...
+                               channel: int = ..., stamp: Stamp | None = ...) -> AppendResult: ...
     async def append_as_follower(self, data: bytes | memoryview) -> FollowerAppend: ...
     def append_as_follower_now(self, data: bytes | memoryview) -> FollowerAppend | None: ...
     def get(self, index: int) -> Entry: ...

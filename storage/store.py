@@ -37,6 +37,7 @@ from raftlog.storage.codec import (
     MIN_BLANK_LEN,
     Entry,
     Magic,
+    Stamp,
     encode_blank,
 )
 from raftlog.storage.config import StoreConfig
@@ -217,7 +218,8 @@ class Store:
     # -- appends -------------------------------------------------------------------
 
     async def append_as_leader(self, bodies: Sequence[bytes], term: int,
-                               magic: int = Magic.NORMAL, channel: int = 0) -> AppendResult:
+                               magic: int = Magic.NORMAL, channel: int = 0,
+                               stamp: Stamp | None = None) -> AppendResult:
         """Append `bodies` as new entries of `term`: one copy into the mapping, one index write."""
         async with self._lock:
             self._check_writable()
@@ -227,7 +229,7 @@ class Store:
                                    "appends until the first entry fixes one")
             batch = encode_leader_batch(list(bodies), self.end_index + 1, term, magic, channel,
                                         self._write_pos, self._end_chain,
-                                        self.config.data_file_size)
+                                        self.config.data_file_size, stamp)
             await self._write(batch)
         return AppendResult(batch.first_index, batch.positions)
 
@@ -246,7 +248,7 @@ class Store:
                                             self._write_pos, self._end_chain,
                                             self.config.data_file_size)
             await self._write(batch)
-            return FollowerAppend(self.end_index, batch.config_indices)
+            return FollowerAppend(self.end_index, batch.config_indices, batch.produced)
 
     def append_as_follower_now(self, data: bytes | memoryview) -> FollowerAppend | None:
         """append_as_follower without waiting, for the common case of a push that fits the files
@@ -260,7 +262,7 @@ class Store:
         if not self._has_room(batch):
             return None
         self._place(batch)
-        return FollowerAppend(self.end_index, batch.config_indices)
+        return FollowerAppend(self.end_index, batch.config_indices, batch.produced)
 
     def _check_writable(self) -> None:
         self.durability.check()

@@ -14,11 +14,29 @@ from hypothesis import strategies as st
 from raftlog.api.bodies import BatchFormatError, decode_bodies, encode_bodies, reference_decode
 from raftlog.storage import batch, codec
 from raftlog.storage.batch import Batch, reference_encode, reference_validate, validate_follower_batch
-from raftlog.storage.codec import HEADER_SIZE, MIN_BLANK_LEN, check_next, encode_blank, reference_check_next
+from raftlog.storage.codec import (
+    HEADER_SIZE,
+    MIN_BLANK_LEN,
+    Magic,
+    Stamp,
+    check_next,
+    encode_blank,
+    reference_check_next,
+)
 from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
 
 FILE_SIZES = st.integers(HEADER_SIZE + MIN_BLANK_LEN + 1, 2048)  # small files: fillers in most batches
 U32 = st.integers(0, 2**32 - 1)
+MAGICS = st.sampled_from([1, 2, 3, 4])
+
+
+@st.composite
+def stamps(draw: st.DrawFn, magic: int) -> Stamp | None:
+    """A PRODUCED batch's stamp (None for the other entry types)."""
+    if magic != Magic.PRODUCED:
+        return None
+    return Stamp(draw(st.integers(0, 2**64 - 1)), draw(U32), draw(st.sampled_from([0, 1, 2**40, 2**62])),
+                 draw(st.integers(0, 2**64 - 1)))
 
 
 def test_the_compiled_codec_is_built() -> None:
@@ -45,8 +63,9 @@ def leader_batches(draw: st.DrawFn) -> tuple[Any, ...]:
     file_size = draw(FILE_SIZES)
     bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size), min_size=1, max_size=20))
     write_pos = draw(st.integers(0, 4 * file_size))
-    return (bodies, draw(st.integers(1, 2**40)), draw(st.integers(0, 2**40)), draw(st.sampled_from([1, 2, 3])),
-            draw(st.integers(-2**31, 2**31 - 1)), write_pos, draw(U32), file_size)
+    magic = draw(MAGICS)
+    return (bodies, draw(st.integers(1, 2**40)), draw(st.integers(0, 2**40)), magic,
+            draw(st.integers(-2**31, 2**31 - 1)), write_pos, draw(U32), file_size, draw(stamps(magic)))
 
 
 @settings(max_examples=400, deadline=None)
@@ -59,18 +78,22 @@ def test_a_leaders_batch_is_encoded_to_the_same_bytes(args: tuple[Any, ...]) -> 
 
 @st.composite
 def follower_batches(draw: st.DrawFn) -> tuple[Any, ...]:
-    """A valid batch as a leader sends it, then perhaps damaged: bytes flipped or cut, or sent to a
-    log that does not end where the leader's did."""
+    """A valid batch as a leader sends it (two leader batches back to back, perhaps of two producers),
+    then perhaps damaged: bytes flipped or cut, or sent to a log that does not end where the leader's did."""
     file_size = draw(FILE_SIZES)
-    bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size // 2), min_size=1, max_size=12))
     first, term, pos, chain = draw(st.integers(1, 2**40)), draw(st.integers(1, 2**40)), \
         draw(st.integers(0, 3 * file_size)), draw(U32)
-    magic = draw(st.sampled_from([1, 2, 3]))
+    sent_data, at = b"", (first, pos, chain)
     try:
-        sent = reference_encode(bodies, first, term, magic, 0, pos, chain, file_size)
+        for _ in range(draw(st.integers(1, 2))):
+            bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size // 2), min_size=1, max_size=8))
+            magic = draw(MAGICS)
+            sent = reference_encode(bodies, at[0], term, magic, 0, at[1], at[2], file_size, draw(stamps(magic)))
+            sent_data += bytes(sent.data)
+            at = (sent.last_index + 1, sent.end_pos, sent.last_chain_crc)
     except EntryTooLargeError:
-        sent = None
-    data = bytearray(sent.data if sent else draw(st.binary(min_size=0, max_size=200)))
+        sent_data = b""
+    data = bytearray(sent_data or draw(st.binary(min_size=0, max_size=200)))
     for _ in range(draw(st.integers(0, 3))):
         if data and draw(st.booleans()):
             at = draw(st.integers(0, len(data) - 1))
@@ -112,8 +135,9 @@ def stored_entries(draw: st.DrawFn) -> tuple[Any, ...]:
     file_size = draw(FILE_SIZES)
     bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size // 2), min_size=1, max_size=8))
     first, term, chain = draw(st.integers(0, 2**40)), draw(st.integers(1, 2**40)), draw(U32)
+    magic = draw(MAGICS)
     try:
-        sent = reference_encode(bodies, first, term, 1, 0, 0, chain, file_size)
+        sent = reference_encode(bodies, first, term, magic, 0, 0, chain, file_size, draw(stamps(magic)))
     except EntryTooLargeError:
         return bytes(draw(st.binary(max_size=200))), 0, first, term, None, None, file_size, False
     in_file = draw(st.booleans())
@@ -184,3 +208,13 @@ def test_a_clients_binary_batch_is_split_into_the_same_bodies(bodies: list[bytes
     assert split(decode_bodies, bytes(sent), max_entries) == expected
     assert (codec.compiled.split_bodies(bytes(sent), -1 if max_entries is None else max_entries) is None) == (
         isinstance(expected, tuple))
+
+
+def test_a_produced_entry_too_short_for_its_stamp_is_refused_by_both() -> None:
+    """A hostile leader's PRODUCED entry with sound CRCs but a body that cannot hold the stamp."""
+    entry = codec.encode_entry(Magic.PRODUCED, 5, 2, 0, b"short", 7)
+    assert codec.compiled.check_next(entry, 0, len(entry), 5, 2, 0, 7, 1024, False) is None
+    verdict = check_next(entry, 0, len(entry), 5, 2, 0, 7, 1024, False)[0]
+    assert verdict == "a produced entry's body of 5 bytes cannot hold its 28-byte stamp"
+    assert outcome(validate_follower_batch, entry, 5, 2, 0, 7, 1024) == (
+        AppendRejectedError, str(AppendRejectedError(5, verdict)))

@@ -25,7 +25,7 @@ from raftlog.storage import (
     StoreLockedError,
     iter_entries,
 )
-from raftlog.storage.codec import BLANK, HEADER, encode_entry, place
+from raftlog.storage.codec import BLANK, HEADER, Stamp, client_body, encode_entry, place, stamp_of
 from tests.storage.conftest import SMALL, body, file_bytes
 
 
@@ -151,17 +151,23 @@ async def test_follower_append_rejects_bad_entries_whole(store: Store, damage, r
     assert (await store.append_as_follower(b"".join(entries[2:]))).end_index == 5
 
 
-async def test_follower_append_names_the_configuration_entries_it_took(store: Store) -> None:
-    """A follower learns of a new group configuration from the append that brings its entry."""
+async def test_follower_append_names_the_configuration_and_produced_entries_it_took(store: Store) -> None:
+    """A follower learns of a new group configuration from the append that brings its entry, and of
+    a producer's sequences from the runs of its stamped entries."""
     leader = MemoryStore(SMALL)
     await leader.append_as_leader([b"a", b"b"], term=1)
     await leader.append_as_leader([b'{"members": []}'], term=1, magic=Magic.CONFIG_CHANGE)
     await leader.append_as_leader([b"c"], term=2, magic=Magic.NOOP)
     await leader.append_as_leader([b"{}"], term=2, magic=Magic.CONFIG_CHANGE)
     taken = await store.append_as_follower(leader.read_range(0, 10, 1 << 20).data)
-    assert taken == (4, (2, 4))
+    assert taken == (4, (2, 4), ())
     await leader.append_as_leader([b"d"], term=2)
-    assert (await store.append_as_follower(leader.read_range(5, 10, 1 << 20).data)).config_indices == ()
+    await leader.append_as_leader([b"e", b"f"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 0, 1000))
+    await leader.append_as_leader([b"g"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 2, 1001))
+    await leader.append_as_leader([b"h"], term=2, magic=Magic.PRODUCED, stamp=Stamp(8, 0, 5, 1001))
+    taken = await store.append_as_follower(leader.read_range(5, 10, 1 << 20).data)
+    assert taken == (9, (), ((7, 1, 0, 6, 7, 1000), (7, 1, 2, 8, 8, 1001), (8, 0, 5, 9, 9, 1001)))
+    assert bytes(client_body(store.get(7))) == b"f" and stamp_of(store.get(7)) == Stamp(7, 1, 1, 1000)
 
 
 async def test_follower_rejects_entries_that_do_not_continue_the_log(store: Store) -> None:
