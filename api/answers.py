@@ -22,6 +22,7 @@ class AppendAnswer:
     term: int
     positions: Sequence[int]
     leader: str
+    duplicate: bool = False  # a producer's retry: the entries were appended before, not now
 
 
 @dataclass(frozen=True, slots=True)

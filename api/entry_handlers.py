@@ -29,12 +29,16 @@ from raftlog.api.metrics import NodeMetrics
 from raftlog.api.schemas import Appended, BatchAppended, NewBatch, NewEntry
 from raftlog.api.service import LogService, entry_json, entry_type
 from raftlog.raft.messages import Code
+from raftlog.raft.producers import Sequenced
+from raftlog.storage.codec import client_body, client_body_crc, stamp_of
 
 OCTETS = "application/octet-stream"
 SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
 ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
 JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
+PRODUCER_HEADERS = {b"x-raftlog-producer-id": ("id", 2**64 - 1), b"x-raftlog-producer-epoch": ("epoch", 2**32 - 1),
+                    b"x-raftlog-sequence": ("sequence", 2**62)}  # a producer session's: what each holds, its maximum
 
 
 class EntryHandlers:
@@ -66,12 +70,13 @@ class EntryHandlers:
             raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
         return parse_model(model, await self.read_body(request))  # the limits answer 413/503 as such
 
-    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]]) -> AppendAnswer:
+    async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]],
+                        producer: Sequenced | None = None) -> AppendAnswer:
         metrics = self.metrics
         started = time.perf_counter()
         try:
             bodies = await bodies_of()
-            answer = await self.service.append(bodies)
+            answer = await self.service.append(bodies, producer)
         except ApiError as exc:
             metrics.append_requests.inc((exc.code.name,))
             raise
@@ -88,7 +93,7 @@ class EntryHandlers:
                 return [decode_body(parse_model(NewEntry, data))]
             return [data]
 
-        return ModelResponse(Appended.of(await self.appending(bodies)), status_code=201)
+        return ModelResponse(Appended.of(await self.appending(bodies, producer_of(request))), status_code=201)
 
     async def append_batch(self, request: Request) -> JSONResponse:
         async def bodies() -> list[bytes]:
@@ -105,15 +110,20 @@ class EntryHandlers:
             except BatchFormatError as exc:
                 raise bad_request(str(exc)) from None
 
-        return ModelResponse(BatchAppended.of(await self.appending(bodies)), status_code=201)
+        return ModelResponse(BatchAppended.of(await self.appending(bodies, producer_of(request))), status_code=201)
 
     async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
         entry = await self.service.get(index, linearizable)
         if OCTETS in accept:
             headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
                        "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
-                       "X-Raftlog-Body-Crc": str(entry.body_crc)}
-            return Response(bytes(entry.body), media_type=OCTETS, headers=headers)
+                       "X-Raftlog-Body-Crc": str(client_body_crc(entry))}
+            stamp = stamp_of(entry)
+            if stamp is not None:
+                headers.update({"X-Raftlog-Producer-Id": str(stamp.producer_id),
+                                "X-Raftlog-Producer-Epoch": str(stamp.epoch),
+                                "X-Raftlog-Sequence": str(stamp.sequence)})
+            return Response(bytes(client_body(entry)), media_type=OCTETS, headers=headers)
         return JSONResponse(entry_json(entry))
 
 
@@ -130,6 +140,23 @@ def content_type(request: Request) -> str:
         if name == b"content-type":
             return value.decode("latin-1").split(";")[0].strip().lower()
     return ""
+
+
+def producer_of(request: Request) -> Sequenced | None:
+    """The producer session an append names in its X-Raftlog-Producer-Id, -Producer-Epoch (0 if not
+    given) and X-Raftlog-Sequence headers (None: it names none); 400 if they do not add up."""
+    fields: dict[str, int] = {}
+    for name, value in request.scope["headers"]:
+        if name in PRODUCER_HEADERS:
+            field, maximum = PRODUCER_HEADERS[name]
+            if not value.isdigit() or int(value) > maximum:
+                raise bad_request(f"{name.decode()} must be a whole number from 0 to {maximum}")
+            fields[field] = int(value)
+    if not fields:
+        return None
+    if "id" not in fields or "sequence" not in fields:
+        raise bad_request("a producer's append names its X-Raftlog-Producer-Id and X-Raftlog-Sequence")
+    return Sequenced(fields["id"], fields.get("epoch", 0), fields["sequence"])
 
 
 def is_json(request: Request) -> bool:

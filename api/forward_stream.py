@@ -8,7 +8,8 @@ go together as the next message, one `AppendRequest` of all their bodies, to the
 `Forward` method (api.stream_server serves it). The leader appends each message as one batch
 and answers in order; each client gets its own slice of the answer: its first index, its
 positions. A message holds at most `max_entries` entries and `max_bytes` of bodies, the limits of
-one forwarded batch.
+one forwarded batch. A producer's batch goes alone, in a message that names the producer
+(raft.producers checks its sequence against the session as one batch), after those before it.
 
 A stream that breaks fails every append on it (api.peer_client says NETWORK_ERROR: the leader may
 have appended them); the next append opens another stream.
@@ -23,9 +24,10 @@ from collections.abc import Sequence
 from google.protobuf.message import DecodeError
 
 from raftlog.api import peer_pb2 as pb
-from raftlog.api.peer_codec import PeerMessageError
+from raftlog.api.peer_codec import PeerMessageError, append_request
 from raftlog.api.peer_stream import H2CallStream, StreamOwner
 from raftlog.api.peer_wire import FORWARD_PATH
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.transport import fail_push
 
 FORWARDS_AHEAD_MAX = 2  # messages on their way to the leader; the appends that come meanwhile wait to go together
@@ -51,12 +53,18 @@ class ForwardStream(H2CallStream):
         self._ahead = 0  # messages sent and not answered
         self._soon: asyncio.Handle | None = None
 
-    def append(self, bodies: Sequence[bytes]) -> asyncio.Future[Slice]:
-        """Send `bodies` with the appends around them; the leader's answer and where in it they are:
-        (answer, offset, count). The batch fits one message alone (the caller checked it)."""
+    def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> asyncio.Future[Slice]:
+        """Send `bodies` with the appends around them (a producer's alone); the leader's answer and
+        where in it they are: (answer, offset, count). The batch fits one message alone (the caller
+        checked it)."""
         answer: asyncio.Future[Slice] = self._loop.create_future()
         if self.broken:
             fail_push(answer, f"{self.peer_id} {self.method}: the stream is broken")
+            return answer
+        if producer is not None:
+            self._send()  # the appends before it go first
+            self._appends.append((answer, len(bodies)))
+            self._ship(append_request(bodies, producer))
             return answer
         size = sum(map(len, bodies))
         if self._bodies and (len(self._bodies) + len(bodies) > self.max_entries or self._bytes + size > self.max_bytes):
@@ -83,7 +91,11 @@ class ForwardStream(H2CallStream):
             self._soon = None
         if not self._appends or self.broken:
             return
-        appends, message = self._appends, pb.AppendRequest(bodies=self._bodies).SerializeToString()
+        self._ship(append_request(self._bodies, None))
+
+    def _ship(self, message: bytes) -> None:
+        """Send `message`, the waiting appends' own."""
+        appends = self._appends
         self._appends, self._bodies, self._bytes = [], [], 0
         self._ahead += 1
         self._put(message, len(message)).add_done_callback(lambda sent: self._split(sent, appends))

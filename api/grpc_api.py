@@ -38,8 +38,9 @@ from raftlog.api.schemas import NewMember
 from raftlog.api.service import LogService
 from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import consume
-from raftlog.storage.codec import Entry, Magic, iter_entries
+from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 
 log = logging.getLogger("raftlog.api.grpc")
 
@@ -65,9 +66,10 @@ BY_HTTP_STATUS = {
 BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
            Code.MEMBER_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
            **dict.fromkeys((Code.ALREADY_VOTER, Code.LAST_VOTER, Code.LEARNER_BEHIND, Code.QUORUM_AT_RISK,
-                            Code.CHANGE_IN_FLIGHT, Code.SECRET_REQUIRED), grpc.StatusCode.FAILED_PRECONDITION)}
+                            Code.CHANGE_IN_FLIGHT, Code.SECRET_REQUIRED, Code.PRODUCER_FENCED),
+                           grpc.StatusCode.FAILED_PRECONDITION)}  # OUT_OF_ORDER_SEQUENCE: ABORTED, as its 409
 ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
-                                        Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE}
+                                        Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
          "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN}
@@ -96,13 +98,13 @@ class LogServicer(log_pb2_grpc.LogServicer):
     # -- appends ---------------------------------------------------------------------------
 
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
-        answer = await self._answer(context, self._append([request.body]))
+        answer = await self._answer(context, self._append([request.body], _producer(request)))
         return pb.AppendResponse(index=answer.first_index, term=answer.term, pos=answer.positions[0],
-                                 leader=answer.leader)
+                                 leader=answer.leader, duplicate=answer.duplicate)
 
     async def AppendBatch(self, request: pb.AppendBatchRequest,
                           context: grpc.aio.ServicerContext) -> pb.AppendBatchResponse:
-        return _batch_response(await self._answer(context, self._append(list(request.bodies))))
+        return _batch_response(await self._answer(context, self._append(list(request.bodies), _producer(request))))
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AppendBatchResponse]:
@@ -120,12 +122,13 @@ class LogServicer(log_pb2_grpc.LogServicer):
                     if isinstance(request, Refused):  # a batch over max_batch_entries, or garbage
                         await window.put(asyncio.ensure_future(_fail(request.error)))
                         break
-                    bodies = list(request.bodies)
+                    bodies, producer = list(request.bodies), _producer(request)
                     behind_a_forward = forwarded and previous is not None and not previous.done()
                     if self.service.node.role is RaftRole.LEADER and not behind_a_forward:
-                        previous, forwarded = asyncio.ensure_future(self._append(bodies)), False
+                        previous, forwarded = asyncio.ensure_future(self._append(bodies, producer)), False
                     else:  # behind the batch before it, wherever that one went
-                        previous, forwarded = asyncio.ensure_future(_after(previous, self._append(bodies))), True
+                        previous = asyncio.ensure_future(_after(previous, self._append(bodies, producer)))
+                        forwarded = True
                     await window.put(previous)
             finally:
                 await window.put(None)  # the answers end here, the client's half ended or broke
@@ -141,11 +144,11 @@ class LogServicer(log_pb2_grpc.LogServicer):
                 if (left := window.get_nowait()) is not None:
                     left.add_done_callback(consume)
 
-    async def _append(self, bodies: list[bytes]) -> AppendAnswer:
+    async def _append(self, bodies: list[bytes], producer: Sequenced | None) -> AppendAnswer:
         async def given() -> list[bytes]:
             return bodies
 
-        return await self.handlers.appending(given)
+        return await self.handlers.appending(given, producer)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -443,10 +446,20 @@ def _configuration(answer: MembershipAnswer) -> pb.Configuration:
 
 def _batch_response(answer: AppendAnswer) -> pb.AppendBatchResponse:
     return pb.AppendBatchResponse(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
-                                  positions=answer.positions, leader=answer.leader)
+                                  positions=answer.positions, leader=answer.leader, duplicate=answer.duplicate)
+
+
+def _producer(request: pb.AppendRequest | pb.AppendBatchRequest) -> Sequenced | None:
+    if not request.HasField("producer"):
+        return None
+    producer = request.producer
+    return Sequenced(producer.id, producer.epoch, producer.sequence)
 
 
 def _entry(entry: Entry) -> pb.Entry:
+    stamp = stamp_of(entry)
     return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, type=ENTRY_TYPES[entry.magic],
-                    body=bytes(entry.body), body_crc=entry.body_crc)
+                    body=bytes(client_body(entry)), body_crc=client_body_crc(entry),
+                    producer=None if stamp is None else pb.Producer(id=stamp.producer_id, epoch=stamp.epoch,
+                                                                    sequence=stamp.sequence))
 

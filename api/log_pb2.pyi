@@ -23,43 +23,61 @@ NORMAL: EntryType
 NOOP: EntryType
 CONFIG_CHANGE: EntryType
 
+class Producer(_message.Message):
+    __slots__ = ("id", "epoch", "sequence")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    epoch: int
+    sequence: int
+    def __init__(self, id: _Optional[int] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+
 class AppendRequest(_message.Message):
-    __slots__ = ("body",)
+    __slots__ = ("body", "producer")
     BODY_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
     body: bytes
-    def __init__(self, body: _Optional[bytes] = ...) -> None: ...
+    producer: Producer
+    def __init__(self, body: _Optional[bytes] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
-    __slots__ = ("index", "term", "pos", "leader")
+    __slots__ = ("index", "term", "pos", "leader", "duplicate")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     index: int
     term: int
     pos: int
     leader: str
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., leader: _Optional[str] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., leader: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class AppendBatchRequest(_message.Message):
-    __slots__ = ("bodies",)
+    __slots__ = ("bodies", "producer")
     BODIES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    producer: Producer
+    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ...) -> None: ...
 
 class AppendBatchResponse(_message.Message):
-    __slots__ = ("first_index", "last_index", "term", "positions", "leader")
+    __slots__ = ("first_index", "last_index", "term", "positions", "leader", "duplicate")
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     first_index: int
     last_index: int
     term: int
     positions: _containers.RepeatedScalarFieldContainer[int]
     leader: str
-    def __init__(self, first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("index", "pos", "consistency")
@@ -72,20 +90,22 @@ class GetRequest(_message.Message):
     def __init__(self, index: _Optional[int] = ..., pos: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("index", "term", "pos", "type", "body", "body_crc")
+    __slots__ = ("index", "term", "pos", "type", "body", "body_crc", "producer")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
     index: int
     term: int
     pos: int
     type: EntryType
     body: bytes
     body_crc: int
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ...) -> None: ...
+    producer: Producer
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("start", "pos", "limit", "follow", "consistency")

@@ -52,6 +52,7 @@ from raftlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.transport import PeerUnavailable
 from raftlog.raft.waiting import loop_time
 
@@ -175,7 +176,8 @@ class PeerClient:
 
     # -- the public API's calls to other members ----------------------------------------
 
-    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> AppendAnswer:
+    async def forward_append(self, leader_id: str, bodies: Sequence[bytes],
+                             producer: Sequenced | None = None) -> AppendAnswer:
         """Append through the leader, with the appends around it; its answer, or its error as an ApiError."""
         stream = self._forwards.get(leader_id)
         if stream is None or stream.broken:
@@ -186,7 +188,7 @@ class PeerClient:
                 self, leader_id, address, self._stream_tls, max_entries=self.max_batch_entries,
                 max_bytes=self.max_forward_bytes)
         try:
-            answer, offset, count = await stream.append(bodies)
+            answer, offset, count = await stream.append(bodies, producer)
         except PeerUnavailable as exc:
             raise ApiError(Code.NETWORK_ERROR, f"no answer from {leader_id}: {exc}") from None
         if answer.HasField("error"):

@@ -10,6 +10,7 @@ and the call fails, never a crash.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from enum import Enum, IntEnum
 from typing import Any, TypeVar, cast, get_type_hints
 
@@ -30,6 +31,7 @@ from raftlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftlog.raft.producers import Sequenced
 
 M = TypeVar("M")
 FIELD_TYPES: dict[type, dict[str, Any]] = {}  # _field_types's, by message class
@@ -91,7 +93,7 @@ def encode_push(request: PushRequest) -> bytes:
         type=cast(pb.PushType, PUSH_TYPES.index(request.type)), commit_index=request.commit_index,
         first_index=request.first_index, count=request.count,
         pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
-        chain_crc=request.chain_crc, next_pos=request.next_pos).SerializeToString()
+        chain_crc=request.chain_crc, next_pos=request.next_pos, producers=request.producers).SerializeToString()
     size = len(request.data)
     if not size:  # as protobuf writes an empty bytes field: not at all
         return head
@@ -118,7 +120,7 @@ def decode_push(data: bytes) -> PushRequest:
     return PushRequest(proto.group, proto.leader_id, proto.term, PUSH_TYPES[proto.type], proto.commit_index,
                        proto.first_index, proto.count, proto.data, proto.pre_log_index, proto.pre_log_term,
                        proto.chain_crc if proto.HasField("chain_crc") else None,
-                       proto.next_pos if proto.HasField("next_pos") else None)
+                       proto.next_pos if proto.HasField("next_pos") else None, proto.producers)
 
 
 def encode_push_response(response: PushResponse) -> bytes:
@@ -142,11 +144,27 @@ def decode_push_response(data: bytes) -> PushResponse:
 
 def append_answer_message(answer: AppendAnswer) -> pb.AppendResponse:
     return pb.AppendResponse(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
-                             positions=answer.positions, leader=answer.leader)
+                             positions=answer.positions, leader=answer.leader, duplicate=answer.duplicate)
+
+
+def append_request(bodies: Sequence[bytes], producer: Sequenced | None) -> bytes:
+    """A forwarded message: many clients' bodies, or one producer's batch alone."""
+    if producer is None:
+        return pb.AppendRequest(bodies=bodies).SerializeToString()
+    return pb.AppendRequest(bodies=bodies, producer_id=producer.producer_id, producer_epoch=producer.epoch,
+                            sequence=producer.sequence).SerializeToString()
+
+
+def forwarded_append(message: bytes) -> tuple[list[bytes], Sequenced | None]:
+    """What append_request sent (DecodeError if it is not a message)."""
+    request = pb.AppendRequest.FromString(message)
+    producer = (Sequenced(request.producer_id, request.producer_epoch, request.sequence)
+                if request.HasField("producer_id") else None)
+    return list(request.bodies), producer
 
 
 def append_answer_share(message: pb.AppendResponse, offset: int, count: int) -> AppendAnswer:
     """One client's part of the leader's answer to a forwarded batch: its `count` entries from `offset`."""
     first = message.first_index + offset
     return AppendAnswer(first, first + count - 1, message.term, list(message.positions[offset:offset + count]),
-                        message.leader)
+                        message.leader, message.duplicate)

@@ -21,7 +21,7 @@ TRUNCATE: PushType
 INSTALL_SNAPSHOT: PushType
 
 class PushRequest(_message.Message):
-    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos")
+    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class PushRequest(_message.Message):
     PRE_LOG_TERM_FIELD_NUMBER: _ClassVar[int]
     CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
     NEXT_POS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
     group: str
     leader_id: str
     term: int
@@ -46,7 +47,8 @@ class PushRequest(_message.Message):
     pre_log_term: int
     chain_crc: int
     next_pos: int
-    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ...) -> None: ...
+    producers: bytes
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ...) -> None: ...
 
 class PushResponse(_message.Message):
     __slots__ = ("code", "term", "index", "end_index", "end_term", "x_term", "x_index", "ack_index")
@@ -159,26 +161,34 @@ class ApiError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., leader: _Optional[str] = ..., status: _Optional[int] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("bodies",)
+    __slots__ = ("bodies", "producer_id", "producer_epoch", "sequence")
     BODIES_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
-    __slots__ = ("error", "first_index", "last_index", "term", "positions", "leader")
+    __slots__ = ("error", "first_index", "last_index", "term", "positions", "leader", "duplicate")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
     LAST_INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POSITIONS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
     error: ApiError
     first_index: int
     last_index: int
     term: int
     positions: _containers.RepeatedScalarFieldContainer[int]
     leader: str
-    def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ...) -> None: ...
+    duplicate: bool
+    def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., first_index: _Optional[int] = ..., last_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class ReadIndexRequest(_message.Message):
     __slots__ = ()

@@ -42,6 +42,7 @@ from raftlog.api.peer_codec import (
     decode_push,
     encode_message,
     encode_push_response,
+    forwarded_append,
 )
 from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH
 from raftlog.api.service import LogService
@@ -56,6 +57,7 @@ from raftlog.raft.messages import (
     VoteRequest,
 )
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import Sequenced
 
 log = logging.getLogger("raftlog.api.peer_server")
 
@@ -176,17 +178,17 @@ class PeerService:
             answer.set_result(pb.AppendResponse(error=api_error_message(refused)))
             return answer
         try:
-            bodies = list(pb.AppendRequest.FromString(message).bodies)
+            bodies, producer = forwarded_append(message)
         except DecodeError as exc:
             self.budget.give(size)
             raise PeerMessageError(f"a forwarded append that does not decode: {exc}") from None
-        appending = self._keep(asyncio.ensure_future(self._append(bodies)))
+        appending = self._keep(asyncio.ensure_future(self._append(bodies, producer)))
         appending.add_done_callback(lambda _: self.budget.give(size))  # the message itself is not held
         return appending
 
-    async def _append(self, bodies: list[bytes]) -> pb.AppendResponse:
+    async def _append(self, bodies: list[bytes], producer: Sequenced | None) -> pb.AppendResponse:
         try:
-            answer = await self.service.append_forwarded(bodies)
+            answer = await self.service.append_forwarded(bodies, producer)
         except ApiError as exc:
             return pb.AppendResponse(error=api_error_message(exc))
         return append_answer_message(answer)

@@ -98,7 +98,8 @@ ERROR_TEXT = {
     404: "INDEX_OUT_OF_RANGE: the index is not committed; UNKNOWN_MEMBER: no member has this id",
     409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed; a membership change "
          "refused: MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK, "
-         "SECRET_REQUIRED",
+         "SECRET_REQUIRED; a producer's append refused: OUT_OF_ORDER_SEQUENCE (its sequence skips ahead: the "
+         "message says which comes next), PRODUCER_FENCED (a newer epoch of the producer appended)",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
     413: "An entry over max_entry_bytes, or a request over max_request_bytes",
     415: "A content type this route does not take",
@@ -118,9 +119,25 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorBody, "description": ERROR_TEXT[s]} for s in sorted({*statuses, 500})}
 
 
+PRODUCER_PARAMETERS = [
+    {"name": "X-Raftlog-Producer-Id", "in": "header", "required": False,
+     "schema": {"type": "integer", "minimum": 0, "maximum": 2**64 - 1},
+     "description": "A producer session (POST /v1/producers hands one out): with X-Raftlog-Sequence, a retry of a "
+                    "batch already in the log is answered with its original entries (duplicate: true), not "
+                    "appended again"},
+    {"name": "X-Raftlog-Producer-Epoch", "in": "header", "required": False,
+     "schema": {"type": "integer", "minimum": 0, "maximum": 2**32 - 1, "default": 0},
+     "description": "The producer's epoch; appends of a lower epoch are refused once a higher one appended"},
+    {"name": "X-Raftlog-Sequence", "in": "header", "required": False,
+     "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
+     "description": "The first entry's sequence in the session; each entry takes the next"},
+]
+
+
 def body_content(json_model: type[BaseModel], raw_type: str, raw_text: str, raw_example: str) -> dict[str, Any]:
-    """An OpenAPI request body taking JSON or raw bytes (parsed by hand, so FastAPI cannot infer it)."""
-    return {"requestBody": {"required": True, "content": {
+    """An OpenAPI request body taking JSON or raw bytes (parsed by hand, so FastAPI cannot infer it), and
+    the headers of a producer session."""
+    return {"parameters": PRODUCER_PARAMETERS, "requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": f"#/components/schemas/{json_model.__name__}"}},
         raw_type: {"schema": {"type": "string", "format": "binary", "description": raw_text},
                    "example": raw_example}}}}
@@ -138,14 +155,14 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
 
     @app.post("/v1/entries", status_code=201, tags=["entries"], summary="Append one entry",
               responses={201: {"model": Appended, "description": "Committed"},
-                         **errors(400, 413, 502, 503, 504, 507)},
+                         **errors(400, 409, 413, 502, 503, 504, 507)},
               openapi_extra=body_content(NewEntry, OCTETS, "The entry's body, byte for byte", "hello"))
     async def append_entry(request: Request) -> JSONResponse:
         return await handlers.append_one(request)
 
     @app.post("/v1/entries/batch", status_code=201, tags=["entries"], summary="Append a batch, all or nothing",
               responses={201: {"model": BatchAppended, "description": "All committed"},
-                         **errors(400, 413, 415, 502, 503, 504, 507)},
+                         **errors(400, 409, 413, 415, 502, 503, 504, 507)},
               openapi_extra=body_content(NewBatch, BATCH_CONTENT_TYPE,
                                          "Entries as a sequence of u32 big-endian length + body bytes",
                                          "\\x00\\x00\\x00\\x01a\\x00\\x00\\x00\\x01b"))

@@ -29,33 +29,48 @@ class NewBatch(BaseModel):
     entries: list[NewEntry]
 
 
+DUPLICATE = ("A producer's retry (X-Raftlog-Producer-Id): the entries were appended before, and these are "
+             "their index, term and positions; nothing was appended now")
+
+
 class Appended(BaseModel):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"index": 42, "term": 3, "pos": 6216, "leader": "n1"}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"index": 42, "term": 3, "pos": 6216, "leader": "n1", "duplicate": False}]})
 
     index: int
     term: int
     pos: int = Field(description="The entry's global byte offset in the log, the same on every member")
     leader: str
+    duplicate: bool = Field(description=DUPLICATE)
 
     @classmethod
     def of(cls, answer: AppendAnswer) -> Appended:
-        return cls(index=answer.first_index, term=answer.term, pos=answer.positions[0], leader=answer.leader)
+        return cls(index=answer.first_index, term=answer.term, pos=answer.positions[0], leader=answer.leader,
+                   duplicate=answer.duplicate)
 
 
 class BatchAppended(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
-        {"first_index": 43, "last_index": 44, "term": 3, "positions": [6364, 6413], "leader": "n1"}]})
+        {"first_index": 43, "last_index": 44, "term": 3, "positions": [6364, 6413], "leader": "n1",
+         "duplicate": False}]})
 
     first_index: int
     last_index: int
     term: int
     positions: list[int]
     leader: str
+    duplicate: bool = Field(description=DUPLICATE)
 
     @classmethod
     def of(cls, answer: AppendAnswer) -> BatchAppended:
         return cls(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
-                   positions=list(answer.positions), leader=answer.leader)
+                   positions=list(answer.positions), leader=answer.leader, duplicate=answer.duplicate)
+
+
+class ProducerOut(BaseModel):
+    id: int
+    epoch: int
+    sequence: int
 
 
 class EntryOut(BaseModel):
@@ -70,6 +85,7 @@ class EntryOut(BaseModel):
     body: str
     encoding: Encoding = Field(description="utf-8 when the body is valid UTF-8, else base64")
     body_crc: int = Field(description="CRC-32 of the body")
+    producer: ProducerOut | None = Field(None, description="The producer session that appended it, if one did")
 
 
 class EntryPage(BaseModel):

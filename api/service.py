@@ -32,8 +32,9 @@ from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import consume, wait_event
-from raftlog.storage.codec import Entry, Magic, iter_entries
+from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
@@ -84,36 +85,36 @@ class LogService:
             i = next(i for i, size in enumerate(sizes) if size > self.limits.max_entry_bytes)
             raise too_large(f"entry {i} has {sizes[i]} bytes; max_entry_bytes is {self.limits.max_entry_bytes}")
 
-    async def append(self, bodies: Sequence[bytes]) -> AppendAnswer:
+    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> AppendAnswer:
         """Append on the leader, here or through the peer connection, once committed."""
         self.check_bodies(bodies)
         if self.node.role is Role.LEADER:
-            return await self._append_here(bodies)
+            return await self._append_here(bodies, producer)
         leader, tried = self.node.leader_id, set[str]()
         while True:
             if leader is None or leader in tried or leader == self.node.config.self_id:
                 raise ApiError(Code.NOT_LEADER, "no leader is known; retry later", leader)
             tried.add(leader)
             try:
-                return await self.peers.forward_append(leader, bodies)
+                return await self.peers.forward_append(leader, bodies, producer)
             except ApiError as exc:
                 if exc.code is not Code.NOT_LEADER:  # NOT_LEADER: nothing was written there
                     raise
                 leader = exc.leader  # it names the leader it knows of: follow once more
 
-    async def append_forwarded(self, bodies: Sequence[bytes]) -> AppendAnswer:
+    async def append_forwarded(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> AppendAnswer:
         """A batch another member's clients sent: checked against this member's limits too (each
         member has its own settings), and appended here if this member leads."""
         self.check_bodies(bodies)
-        return await self._append_here(bodies)
+        return await self._append_here(bodies, producer)
 
-    async def _append_here(self, bodies: Sequence[bytes]) -> AppendAnswer:
+    async def _append_here(self, bodies: Sequence[bytes], producer: Sequenced | None) -> AppendAnswer:
         try:
-            appended = await self.node.append(bodies)
+            appended = await self.node.append(bodies, producer)
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
         return AppendAnswer(appended.first_index, appended.last_index, appended.term, appended.positions,
-                            self.node.config.self_id)
+                            self.node.config.self_id, appended.duplicate)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -441,18 +442,24 @@ class SharedRounds(Generic[T]):
 
 
 def entry_json(entry: Entry) -> dict[str, Any]:
-    """An entry for JSON readers: UTF-8 text when the body is valid UTF-8, else base64."""
-    body = bytes(entry.body)
+    """An entry for JSON readers: UTF-8 text when the body is valid UTF-8, else base64; the body as
+    its client sent it, and the producer session that appended it, if one did."""
+    body = bytes(client_body(entry))
     try:
         text, encoding = body.decode("utf-8"), "utf-8"
     except UnicodeDecodeError:
         text, encoding = base64.b64encode(body).decode("ascii"), "base64"
-    return {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": entry_type(entry),
-            "body": text, "encoding": encoding, "body_crc": entry.body_crc}
+    fields = {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": entry_type(entry),
+              "body": text, "encoding": encoding, "body_crc": client_body_crc(entry)}
+    stamp = stamp_of(entry)
+    if stamp is not None:
+        fields["producer"] = {"id": stamp.producer_id, "epoch": stamp.epoch, "sequence": stamp.sequence}
+    return fields
 
 
 def entry_type(entry: Entry) -> str:
-    return Magic(entry.magic).name.lower()
+    """Its type as readers see it: a producer's entry is a normal one."""
+    return "normal" if entry.magic == Magic.PRODUCED else Magic(entry.magic).name.lower()
 
 
 def _age_ms(now: float, then: float | None) -> int | None:

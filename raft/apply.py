@@ -15,6 +15,7 @@ from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState, TermStore
 from raftlog.raft.membership import ConfigLog, Configuration
 from raftlog.raft.waiting import Wakeup
+from raftlog.storage.checkpoint import TableSource
 from raftlog.storage.codec import Entry
 from raftlog.storage.protocol import LogStore
 
@@ -35,6 +36,8 @@ class ProgressStore(TermStore, Protocol):
     def note_progress(self, committed_index: int, applied_index: int) -> None: ...
 
     async def save_config(self, index: int, config: bytes) -> None: ...
+
+    def watch_producers(self, source: TableSource) -> None: ...
 
 
 class Applier:

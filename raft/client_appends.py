@@ -2,8 +2,11 @@
 
 An append is written to the leader's own log under the member's lock, so
 its term cannot change underneath it, then waits until a quorum holds it
-(raft.commitment). A new leader's first entry is a NOOP, so that its commit
-index can reach its own term at once. The leader's own flushes are grouped:
+(raft.commitment). A producer's batch is checked against its session there
+first (raft.producers): a duplicate is answered with its original entries once
+they commit, a batch out of order or from a fenced epoch is refused. A new
+leader's first entry is a NOOP, so that its commit index can reach its own term
+at once. The leader's own flushes are grouped:
 one fdatasync covers every append written since the last.
 """
 
@@ -15,9 +18,18 @@ from dataclasses import dataclass
 
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
-from raftlog.raft.errors import LeaderTransferringError, NotLeaderError, PendingFullError, RaftError
+from raftlog.raft.errors import (
+    AckTimeoutError,
+    LeaderTransferringError,
+    NotLeaderError,
+    OutOfOrderSequenceError,
+    PendingFullError,
+    ProducerFencedError,
+    RaftError,
+)
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration
+from raftlog.raft.producers import ProducerSessions, Sequenced, Verdict
 from raftlog.raft.waiting import Wakeup
 from raftlog.storage.codec import Magic
 from raftlog.storage.protocol import LogStore
@@ -29,18 +41,20 @@ class Appended:
     last_index: int
     term: int
     positions: list[int]
+    duplicate: bool = False  # a producer's retry: these entries were appended before, not now
 
 
 class ClientAppends:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, commitment: Commitment,
-                 configuration_appended: Callable[[Configuration], None], appended: Callable[[], None],
-                 durable_moved: Callable[[], None]) -> None:
+                 sessions: ProducerSessions, configuration_appended: Callable[[Configuration], None],
+                 appended: Callable[[], None], durable_moved: Callable[[], None]) -> None:
         """`configuration_appended`: a CONFIG_CHANGE entry is in the log (in force at once);
         `appended`: the log grew (the dispatchers push it); `durable_moved`: a flush covered more."""
         self.config = config
         self.state = state
         self.store = store
         self.commitment = commitment
+        self.sessions = sessions
         self._configuration_appended = configuration_appended
         self._appended = appended
         self._durable_moved = durable_moved
@@ -52,23 +66,30 @@ class ClientAppends:
         """The leader's first entry of its term is committed."""
         return 0 <= self.term_first_index <= self.state.committed_index
 
-    async def append(self, bodies: Sequence[bytes]) -> Appended:
-        """Append entries and wait until they are committed (stored on a quorum, durable)."""
+    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> Appended:
+        """Append entries and wait until they are committed (stored on a quorum, durable); a producer's
+        batch that is in the log already is answered with its entries once they commit."""
         if not bodies:
             raise ValueError("nothing to append")
-        return await self.append_committed(bodies, self.state.current_term, Magic.NORMAL)
+        return await self.append_committed(bodies, self.state.current_term, Magic.NORMAL, producer)
 
-    async def append_committed(self, bodies: Sequence[bytes], term: int, magic: int) -> Appended:
+    async def append_committed(self, bodies: Sequence[bytes], term: int, magic: int,
+                               producer: Sequenced | None = None) -> Appended:
         if self.commitment.pending >= self.config.max_pending_requests:
             raise PendingFullError(f"{self.commitment.pending} appends are waiting for a quorum")
-        appended, committed = await self.append_local(bodies, term, magic)
-        if committed is not None:  # else committed already (a single-member group)
+        appended, committed = await self.append_local(bodies, term, magic, producer)
+        if appended.duplicate:
+            if not await self.commitment.wait_committed(appended.last_index, self.config.max_wait_ack_ms / 1000):
+                raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
+                                      f"{self.config.max_wait_ack_ms} ms", self.state.leader_id)
+        elif committed is not None:  # else committed already (a single-member group)
             await committed  # fails with AckTimeoutError after max_wait_ack_ms
         return appended
 
-    async def append_local(self, bodies: Sequence[bytes], term: int,
-                           magic: int) -> tuple[Appended, asyncio.Future[None] | None]:
-        """Into the leader's own log; with the future of its commit (None: committed already)."""
+    async def append_local(self, bodies: Sequence[bytes], term: int, magic: int,
+                           producer: Sequenced | None = None) -> tuple[Appended, asyncio.Future[None] | None]:
+        """Into the leader's own log; with the future of its commit (None: committed already, or a
+        producer's duplicate, which waits for its original entries)."""
         async with self.state.lock:
             if not self.state.is_leader or self.state.current_term != term:
                 raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
@@ -76,7 +97,16 @@ class ClientAppends:
                 # checked here, under the lock: an append queued on it when a transfer began would land after
                 # the transferee was found caught up, and a log behind loses the transferee its vote round
                 raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
-            result = await self.store.append_as_leader(bodies, term, magic)
+            if producer is None:
+                result = await self.store.append_as_leader(bodies, term, magic)
+            else:
+                original = self._original(producer, len(bodies))
+                if original is not None:
+                    return original, None
+                stamp = self.sessions.stamp(producer)
+                result = await self.store.append_as_leader(bodies, term, Magic.PRODUCED, stamp=stamp)
+                self.sessions.appended([(*stamp[:3], result.first_index, result.first_index + len(bodies) - 1,
+                                         stamp.appended_ms)])
             if magic == Magic.CONFIG_CHANGE:  # in force from now on, committed or not
                 self._configuration_appended(Configuration.decode(bodies[0], result.first_index))
         last = result.first_index + len(bodies) - 1
@@ -85,6 +115,25 @@ class ClientAppends:
         self.commitment.check_quorum()
         self._appended()
         return Appended(result.first_index, last, term, result.positions), committed
+
+    def _original(self, producer: Sequenced, count: int) -> Appended | None:
+        """A duplicate's original entries, or None for a new batch; raises for one out of order or fenced."""
+        checked = self.sessions.table.check(producer.producer_id, producer.epoch, producer.sequence, count)
+        if checked.verdict is Verdict.NEW:
+            return None
+        if checked.verdict is Verdict.OUT_OF_ORDER:
+            assert checked.expected_seq is not None
+            raise OutOfOrderSequenceError(
+                f"producer {producer.producer_id} epoch {producer.epoch}: sequence {producer.sequence}, "
+                f"expected {checked.expected_seq}", self.state.leader_id, checked.expected_seq)
+        if checked.verdict is Verdict.FENCED:
+            raise ProducerFencedError(f"producer {producer.producer_id}: epoch {producer.epoch} is fenced by "
+                                      f"epoch {checked.epoch}", self.state.leader_id)
+        assert checked.original is not None
+        first = checked.original.first_index + producer.sequence - checked.original.first_seq
+        indices = range(first, first + count)
+        return Appended(first, indices[-1], self.store.term_at(first), [self.store.pos_at(i) for i in indices],
+                        duplicate=True)
 
     async def append_noop(self, term: int) -> None:
         """A new leader's first entry, so the commit index can reach its term at once."""

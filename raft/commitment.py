@@ -18,7 +18,7 @@ from raftlog.raft.errors import AckTimeoutError, RaftError
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import ConfigLog
 from raftlog.raft.quorum import quorum_index
-from raftlog.raft.waiting import Clock, Signal
+from raftlog.raft.waiting import Clock, Signal, wait_event
 from raftlog.storage.protocol import LogStore
 
 
@@ -96,6 +96,16 @@ class Commitment:
                 future.set_result(None)
         self.listener.entries_committed()
         self.moved.fire()
+
+    async def wait_committed(self, index: int, timeout_s: float) -> bool:
+        """Wait until this member's commit index reaches `index`; False after `timeout_s`."""
+        deadline = self.clock() + timeout_s
+        while True:
+            moved = self.moved.current()
+            if self.state.committed_index >= index:
+                return True
+            if not await wait_event(moved, deadline - self.clock()) and self.clock() >= deadline:
+                return self.state.committed_index >= index
 
     def wait_for(self, last: int) -> asyncio.Future[None] | None:
         """A future done once `last` commits, or failed after max_wait_ack_ms (None: committed already)."""

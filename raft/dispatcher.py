@@ -25,6 +25,7 @@ from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import ConfigLog
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.producers import ProducerSessions
 from raftlog.raft.transport import PeerUnavailable, PushStream, Transport
 from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.codec import POS_OFFSET
@@ -81,8 +82,9 @@ class Leadership(Protocol):
 class EntryDispatcher:
     def __init__(self, peer_id: str, config: RaftConfig, member: MemberState, store: LogStore,
                  members: ConfigLog, commitment: Commitment, transport: Transport, clock: Clock,
-                 leadership: Leadership) -> None:
+                 leadership: Leadership, sessions: ProducerSessions) -> None:
         self.peer_id = peer_id
+        self.sessions = sessions  # a snapshot install carries the producer table
         self.config = config
         self.member = member
         self.store = store
@@ -244,7 +246,7 @@ class EntryDispatcher:
         response = await self._call(self._request(
             term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
             pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
-            next_pos=store.begin_pos, data=self.members.base.encode_with_index()))
+            next_pos=store.begin_pos, data=self.members.base.encode_with_index(), producers=self.sessions.encode()))
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"install snapshot: {response.code.name}")
         self.match_index = store.before_begin_index

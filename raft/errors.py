@@ -5,7 +5,9 @@
     ├── LeaderTransferringError LEADER_TRANSFERRING
     ├── PendingFullError        LEADER_PENDING_FULL
     ├── AckTimeoutError         WAIT_QUORUM_ACK_TIMEOUT (the entry may still commit)
-    └── TermChangedError        TERM_CHANGED (leadership was lost while waiting)
+    ├── TermChangedError        TERM_CHANGED (leadership was lost while waiting)
+    ├── OutOfOrderSequenceError OUT_OF_ORDER_SEQUENCE (expected_seq says what comes next)
+    └── ProducerFencedError     PRODUCER_FENCED (a newer epoch of the producer appended)
 """
 
 from __future__ import annotations
@@ -39,3 +41,15 @@ class AckTimeoutError(RaftError):
 
 class TermChangedError(RaftError):
     code = Code.TERM_CHANGED
+
+
+class OutOfOrderSequenceError(RaftError):
+    code = Code.OUT_OF_ORDER_SEQUENCE
+
+    def __init__(self, message: str, leader_id: str | None, expected_seq: int) -> None:
+        super().__init__(message, leader_id)
+        self.expected_seq = expected_seq
+
+
+class ProducerFencedError(RaftError):
+    code = Code.PRODUCER_FENCED

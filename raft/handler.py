@@ -25,10 +25,11 @@ from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.producers import ProducerSessions
 from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.codec import HEADER, HEADER_SIZE
 from raftlog.storage.errors import AppendRejectedError, DiskFullError, StorageError
-from raftlog.storage.protocol import LogStore
+from raftlog.storage.protocol import FollowerAppend, LogStore
 
 log = logging.getLogger("raftlog.raft.handler")
 
@@ -53,8 +54,9 @@ class Following(Protocol):
 
 class EntryHandler:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock: Clock,
-                 member: Following) -> None:
+                 member: Following, sessions: ProducerSessions) -> None:
         self.config = config
+        self.sessions = sessions
         self.state = state
         self.store = store
         self.clock = clock
@@ -96,8 +98,7 @@ class EntryHandler:
             appended = self.store.append_as_follower_now(request.data)
             if appended is None:
                 return None
-            if appended.config_indices:  # in force at once, as the log holds it (a vote may depend on it)
-                self.member.note_config_entries(appended.config_indices)
+            self._took(appended)
             self.matched_end = request.last_index
             self._follow_commit(request.commit_index)
             self._ack(request, answer, self._answer(request, Code.SUCCESS))
@@ -273,11 +274,18 @@ class EntryHandler:
             except DiskFullError:
                 self._ack(request, future, self._answer(request, Code.DISK_FULL))
                 return
-            if appended.config_indices:  # in force at once, as the log holds it (a vote may depend on it)
-                self.member.note_config_entries(appended.config_indices)
+            self._took(appended)
         self.matched_end = request.last_index
         self._follow_commit(request.commit_index)
         self._ack(request, future, self._answer(request, Code.SUCCESS))
+
+    def _took(self, appended: FollowerAppend) -> None:
+        """What the entries a push brought change: configurations, in force at once as the log holds
+        them (a vote may depend on one), and producer sessions."""
+        if appended.config_indices:
+            self.member.note_config_entries(appended.config_indices)
+        if appended.produced:
+            self.sessions.appended(appended.produced)
 
     async def _control(self, request: PushRequest) -> PushResponse:
         try:
@@ -336,6 +344,7 @@ class EntryHandler:
             return self._answer(request, Code.INCONSISTENT_STATE)
         truncated_to = await self.store.truncate(index)
         self.member.log_truncated(truncated_to + 1)
+        self.sessions.truncated(truncated_to + 1)
         if truncated_to != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1
@@ -359,6 +368,7 @@ class EntryHandler:
             log.warning("snapshot from %s refused: %s", request.leader_id, exc)
             return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         self.matched_end = request.pre_log_index
+        self.sessions.installed(request.pre_log_index, request.producers)
         self.member.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
 

@@ -59,6 +59,9 @@ class Code(IntEnum):
     HOST_NOT_ALLOWED = 610  # a Host header that is not one of this member's names (DNS rebinding)
     ORIGIN_NOT_ALLOWED = 611  # a state-changing request from a page of another origin
     SECRET_REQUIRED = 612  # a member beyond loopback added to a group without a cluster secret
+    # raftlog's own: producer sessions (raft.producers)
+    OUT_OF_ORDER_SEQUENCE = 613  # a producer's batch that skips ahead of its next sequence
+    PRODUCER_FENCED = 614  # a batch from an epoch below the producer's current one
 
 
 class Role(Enum):
@@ -151,6 +154,7 @@ class PushRequest:
     pre_log_term: int = -1
     chain_crc: int | None = None  # COMPARE: the leader's chain CRC at pre_log_index
     next_pos: int | None = None
+    producers: bytes = b""  # INSTALL_SNAPSHOT: the leader's producer table (raft.producers)
 
     @property
     def last_index(self) -> int:

@@ -45,6 +45,7 @@ from raftlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from raftlog.raft.producers import ProducerSessions, Sequenced
 from raftlog.raft.progress import PeerProgress, Progress
 from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
@@ -76,11 +77,14 @@ class RaftNode:
                  applied_index: int = -1, state_machine: StateMachine | None = None,
                  rng: random.Random | None = None, rejoining: bool = False,
                  configuration: Configuration | None = None, config_scan_from: int = 0,
-                 work_clock: Clock = time.perf_counter) -> None:
+                 producers: bytes | None = None, work_clock: Clock = time.perf_counter,
+                 wall_clock: Clock = time.time) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
-        holds every configuration up to the commit index it saved). `work_clock` times the scrub's
-        batches, to pace it (the simulation gives its virtual clock, so a seed replays the same)."""
+        holds every configuration up to the commit index it saved), as do the producer sessions
+        `producers` holds. `work_clock` times the scrub's
+        batches, to pace it, and `wall_clock` stamps a producer's entries as a leader appends them
+        (the simulation gives its virtual clock for both, so a seed replays the same)."""
         self.config = config
         self.store = store
         self.transport = transport
@@ -95,10 +99,13 @@ class RaftNode:
         self.applier = Applier(config, self.state, store, progress, self.members, state_machine,
                                applied_index=applied_index, saved_config_index=base.index)
         self.commitment = Commitment(config, self.state, store, self.members, self.now, self)
-        self.appends = ClientAppends(config, self.state, store, self.commitment, self._configuration_appended,
-                                     self.wake_dispatchers, self.durable_moved)
+        self.sessions = ProducerSessions(config, self.state, store, lambda: int(wall_clock() * 1000))
+        self.sessions.restore(producers, config_scan_from - 1)
+        progress.watch_producers(self.sessions)
+        self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions,
+                                     self._configuration_appended, self.wake_dispatchers, self.durable_moved)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
-        self.handler = EntryHandler(config, self.state, store, self.now, self)
+        self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids, work_clock)
@@ -124,7 +131,7 @@ class RaftNode:
 
     def _dispatcher(self, peer: str) -> EntryDispatcher:
         return EntryDispatcher(peer, self.config, self.state, self.store, self.members, self.commitment,
-                               self.transport, self.now, self)
+                               self.transport, self.now, self, self.sessions)
 
     # -- life ------------------------------------------------------------------------
 
@@ -190,9 +197,9 @@ class RaftNode:
 
     # -- client appends (leader; raft.client_appends) -------------------------------------
 
-    async def append(self, bodies: Sequence[bytes]) -> Appended:
+    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> Appended:
         """Append entries and wait until they are committed (stored on a quorum, durable)."""
-        return await self.appends.append(bodies)
+        return await self.appends.append(bodies, producer)
 
     def durable_moved(self) -> None:
         """A flush covered more of the log: the checkpoint's progress may move up to the commit index."""
@@ -272,13 +279,7 @@ class RaftNode:
 
     async def wait_committed(self, index: int, timeout_s: float) -> bool:
         """Wait until this member's commit index reaches `index`; False after `timeout_s`."""
-        deadline = self.now() + timeout_s
-        while True:
-            moved = self.commitment.moved.current()
-            if self.state.committed_index >= index:
-                return True
-            if not await wait_event(moved, deadline - self.now()) and self.now() >= deadline:
-                return self.state.committed_index >= index
+        return await self.commitment.wait_committed(index, timeout_s)
 
     def snapshot_installed(self, index: int, term: int, configuration: Configuration | None = None) -> None:
         """The log restarts after `index`; `configuration` is the leader's committed one, which the

@@ -23,9 +23,28 @@ and `truncate` must then find the batch before it.
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+
+from raftlog.raft.config import RaftConfig
+from raftlog.raft.member_state import MemberState
+from raftlog.storage.codec import ProducedRun, Stamp, add_produced, stamp_of
+from raftlog.storage.errors import StorageError
+from raftlog.storage.protocol import LogStore
+
+log = logging.getLogger("raftlog.raft.producers")
+
+
+@dataclass(frozen=True, slots=True)
+class Sequenced:
+    """What a producer says of its batch: who it is, and its first entry's sequence."""
+
+    producer_id: int
+    epoch: int
+    sequence: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,3 +182,73 @@ class ProducerTable:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a producer table: {exc}") from None
         self.producers, self.log_ms, self.end_index = producers, log_ms, end_index
+
+
+class ProducerSessions:
+    """The producer table kept in step with this member's log: the leader's appends, a follower's,
+    truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
+
+    def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.state = state
+        self.store = store
+        self.clock_ms = clock_ms  # the leader's clock, written into its entries (log time)
+        self.table = self._empty()
+        self.changes = 0  # counts every change: the checkpoint writes a table that changed
+
+    def _empty(self) -> ProducerTable:
+        return ProducerTable(batches_kept=self.config.producer_batches_kept, producers_max=self.config.producers_max,
+                             idle_ms=self.config.producer_idle_ms)
+
+    def stamp(self, producer: Sequenced) -> Stamp:
+        """A leader's stamp for a new batch: its clock, never behind the log's time."""
+        return Stamp(producer.producer_id, producer.epoch, producer.sequence, max(self.clock_ms(), self.table.log_ms))
+
+    def appended(self, runs: Iterable[ProducedRun]) -> None:
+        """PRODUCED entries joined the log, in log order."""
+        committed = self.state.committed_index
+        for producer_id, epoch, first_seq, first_index, last_index, appended_ms in runs:
+            self.table.record(producer_id, epoch, first_seq, first_index, last_index, appended_ms, committed)
+        self.changes += 1
+
+    def truncated(self, from_index: int) -> None:
+        """Entries from `from_index` on left the log."""
+        self.table.truncate(from_index - 1)
+        self.changes += 1
+
+    def encode(self) -> bytes:
+        return self.table.encode()
+
+    def installed(self, index: int, data: bytes | None) -> None:
+        """The log restarts after `index` with the leader's table (None: it sent none: empty)."""
+        table = self._empty()
+        if data:
+            try:
+                table.load(data)
+            except ValueError as exc:
+                log.error("a snapshot's producer table not taken (producers start afresh): %s", exc)
+                table = self._empty()
+        table.truncate(index)  # what the leader had past the snapshot comes again in pushes
+        self.table = table
+        self.changes += 1
+
+    def restore(self, saved: bytes | None, trusted_index: int) -> None:
+        """On start: the checkpoint's table, cut to what it saved as committed (`trusted_index`: the log
+        before it cannot have changed since), then the log's entries after it replayed."""
+        if saved:
+            try:
+                self.table.load(saved)
+            except ValueError as exc:
+                log.error("the checkpoint's producer table not taken (rebuilt from the log kept): %s", exc)
+                self.table = self._empty()
+        self.table.truncate(min(trusted_index, self.store.end_index))
+        runs: list[ProducedRun] = []
+        for index in range(max(self.table.end_index + 1, self.store.begin_index), self.store.end_index + 1):
+            try:
+                stamp = stamp_of(self.store.get(index))
+            except StorageError as exc:  # damaged: the scrub repairs it; its producer may see one duplicate
+                log.warning("producer table: entry %d not read: %s", index, exc)
+                continue
+            if stamp is not None:
+                add_produced(runs, stamp, index)
+        self.appended(runs)

@@ -13,7 +13,13 @@ latest committed CONFIG_CHANGE entry, opaque bytes here) is written with the
 same durability by `save_config`: retention may clean its entry away, and a
 restarted member must still know its group.
 
-Schema 2 added it; a schema 1 file is upgraded when it is opened for writing.
+The producer table (raft.producers, opaque bytes here) is written with the
+indices, in the same transaction, when it changed: the committed index beside
+it says up to where the log it was built from cannot change (a restart cuts the
+table there and replays the log after it).
+
+Schema 2 added the configuration, schema 3 the producer table; an older file is
+upgraded when it is opened for writing.
 
 The connection runs in EXCLUSIVE locking mode: once open, no other process
 can read or write the file, and a second opener gets CheckpointLockedError.
@@ -29,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -61,9 +67,10 @@ log = logging.getLogger("raftlog.storage.checkpoint")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 UPGRADES = {1: ("ALTER TABLE raft_state ADD COLUMN config_index BIGINT NOT NULL DEFAULT -1",
-                "ALTER TABLE raft_state ADD COLUMN config BLOB")}  # from a version to the next
+                "ALTER TABLE raft_state ADD COLUMN config BLOB"),
+            2: ("ALTER TABLE raft_state ADD COLUMN producers BLOB",)}  # from a version to the next
 LOCK_TIMEOUT_S = 1.0
 
 _metadata = MetaData()
@@ -78,7 +85,16 @@ raft_state = Table(
     Column("applied_index", BigInteger, nullable=False),
     Column("config_index", BigInteger, nullable=False, server_default="-1"),  # -1: the seed, from settings
     Column("config", LargeBinary, nullable=True),
+    Column("producers", LargeBinary, nullable=True),
 )
+
+
+class TableSource(Protocol):
+    """What the checkpoint saves with the indices (raft.producers.ProducerSessions)."""
+
+    changes: int  # counts every change
+
+    def encode(self) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +105,7 @@ class CheckpointState:
     applied_index: int = -1
     config_index: int = -1  # the entry of the configuration below, -1: none saved (the `peers` setting)
     config: bytes | None = None
+    producers: bytes | None = None  # the producer table, as of committed_index at least
 
 
 class Checkpoint:
@@ -101,6 +118,8 @@ class Checkpoint:
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-checkpoint")
         self._timer: asyncio.Task[None] | None = None
         self._vote_lock = asyncio.Lock()
+        self._producers: TableSource | None = None
+        self._producers_written = 0  # the source's changes when it was last written
 
     @classmethod
     def open(cls, path: str | Path, *, create: bool, interval_ms: int = 3000) -> Checkpoint:
@@ -168,12 +187,23 @@ class Checkpoint:
         assert applied_index <= committed_index, "only committed entries are applied"
         self._progress = (committed_index, applied_index)
 
+    def watch_producers(self, source: TableSource) -> None:
+        """Save `source`'s table with the indices whenever it changed."""
+        self._producers, self._producers_written = source, source.changes
+
     async def write_progress(self) -> None:
         committed, applied = self._progress
-        if (committed, applied) == (self._state.committed_index, self._state.applied_index):
+        values: dict[str, object] = {"committed_index": committed, "applied_index": applied}
+        source, changes = self._producers, self._producers_written
+        if source is not None and source.changes != changes:
+            changes, values["producers"] = source.changes, source.encode()
+        elif (committed, applied) == (self._state.committed_index, self._state.applied_index):
             return
-        await self._run(self._write, {"committed_index": committed, "applied_index": applied})
-        self._state = replace(self._state, committed_index=committed, applied_index=applied)
+        await self._run(self._write, values)
+        self._producers_written = changes
+        written = values.get("producers")
+        self._state = replace(self._state, committed_index=committed, applied_index=applied,
+                              producers=written if isinstance(written, bytes) else self._state.producers)
 
     def start(self) -> None:
         if self._timer is None:
@@ -264,8 +294,10 @@ def _read_state(conn: Connection, path: Path, tables: set[str]) -> CheckpointSta
         raise CheckpointError(f"{path}: schema version {version}, this build reads {SCHEMA_VERSION}")
     c = raft_state.c
     columns = [c.current_term, c.voted_for, c.committed_index, c.applied_index]
-    if version == SCHEMA_VERSION:
+    if version is not None and version >= 2:
         columns += [c.config_index, c.config]
+    if version is not None and version >= 3:
+        columns.append(c.producers)
     row = conn.execute(select(*columns).where(c.id == 1)).one_or_none()
     if row is None:
         raise CheckpointCorruptError(f"{path}: the state row is missing")

@@ -122,6 +122,11 @@ def client_body(entry: Entry) -> memoryview:
     return entry.body[STAMP_SIZE:] if entry.magic == Magic.PRODUCED else entry.body
 
 
+def client_body_crc(entry: Entry) -> int:
+    """The CRC-32 of the body as its client sent it."""
+    return zlib.crc32(entry.body[STAMP_SIZE:]) if entry.magic == Magic.PRODUCED else entry.body_crc
+
+
 def add_produced(runs: list[ProducedRun], stamp: tuple[int, int, int, int], index: int) -> None:
     """Entry `index` with `stamp` (producer_id, epoch, sequence, appended_ms) follows `runs`: it
     extends the last run, or starts one."""

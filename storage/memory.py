@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
-from raftlog.storage.checkpoint import check_vote
+from raftlog.storage.checkpoint import TableSource, check_vote
 from raftlog.storage.codec import HEADER, Entry, Magic, Stamp, decode_entry
 from raftlog.storage.config import StoreConfig
 from raftlog.storage.errors import (
@@ -229,13 +229,21 @@ class MemoryCheckpoint:
         self.applied_index = -1
         self.config_index: int = -1
         self.config: bytes | None = None
+        self.producers: bytes | None = None
+        self._producers: TableSource | None = None
+
+    def watch_producers(self, source: TableSource) -> None:
+        self._producers = source
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
         check_vote(self.current_term, self.voted_for, term, voted_for)
         self.current_term, self.voted_for = term, voted_for
 
     def note_progress(self, committed_index: int, applied_index: int) -> None:
+        """Noted and saved at once, the producer table with them (as Checkpoint writes them together)."""
         self.committed_index, self.applied_index = committed_index, applied_index
+        if self._producers is not None:
+            self.producers = self._producers.encode()
 
     async def save_config(self, index: int, config: bytes) -> None:
         if index < self.config_index:

@@ -136,7 +136,7 @@ async def test_a_batch_is_appended_as_fastapi_appends_it(node: Node, both: Calla
     assert {h: fast.headers.get(h) for h in ("content-type", "retry-after")} == \
            {h: slow.headers.get(h) for h in ("content-type", "retry-after")}
     a, b = fast.json(), slow.json()
-    assert a.keys() == b.keys() == {"first_index", "last_index", "term", "positions", "leader"}
+    assert a.keys() == b.keys() == {"first_index", "last_index", "term", "positions", "leader", "duplicate"}
     assert (a["term"], a["leader"]) == (b["term"], b["leader"]) == (node.raft.term, "n1")
     count = a["last_index"] - a["first_index"] + 1
     assert len(a["positions"]) == len(b["positions"]) == count == b["last_index"] - b["first_index"] + 1

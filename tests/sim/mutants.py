@@ -123,8 +123,8 @@ def retries_forwarded_appends(original: Callable[..., Any],
 def acks_before_quorum(original: Callable[..., Any]) -> Callable[..., Any]:
     """The leader acknowledges an append once it is in its own log, before a quorum holds it."""
 
-    async def append(self: ClientAppends, bodies: Sequence[bytes]) -> Any:
-        appended, _committed = await self.append_local(bodies, self.state.current_term, Magic.NORMAL)
+    async def append(self: ClientAppends, bodies: Sequence[bytes], producer: Any = None) -> Any:
+        appended, _committed = await self.append_local(bodies, self.state.current_term, Magic.NORMAL, producer)
         return appended
 
     return append

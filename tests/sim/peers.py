@@ -30,6 +30,7 @@ from raftlog.raft.messages import (
     VoteResponse,
 )
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.transport import PeerUnavailable
 
 
@@ -56,9 +57,9 @@ class Endpoint:
     async def handle_fetch(self, request: FetchRequest) -> bytes:
         return await self.node.handle_fetch(request)
 
-    async def handle_append(self, bodies: list[bytes]) -> AppendAnswer | ApiError:
+    async def handle_append(self, request: tuple[list[bytes], Sequenced | None]) -> AppendAnswer | ApiError:
         try:
-            return await self.service.append_forwarded(bodies)
+            return await self.service.append_forwarded(*request)
         except ApiError as exc:
             return exc
 
@@ -79,8 +80,9 @@ class SimPeers:
         self.self_id = self_id
         self.wait_timeout_s = wait_timeout_s  # as PeerClient: the leader may wait for a quorum
 
-    async def forward_append(self, leader_id: str, bodies: Sequence[bytes]) -> AppendAnswer:
-        return await self._call(leader_id, "append", list(bodies))
+    async def forward_append(self, leader_id: str, bodies: Sequence[bytes],
+                             producer: Sequenced | None = None) -> AppendAnswer:
+        return await self._call(leader_id, "append", (list(bodies), producer))
 
     async def read_index(self, leader_id: str) -> int:
         return await self._call(leader_id, "read_index", None)

@@ -18,12 +18,14 @@ from raftlog.api.answers import AppendAnswer
 from raftlog.api.peer_codec import (
     append_answer_message,
     append_answer_share,
+    append_request,
     decode_message,
     decode_push,
     decode_push_response,
     encode_message,
     encode_push,
     encode_push_response,
+    forwarded_append,
 )
 from raftlog.raft.messages import PushRequest, PushResponse
 
@@ -33,9 +35,8 @@ def round_trip(kind: str, message: Any) -> Any:
         return decode_push(encode_push(message))
     if isinstance(message, PushResponse):
         return decode_push_response(encode_push_response(message))
-    if kind == "append" and isinstance(message, list):
-        wire = peer_pb2.AppendRequest(bodies=message).SerializeToString()
-        return list(peer_pb2.AppendRequest.FromString(wire).bodies)
+    if kind == "append" and isinstance(message, tuple):  # (bodies, producer)
+        return forwarded_append(append_request(*message))
     if isinstance(message, AppendAnswer):  # the leader's answer to a forwarded append, as the peer port maps it
         wire = append_answer_message(message).SerializeToString()
         return append_answer_share(peer_pb2.AppendResponse.FromString(wire), 0, len(message.positions))
