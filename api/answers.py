@@ -26,6 +26,14 @@ class AppendAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerAnswer:
+    """A producer session to append with: its id and the epoch to use."""
+
+    id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class MembershipAnswer:
     """A configuration, and whether the answering member knows it committed."""
 

@@ -38,7 +38,7 @@ TOKEN_CHARS_MIN = 16  # shorter tokens are refused at start: they can be guessed
 LOG_INTERVAL_S = 1.0  # refusals of one reason are logged at most this often
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
-WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch"})
+WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch", "/v1/producers"})
 
 
 class Role(IntEnum):

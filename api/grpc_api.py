@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -70,9 +70,10 @@ BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
                            grpc.StatusCode.FAILED_PRECONDITION)}  # OUT_OF_ORDER_SEQUENCE: ABORTED, as its 409
 ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
                                         Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL}
+T = TypeVar("T")
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
-         "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN}
+         "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN, "NewProducer": Role.WRITER}
 
 
 def grpc_code(error: ApiError) -> grpc.StatusCode:
@@ -208,6 +209,11 @@ class LogServicer(log_pb2_grpc.LogServicer):
                              context: grpc.aio.ServicerContext) -> pb.TransferLeaderResponse:
         transferred = await self._answer(context, self.service.transfer_leadership(request.target))
         return pb.TransferLeaderResponse(leader=transferred.leader, previous=transferred.previous)
+
+    async def NewProducer(self, request: pb.NewProducerRequest, context: grpc.aio.ServicerContext) -> pb.Producer:
+        answer = await self._answer(context, _call(self.service.new_producer,
+                                                   request.id if request.HasField("id") else None))
+        return pb.Producer(id=answer.id, epoch=answer.epoch, sequence=0)
 
     async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
         return _configuration(self.service.members())
@@ -423,6 +429,11 @@ def _bearer(metadata: Any) -> bytes | None:
 async def _abort(context: grpc.aio.ServicerContext, error: ApiError) -> None:
     status = error_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    """A plain call, as an awaitable for _answer (its error ends the call as any other)."""
+    return fn(*args)
 
 
 async def _fail(error: ApiError) -> Any:

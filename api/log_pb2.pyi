@@ -33,6 +33,12 @@ class Producer(_message.Message):
     sequence: int
     def __init__(self, id: _Optional[int] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
+class NewProducerRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
 class AppendRequest(_message.Message):
     __slots__ = ("body", "producer")
     BODY_FIELD_NUMBER: _ClassVar[int]

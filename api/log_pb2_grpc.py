@@ -89,6 +89,11 @@ class LogStub:
                 request_serializer=raftlog_dot_v1_dot_log__pb2.MemberRequest.SerializeToString,
                 response_deserializer=raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
                 _registered_method=True)
+        self.NewProducer = channel.unary_unary(
+                '/raftlog.v1.Log/NewProducer',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.NewProducerRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Producer.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -174,6 +179,14 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def NewProducer(self, request, context):
+        """A producer session to append with (REST: POST /v1/producers): a new random id at epoch 0, or
+        for a producer restarting under its own id the next epoch, which fences the one before.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -231,6 +244,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.RemoveMember,
                     request_deserializer=raftlog_dot_v1_dot_log__pb2.MemberRequest.FromString,
                     response_serializer=raftlog_dot_v1_dot_log__pb2.Configuration.SerializeToString,
+            ),
+            'NewProducer': grpc.unary_unary_rpc_method_handler(
+                    servicer.NewProducer,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.NewProducerRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Producer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -530,6 +548,33 @@ class Log:
             '/raftlog.v1.Log/RemoveMember',
             raftlog_dot_v1_dot_log__pb2.MemberRequest.SerializeToString,
             raftlog_dot_v1_dot_log__pb2.Configuration.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def NewProducer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/NewProducer',
+            raftlog_dot_v1_dot_log__pb2.NewProducerRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Producer.FromString,
             options,
             channel_credentials,
             insecure,

@@ -28,6 +28,7 @@ from raftlog.api import schemas
 from raftlog.api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
 from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, page_policy
+from raftlog.api.delivery import install_delivery_routes
 from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain
 from raftlog.api.errors import ApiError, api_error, bad_request, error_response
 from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
@@ -244,6 +245,8 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
             entries, committed = await service.read(start, page, linearizable=False)
         return JSONResponse({"entries": [entry_json(e) for e in entries],
                              "next": start + len(entries), "committed_index": committed})
+
+    install_delivery_routes(app, handlers, errors(400, 409, 415))
 
     @app.get("/v1/cluster", tags=["cluster"], summary="Cluster and member status",
              responses={200: {"model": ClusterStatus, "description": "As this member sees it"}})

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from raftlog.api.answers import AppendAnswer, MembershipAnswer, StatusAnswer, TransferAnswer
+from raftlog.api.answers import AppendAnswer, MembershipAnswer, ProducerAnswer, StatusAnswer, TransferAnswer
 from raftlog.raft.config import Peer
 
 Encoding = Literal["utf-8", "base64"]
@@ -65,6 +65,25 @@ class BatchAppended(BaseModel):
     def of(cls, answer: AppendAnswer) -> BatchAppended:
         return cls(first_index=answer.first_index, last_index=answer.last_index, term=answer.term,
                    positions=list(answer.positions), leader=answer.leader, duplicate=answer.duplicate)
+
+
+class NewProducer(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{}, {"id": 6917529027641081856}]})
+
+    id: int | None = Field(None, ge=0, le=2**64 - 1, description="A producer restarting under its own id: the "
+                           "answer is the next epoch, which fences the one before once it appends. Without "
+                           "it, a new random id")
+
+
+class ProducerSession(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"id": 6917529027641081856, "epoch": 0}]})
+
+    id: int
+    epoch: int
+
+    @classmethod
+    def of(cls, answer: ProducerAnswer) -> ProducerSession:
+        return cls(id=answer.id, epoch=answer.epoch)
 
 
 class ProducerOut(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import secrets
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -21,6 +22,7 @@ from raftlog.api.answers import (
     DiskStatus,
     MembershipAnswer,
     MemberStatus,
+    ProducerAnswer,
     StatusAnswer,
     TransferAnswer,
 )
@@ -39,6 +41,7 @@ from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
 STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer
+EPOCH_MAX = 2**32 - 1  # a producer epoch is a u32 in the entry stamp
 
 
 class RawRead(NamedTuple):
@@ -115,6 +118,17 @@ class LogService:
             raise api_error(exc, self.node.leader_id) from None
         return AppendAnswer(appended.first_index, appended.last_index, appended.term, appended.positions,
                             self.node.config.self_id, appended.duplicate)
+
+    def new_producer(self, producer_id: int | None) -> ProducerAnswer:
+        """A producer session: a new random id at epoch 0, or for `producer_id` (a producer restarting
+        under its own id) the epoch after the latest this member's log holds, which fences the older
+        one once it appends."""
+        if producer_id is None:
+            return ProducerAnswer(secrets.randbits(63), 0)
+        state = self.node.sessions.table.producers.get(producer_id)
+        if state is not None and state.epoch >= EPOCH_MAX:
+            raise ApiError(Code.PRODUCER_FENCED, f"producer {producer_id} has used its last epoch; take a new id")
+        return ProducerAnswer(producer_id, 0 if state is None else state.epoch + 1)
 
     # -- reads -------------------------------------------------------------------------
 
