@@ -38,9 +38,10 @@ from raftlog.raft.inmem_transport import Fate, Network
 from raftlog.raft.membership import Configuration, saved_configuration
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode, trusted_commit_end
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import loop_time
 from raftlog.storage import CorruptLogError, Store, StoreConfig
-from raftlog.storage.codec import Magic
+from raftlog.storage.codec import Magic, client_body
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
 from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
 from tests.sim.peers import Endpoint, SimPeers
@@ -182,6 +183,7 @@ class History:
     failed_reads: int = 0
     forwarded: int = 0  # acknowledged appends a follower's API forwarded to the leader
     sent: set[bytes] = field(default_factory=set)  # every body a client sent
+    produced: int = 0  # producers' retries answered as duplicates
 
 
 class _ErrorRecords(logging.Handler):
@@ -409,6 +411,24 @@ class SimCluster:
         self._acked(Ack(answer.first_index, body, invoked, self.now(), node_id))
         return answer.first_index
 
+    async def produce(self, node_id: str, producer: Sequenced, body: bytes, invoked: float) -> bool:
+        """One attempt of a producer's append of `body` through a member's API (`invoked`: its first
+        attempt's time); False when the outcome is unknown or nothing was done: the producer retries."""
+        service = self.members[node_id].service
+        assert service is not None
+        self.history.sent.add(body)
+        try:
+            answer = await service.append([body], producer)
+        except ApiError as exc:
+            self._check_api_error(node_id, "append", exc)
+            if exc.code in (Code.OUT_OF_ORDER_SEQUENCE, Code.PRODUCER_FENCED):
+                self.violations.append(f"producer {producer.producer_id} sequence {producer.sequence} via "
+                                       f"{node_id}: {exc.code.name}: {exc.message}")
+            return False
+        self.history.produced += answer.duplicate
+        self._acked(Ack(answer.first_index, body, invoked, self.now(), node_id), duplicate=answer.duplicate)
+        return True
+
     async def read(self, node_id: str, index: int) -> bytes | None:
         """A linearizable read of `index` from a member's API: read index, then its store."""
         service = self.members[node_id].service
@@ -423,8 +443,8 @@ class SimCluster:
             else:
                 self.history.failed_reads += 1
             return None
-        self._read(Read(index, bytes(entry.body), invoked, self.now(), node_id))
-        return bytes(entry.body)
+        self._read(Read(index, bytes(client_body(entry)), invoked, self.now(), node_id))
+        return bytes(client_body(entry))
 
     async def read_range(self, node_id: str, start: int, limit: int) -> None:
         """A linearizable range read from a member's API: each index of the page is a read that
@@ -438,7 +458,7 @@ class SimCluster:
             self._check_api_error(node_id, "range read", exc)
             self.history.failed_reads += 1
             return
-        got = {entry.index: bytes(entry.body) for entry in entries}
+        got = {entry.index: bytes(client_body(entry)) for entry in entries}
         for index in range(start, start + limit):
             self._read(Read(index, got.get(index), invoked, self.now(), node_id))
 
@@ -446,8 +466,12 @@ class SimCluster:
         if exc.code is Code.INTERNAL_ERROR:  # a crash below, turned into a 500
             self.violations.append(f"{what} on {node_id} answered INTERNAL_ERROR: {exc.message}")
 
-    def _acked(self, ack: Ack) -> None:
+    def _acked(self, ack: Ack, duplicate: bool = False) -> None:
+        """`duplicate`: a producer's retry answered with its original entry, which may have been
+        acknowledged before (`invoked` is then the first attempt's)."""
         for other in self.history.acks:
+            if other.index == ack.index and duplicate and other.body == ack.body:
+                continue
             if other.index == ack.index:
                 self.violations.append(f"two acknowledgements at index {ack.index}: {other.body!r} "
                                        f"(via {other.via}) and {ack.body!r} (via {ack.via})")
@@ -535,11 +559,11 @@ class SimCluster:
             if ack.index > store.end_index:
                 self.violations.append(f"acknowledged index {ack.index} (via {ack.via}) is past the final "
                                        f"log end {store.end_index}: lost")
-            elif bytes(store.get(ack.index).body) != ack.body:
+            elif bytes(client_body(store.get(ack.index))) != ack.body:
                 self.violations.append(f"acknowledged append at {ack.index} (via {ack.via}) was lost")
         for read in self.history.reads:
             if read.body is not None and (read.index > store.end_index
-                                          or bytes(store.get(read.index).body) != read.body):
+                                          or bytes(client_body(store.get(read.index))) != read.body):
                 self.violations.append(f"read of {read.index} on {read.via} returned {read.body!r}, "
                                        "which is not the committed entry")
         written: dict[bytes, int] = {}  # every body is sent once: a second copy was duplicated below
@@ -550,17 +574,33 @@ class SimCluster:
             if entry.magic == Magic.CONFIG_CHANGE:  # an operator's, not a client's
                 Configuration.decode(entry.body, index)
                 continue
-            body = bytes(entry.body)
-            if entry.magic != Magic.NORMAL or body not in self.history.sent:
+            body = bytes(client_body(entry))
+            if entry.magic not in (Magic.NORMAL, Magic.PRODUCED) or body not in self.history.sent:
                 self.violations.append(f"entry {index} ({Magic(entry.magic).name}) was written by no client")
             elif body in written:
                 self.violations.append(f"{body!r} is in the log twice, at {written[body]} and {index}")
             written.setdefault(body, index)
+        self.check_sessions()
+
+    def check_sessions(self) -> None:
+        """Every member of the group knows each producer's epoch and last batch as the others do: a
+        function of the log alone (the older batches kept may differ for a while, as each member drops
+        them once committed)."""
+        leader = self.leader()
+        assert leader is not None
+        tables = {node.config.self_id: {producer_id: (state.epoch, state.last)
+                                        for producer_id, state in node.sessions.table.producers.items()}
+                  for node in self.running if node.config.self_id in leader.configuration.ids}
+        first = next(iter(tables.values()))
+        for node_id, table in tables.items():
+            if table != first:
+                self.violations.append(f"producer sessions differ: {node_id} has {table}, "
+                                       f"{next(iter(tables))} has {first}")
 
     def lost_acks(self, store: Store | MemoryStore) -> int:
         """Acknowledged appends not in `store` at their index."""
         return sum(1 for ack in self.history.acks
-                   if ack.index > store.end_index or bytes(store.get(ack.index).body) != ack.body)
+                   if ack.index > store.end_index or bytes(client_body(store.get(ack.index))) != ack.body)
 
     def converged(self) -> bool:
         """Every member of the leader's configuration runs and holds its log, all committed (a member

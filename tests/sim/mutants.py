@@ -17,8 +17,9 @@ from raftlog.raft.client_appends import ClientAppends
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
-from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType, Role
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import ProducerTable
 from raftlog.raft.quorum import quorum_index
 from raftlog.storage.codec import Magic
 
@@ -130,6 +131,18 @@ def acks_before_quorum(original: Callable[..., Any]) -> Callable[..., Any]:
     return append
 
 
+def forgets_producers(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A new leader forgets the producer sessions its log holds: a producer's retry of an append the
+    old leader wrote is written again."""
+
+    def on_role_change(self: RaftNode, term: int, role: Role) -> None:
+        if role is Role.LEADER:
+            self.sessions.table = ProducerTable()
+        original(self, term, role)
+
+    return on_role_change
+
+
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-before-quorum": (ClientAppends, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
@@ -140,4 +153,5 @@ MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "reads-local-commit-index": (LogService, "readable_end", reads_local_commit_index),
     "ends-ranges-at-local-commit-index": (LogService, "readable_end", ends_ranges_at_local_commit_index),
     "retries-forwarded-appends": (LogService, "append", retries_forwarded_appends),
+    "forgets-producers": (RaftNode, "_on_role_change", forgets_producers),
 }

@@ -22,6 +22,7 @@ from raftlog.raft.errors import RaftError
 from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import Sequenced
 from raftlog.storage import Store
 from raftlog.storage.codec import HEADER, HEADER_SIZE
 from raftlog.storage.recovery import SCAN_FILES
@@ -94,6 +95,36 @@ async def _clients(cluster: SimCluster, rng: random.Random, stop: asyncio.Event)
             tasks.append(cluster.call(node.config.self_id, cluster.append(body, node)))
         await asyncio.sleep(rng.uniform(0.005, 0.03))
     await _finished(tasks)
+
+
+async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event, count: int = 2) -> None:
+    """Producers with sessions, one append in flight each, through any member's API: an append whose
+    outcome is unknown is sent again, the same body with the same sequence, until the group answers
+    (after the faults end too, for a while): the final log must hold each body once."""
+    async def producer(producer_id: int) -> None:
+        sequence, given_up_at = 0, None
+        while not stop.is_set():
+            body = f"seed{cluster.seed}-producer{producer_id}-{sequence}".encode()
+            invoked, answered = cluster.now(), False
+            while not answered:
+                if stop.is_set():
+                    given_up_at = given_up_at or cluster.now() + CONVERGE_S / 3
+                    if cluster.now() >= given_up_at:
+                        return
+                running = cluster.running
+                if running:
+                    target = rng.choice(running).config.self_id
+                    call = cluster.call(target, cluster.produce(target, Sequenced(producer_id, 0, sequence), body,
+                                                                invoked))
+                    if call is not None:  # a crash of its member cancels it: unknown, sent again
+                        await asyncio.wait([call])
+                        answered = not call.cancelled() and call.exception() is None and call.result() is True
+                if not answered:
+                    await asyncio.sleep(rng.uniform(0.01, 0.05))
+            sequence += 1
+            await asyncio.sleep(rng.uniform(0.005, 0.03))
+
+    await asyncio.gather(*(producer(1000 + k) for k in range(count)))
 
 
 async def _readers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
@@ -324,6 +355,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         await run_until(cluster, lambda: cluster.leader() is not None, 5.0)
         clients = asyncio.create_task(_clients(cluster, rng, stop))
         readers = asyncio.create_task(_readers(cluster, random.Random(seed * 31 + 7), stop))
+        producers = asyncio.create_task(_producers(cluster, random.Random(seed * 7919 + 11), stop))
         for _ in range(phases):
             kind = rng.choice(NEMESES)
             nemeses.append(kind)
@@ -344,6 +376,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         stop.set()
         await clients
         await readers
+        await producers
         if membership:
             await run_until(cluster, lambda: cluster.leader() is not None, CONVERGE_S)
             _start_added(cluster)

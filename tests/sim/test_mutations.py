@@ -28,6 +28,7 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
     ("ends-ranges-at-local-commit-index", 8, 3, "found nothing, but it was acknowledged"),
     ("retries-forwarded-appends", 21, 3, "is in the log twice"),
+    ("forgets-producers", 6, 3, "is in the log twice"),
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,
                                    found: str) -> None:
