@@ -22,6 +22,7 @@ from raftlog.raft.errors import (
 from raftlog.raft.inmem_transport import Network
 from raftlog.raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteResult
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import Sequenced
 from raftlog.storage import CorruptEntryError, Store, StoreConfig
 from raftlog.storage.codec import Entry, Magic
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
@@ -244,13 +245,14 @@ async def test_committed_entries_are_applied_in_order_and_checkpointed(tmp_path:
 
 @simulate
 async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install(tmp_path: Path) -> None:
+    """With the producer sessions of the entries cleaned away: the installed member answers a retry."""
     cluster = SimCluster(seed=21, tmp=tmp_path / "cluster")
     try:
         leader = await stable(cluster)
         behind = next(m for m in cluster.members if m != leader.config.self_id)
         await cluster.crash(behind)
         for i in range(150):  # several 4 KiB data files
-            await leader.append([f"entry-{i}".encode() * 8])
+            last = await leader.append([f"entry-{i}".encode() * 8], Sequenced(7, 0, i))
         files = leader.store.head_files()
         assert len(files) >= 2
         await leader.store.delete_head_files(len(files))  # cleaned: the follower's next entry is gone
@@ -261,7 +263,16 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
         assert follower.begin_index == leader.store.begin_index
         end = leader.store.end_index
         assert follower.get(end).chain_crc == leader.store.get(end).chain_crc
+        cluster.check_sessions()
         assert not cluster.violations
+        installed = cluster.members[behind].node
+        assert installed is not None and installed.sessions.table.producers[7].last.last_seq == 149
+        await cluster.crash(leader.config.self_id)  # the installed member or the other leads: both know
+        assert await run_until(cluster, lambda: cluster.leader() is not None, 5.0)
+        new_leader = cluster.leader()
+        assert new_leader is not None
+        retried = await new_leader.append([b"entry-149" * 8], Sequenced(7, 0, 149))
+        assert (retried.first_index, retried.positions, retried.duplicate) == (last.first_index, last.positions, True)
     finally:
         await cluster.stop()
 

@@ -1,10 +1,16 @@
-"""The producer table: what a leader answers a producer's batch, from what the log holds."""
+"""The producer table: what a leader answers a producer's batch, from what the log holds; and the
+sessions that keep it in step with the log through restarts and snapshot installs."""
 
 from __future__ import annotations
 
 import pytest
 
-from raftlog.raft.producers import ProducedBatch, ProducerTable, Verdict
+from raftlog.raft.config import RaftConfig, parse_peers
+from raftlog.raft.member_state import MemberState
+from raftlog.raft.producers import ProducedBatch, ProducerSessions, ProducerTable, Verdict
+from raftlog.storage import StoreConfig
+from raftlog.storage.codec import Magic, Stamp
+from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
 
 HOUR_MS = 3600 * 1000
 
@@ -93,3 +99,43 @@ def test_the_table_round_trips_through_its_encoding() -> None:
     assert list(copy.producers) == list(table.producers)  # the eviction order too
     with pytest.raises(ValueError, match="not a producer table"):
         copy.load(b'{"producers": [[1]]}')
+
+
+def sessions_on(store: MemoryStore) -> ProducerSessions:
+    config = RaftConfig(self_id="n1", peers=parse_peers("n1-127.0.0.1:1"))
+    return ProducerSessions(config, MemberState("n1", MemoryCheckpoint(), 1, None), store, lambda: 1000)
+
+
+async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_the_log_after_it() -> None:
+    """The table was saved with entry 3 in it, uncommitted; the log then lost entry 3 to a truncation
+    and took another producer's there. A restart must not believe the first producer wrote it."""
+    store = MemoryStore(StoreConfig())
+    await store.append_as_leader([b""], 1, Magic.NOOP)
+    await store.append_as_leader([b"a", b"b"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 0, 1000))
+    await store.append_as_leader([b"c"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 2, 1001))
+    before = sessions_on(store)
+    before.restore(None, -1)  # nothing saved: the whole log replayed
+    assert before.table.producers[7].batches == [ProducedBatch(0, 1, 2, 1000), ProducedBatch(2, 3, 3, 1001)]
+    saved = before.encode()
+    await store.truncate(3)
+    await store.append_as_leader([b"x"], 2, Magic.PRODUCED, stamp=Stamp(8, 0, 0, 1002))
+    after = sessions_on(store)
+    after.restore(saved, 2)  # saved beside commit index 2
+    assert after.table.producers[7].batches == [ProducedBatch(0, 1, 2, 1000)]
+    assert after.table.producers[8].batches == [ProducedBatch(0, 3, 3, 1002)]
+    assert after.table.check(7, 0, 2, 1).verdict is Verdict.NEW  # entry 3 is not the first producer's
+    assert after.table.check(8, 0, 0, 1).verdict is Verdict.DUPLICATE
+
+
+def test_a_snapshot_install_takes_the_leaders_table_up_to_the_snapshot() -> None:
+    store = MemoryStore(StoreConfig())
+    leader = ProducerTable()
+    leader.record(7, 0, 0, 10, 12, 1000, 12)
+    leader.record(7, 0, 3, 13, 14, 1001, 12)  # past the snapshot: pushed again after the install
+    sessions = sessions_on(store)
+    sessions.installed(12, leader.encode())
+    assert sessions.table.producers[7].batches == [ProducedBatch(0, 10, 12, 1000)]
+    sessions.appended([(7, 0, 3, 13, 14, 1001)])
+    assert sessions.table.producers == leader.producers
+    sessions.installed(12, b"garbage")  # logged, and the producers start afresh
+    assert not sessions.table.producers

@@ -228,7 +228,39 @@ async def test_a_checkpoint_of_schema_1_is_read_as_it_is_and_upgraded_when_a_nod
         await cp.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT version FROM schema_info").fetchone() == (2,)
+        assert db.execute("SELECT version FROM schema_info").fetchone() == (3,)
     finally:
         db.close()
-    assert read_checkpoint(path) == CheckpointState(5, "n3", 99, 90, 100, b"members")
+    assert read_checkpoint(path) == CheckpointState(5, "n3", 99, 90, 100, b"members", None)
+
+
+class Table:
+    """A producer table as the checkpoint sees it (raft.producers.ProducerSessions)."""
+
+    def __init__(self) -> None:
+        self.changes = 0
+        self.data = b""
+
+    def encode(self) -> bytes:
+        return self.data
+
+    def change(self, data: bytes) -> None:
+        self.changes, self.data = self.changes + 1, data
+
+
+async def test_the_producer_table_is_written_with_the_progress_when_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.db"
+    cp = Checkpoint.open(path, create=True)
+    table = Table()
+    cp.watch_producers(table)
+    cp.note_progress(5, 4)
+    table.change(b"up to 7")
+    await cp.close()
+    assert read_checkpoint(path) == CheckpointState(0, None, 5, 4, producers=b"up to 7")
+    cp = Checkpoint.open(path, create=False)
+    table = Table()
+    cp.watch_producers(table)
+    await cp.write_progress()  # nothing changed: nothing written
+    table.change(b"up to 9")  # the table alone changed: written, beside the same indices
+    await cp.close()
+    assert read_checkpoint(path) == CheckpointState(0, None, 5, 4, producers=b"up to 9")
