@@ -29,7 +29,7 @@ from raftlog.api.metrics import NodeMetrics
 from raftlog.api.schemas import Appended, BatchAppended, NewBatch, NewEntry
 from raftlog.api.service import LogService, entry_json, entry_type
 from raftlog.raft.messages import Code
-from raftlog.raft.producers import Sequenced
+from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX, Sequenced
 from raftlog.storage.codec import client_body, client_body_crc, stamp_of
 
 OCTETS = "application/octet-stream"
@@ -37,8 +37,9 @@ SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
 ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
 JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
-PRODUCER_HEADERS = {b"x-raftlog-producer-id": ("id", 2**64 - 1), b"x-raftlog-producer-epoch": ("epoch", 2**32 - 1),
-                    b"x-raftlog-sequence": ("sequence", 2**62)}  # a producer session's: what each holds, its maximum
+PRODUCER_HEADERS = {  # a producer session's: what each holds, and its maximum
+    b"x-raftlog-producer-id": ("id", PRODUCER_ID_MAX), b"x-raftlog-producer-epoch": ("epoch", EPOCH_MAX),
+    b"x-raftlog-sequence": ("sequence", SEQUENCE_MAX)}
 
 
 class EntryHandlers:

@@ -38,7 +38,7 @@ from raftlog.api.schemas import NewMember
 from raftlog.api.service import LogService
 from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
-from raftlog.raft.producers import Sequenced
+from raftlog.raft.producers import PRODUCER_ID_MAX, SEQUENCE_MAX, Sequenced
 from raftlog.raft.waiting import consume
 from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 
@@ -99,13 +99,13 @@ class LogServicer(log_pb2_grpc.LogServicer):
     # -- appends ---------------------------------------------------------------------------
 
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
-        answer = await self._answer(context, self._append([request.body], _producer(request)))
+        answer = await self._answer(context, self._append([request.body], request))
         return pb.AppendResponse(index=answer.first_index, term=answer.term, pos=answer.positions[0],
                                  leader=answer.leader, duplicate=answer.duplicate)
 
     async def AppendBatch(self, request: pb.AppendBatchRequest,
                           context: grpc.aio.ServicerContext) -> pb.AppendBatchResponse:
-        return _batch_response(await self._answer(context, self._append(list(request.bodies), _producer(request))))
+        return _batch_response(await self._answer(context, self._append(list(request.bodies), request)))
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AppendBatchResponse]:
@@ -123,12 +123,12 @@ class LogServicer(log_pb2_grpc.LogServicer):
                     if isinstance(request, Refused):  # a batch over max_batch_entries, or garbage
                         await window.put(asyncio.ensure_future(_fail(request.error)))
                         break
-                    bodies, producer = list(request.bodies), _producer(request)
+                    bodies = list(request.bodies)
                     behind_a_forward = forwarded and previous is not None and not previous.done()
                     if self.service.node.role is RaftRole.LEADER and not behind_a_forward:
-                        previous, forwarded = asyncio.ensure_future(self._append(bodies, producer)), False
+                        previous, forwarded = asyncio.ensure_future(self._append(bodies, request)), False
                     else:  # behind the batch before it, wherever that one went
-                        previous = asyncio.ensure_future(_after(previous, self._append(bodies, producer)))
+                        previous = asyncio.ensure_future(_after(previous, self._append(bodies, request)))
                         forwarded = True
                     await window.put(previous)
             finally:
@@ -145,11 +145,11 @@ class LogServicer(log_pb2_grpc.LogServicer):
                 if (left := window.get_nowait()) is not None:
                     left.add_done_callback(consume)
 
-    async def _append(self, bodies: list[bytes], producer: Sequenced | None) -> AppendAnswer:
+    async def _append(self, bodies: list[bytes], request: pb.AppendRequest | pb.AppendBatchRequest) -> AppendAnswer:
         async def given() -> list[bytes]:
             return bodies
 
-        return await self.handlers.appending(given, producer)
+        return await self.handlers.appending(given, _producer(request))
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -464,6 +464,8 @@ def _producer(request: pb.AppendRequest | pb.AppendBatchRequest) -> Sequenced | 
     if not request.HasField("producer"):
         return None
     producer = request.producer
+    if producer.id > PRODUCER_ID_MAX or producer.sequence > SEQUENCE_MAX:
+        raise bad_request(f"a producer's id is at most {PRODUCER_ID_MAX}, its sequence at most {SEQUENCE_MAX}")
     return Sequenced(producer.id, producer.epoch, producer.sequence)
 
 

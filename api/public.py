@@ -122,7 +122,7 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 PRODUCER_PARAMETERS = [
     {"name": "X-Raftlog-Producer-Id", "in": "header", "required": False,
-     "schema": {"type": "integer", "minimum": 0, "maximum": 2**64 - 1},
+     "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
      "description": "A producer session (POST /v1/producers hands one out): with X-Raftlog-Sequence, a retry of a "
                     "batch already in the log is answered with its original entries (duplicate: true), not "
                     "appended again"},

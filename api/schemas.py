@@ -70,7 +70,7 @@ class BatchAppended(BaseModel):
 class NewProducer(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{}, {"id": 6917529027641081856}]})
 
-    id: int | None = Field(None, ge=0, le=2**64 - 1, description="A producer restarting under its own id: the "
+    id: int | None = Field(None, ge=0, le=2**63 - 1, description="A producer restarting under its own id: the "
                            "answer is the next epoch, which fences the one before once it appends. Without "
                            "it, a new random id")
 

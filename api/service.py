@@ -34,14 +34,13 @@ from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
-from raftlog.raft.producers import Sequenced
+from raftlog.raft.producers import EPOCH_MAX, Sequenced
 from raftlog.raft.waiting import consume, wait_event
 from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
 STATUS_TIMEOUT_S = 0.5  # how long the cluster status waits for each member's own answer
-EPOCH_MAX = 2**32 - 1  # a producer epoch is a u32 in the entry stamp
 
 
 class RawRead(NamedTuple):

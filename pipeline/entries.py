@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, Buffer, Magic, check_next
+from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, STAMP_SIZE, Buffer, Magic, check_next
 
-TYPE_NAMES = {int(m): m.name.lower() for m in Magic}
+TYPE_NAMES = {int(m): "normal" if m == Magic.PRODUCED else m.name.lower() for m in Magic}  # as readers see them
 
 
 BASE_FIELDS = [
@@ -29,6 +29,9 @@ BASE_FIELDS = [
     pa.field("body", pa.binary()),
     pa.field("body_crc", pa.int32()),
     pa.field("chain_crc", pa.int32()),
+    pa.field("producer_id", pa.int64()),  # a producer session's entry: its stamp; else null
+    pa.field("producer_epoch", pa.int64()),
+    pa.field("sequence", pa.int64()),
 ]
 TEXT_FIELD = pa.field("body_text", pa.string())
 BATCH_BYTES = 32 << 20  # a record batch is cut at this many log bytes, whatever its rows
@@ -63,6 +66,8 @@ class Stop:
 HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
                          ("channel", ">i4"), ("chain", ">i4"), ("body_crc", ">i4"), ("body_size", ">i4")])
 HEADER_BYTES = np.arange(HEADER_SIZE)
+STAMP_DTYPE = np.dtype([("producer_id", ">u8"), ("epoch", ">u4"), ("sequence", ">u8"), ("appended_ms", ">u8")])
+STAMP_BYTES = HEADER_SIZE + np.arange(STAMP_SIZE)  # from the entry's start
 TYPE_DICTIONARY = pa.array([TYPE_NAMES.get(m) for m in range(max(TYPE_NAMES) + 1)], pa.string())
 
 
@@ -148,7 +153,7 @@ class Decoder:
 
     def batch(self) -> pa.RecordBatch:
         """The rows decoded since the last batch, as Arrow columns."""
-        headers, bodies = [], []
+        headers, bodies, stamps = [], [], []
         for buf, offsets in self._segments:
             data = np.frombuffer(buf, np.uint8)
             at = np.frombuffer(offsets, np.int64)
@@ -156,14 +161,22 @@ class Decoder:
             headers.append(data[header_bytes].view(HEADER_DTYPE)[:, 0])
             first, last = int(at[0]), int(at[-1])
             span = data[first:last + HEADER_SIZE + int(headers[-1]["body_size"][-1])]
-            bodies.append(np.delete(span, (header_bytes - first).ravel()))
+            dropped = header_bytes.ravel()
+            stamped = at[headers[-1]["magic"] == Magic.PRODUCED]
+            if len(stamped):  # the client's body is what follows the stamp
+                stamp_bytes = stamped[:, None] + STAMP_BYTES
+                stamps.append(data[stamp_bytes].view(STAMP_DTYPE)[:, 0])
+                dropped = np.concatenate([dropped, stamp_bytes.ravel()])
+            bodies.append(np.delete(span, dropped - first))
         header = np.concatenate(headers) if headers else np.zeros(0, HEADER_DTYPE)
-        sizes = header["body_size"].astype(np.int64)
+        produced = header["magic"] == Magic.PRODUCED
+        sizes = header["body_size"].astype(np.int64) - STAMP_SIZE * produced
         if self._unreadable is not None:
             filler = np.zeros(1, HEADER_DTYPE)
             filler["index"] = self._unreadable[0]
             header = np.concatenate([header, filler])
             sizes = np.append(sizes, 0)
+            produced = np.append(produced, False)
         n = len(header)
         value_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(sizes, out=value_offsets[1:])
@@ -175,7 +188,8 @@ class Decoder:
         kinds = TYPE_DICTIONARY.take(pa.array(header["magic"].astype(np.int32)))
         columns = [pa.array(header["index"].astype(np.int64)), pa.array(header["term"].astype(np.int64)),
                    pa.array(header["pos"].astype(np.int64)), kinds, pa.array(header["channel"].astype(np.int32)),
-                   body, pa.array(header["body_crc"].astype(np.int32)), pa.array(header["chain"].astype(np.int32))]
+                   body, pa.array(header["body_crc"].astype(np.int32)), pa.array(header["chain"].astype(np.int32)),
+                   *_stamp_columns(produced, np.concatenate(stamps) if stamps else np.zeros(0, STAMP_DTYPE))]
         if self._unreadable is not None:  # nothing is known of that entry but its index
             valid = pa.array([True] * (n - 1) + [False])
             columns[1:] = [pc.if_else(valid, c, pa.scalar(None, c.type)) for c in columns[1:]]
@@ -188,6 +202,16 @@ class Decoder:
             columns.append(pa.array(reasons, pa.string()))
         self.clear()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+
+def _stamp_columns(produced: np.ndarray, stamps: np.ndarray) -> list[pa.Array]:
+    """producer_id, producer_epoch and sequence: the stamps of the rows `produced` marks, else null."""
+    columns = []
+    for name in ("producer_id", "epoch", "sequence"):
+        values = np.zeros(len(produced), np.int64)
+        values[produced] = stamps[name].astype(np.int64)
+        columns.append(pa.array(values, mask=~produced))
+    return columns
 
 
 def _utf8(body: pa.Array) -> pa.Array:

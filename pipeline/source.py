@@ -28,7 +28,7 @@ from raftlog.pipeline import offline, online
 from raftlog.pipeline.options import PipelineError, ReadOptions, parse_options
 
 SCHEMA = ("index long, term long, pos long, type string, channel int, body binary, body_crc int, "
-          "chain_crc int")
+          "chain_crc int, producer_id long, producer_epoch long, sequence long")
 
 
 def schema_ddl(options: ReadOptions) -> str:

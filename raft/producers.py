@@ -37,6 +37,9 @@ from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
 
+# what a session's numbers may be: the stamp holds u64, u32 and u64, and readers show them as int64
+PRODUCER_ID_MAX, EPOCH_MAX, SEQUENCE_MAX = 2**63 - 1, 2**32 - 1, 2**62
+
 
 @dataclass(frozen=True, slots=True)
 class Sequenced:

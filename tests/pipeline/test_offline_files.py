@@ -15,7 +15,7 @@ from raftlog.pipeline.offline import CHECKPOINT_FILE, DataDir, open_data_dir, re
 from raftlog.pipeline.online import _decode_stream
 from raftlog.pipeline.options import PipelineError
 from raftlog.storage import Checkpoint, Store, StoreConfig
-from raftlog.storage.codec import BLANK, BLANK_MAGIC, HEADER, HEADER_SIZE
+from raftlog.storage.codec import BLANK, BLANK_MAGIC, HEADER, HEADER_SIZE, Magic, Stamp
 from tests.pipeline.conftest import signed32
 
 # 6 entries of 100-byte bodies to a file: every test crosses data files
@@ -181,3 +181,29 @@ async def test_the_stream_decoder_gives_the_same_rows_however_the_bytes_arrive(t
     table = pa.Table.from_batches(batches)
     assert table.column("index").to_pylist() == list(range(6))
     assert table.column("body").to_pylist() == [w[3] for w in written]
+
+
+async def test_a_producers_entries_are_read_with_their_bodies_as_sent_and_their_stamps(tmp_path: Path) -> None:
+    """Stamped entries among plain ones, across data files: bodies as the client sent them, type normal,
+    the producer and sequence in their columns (null for the plain ones)."""
+    checkpoint = Checkpoint.open(tmp_path / CHECKPOINT_FILE, create=True)
+    store = Store.open(tmp_path, SMALL)
+    expected = []
+    for i in range(12):
+        if i % 3:
+            await store.append_as_leader([body(i, 60), body(i + 100, 60)], 1, Magic.PRODUCED,
+                                         stamp=Stamp(2**63 - 1 - i, 7, 1000 + 2 * i, 5))
+            expected += [(body(i, 60), 2**63 - 1 - i, 1000 + 2 * i), (body(i + 100, 60), 2**63 - 1 - i, 1001 + 2 * i)]
+        else:
+            await store.append_as_leader([body(i, 60)], 1)
+            expected.append((body(i, 60), None, None))
+    await store.flush()
+    checkpoint.note_progress(len(expected) - 1, len(expected) - 1)
+    await store.close()
+    await checkpoint.close()
+    table = read_all(open_data_dir(str(tmp_path)), text=True)
+    assert list(zip(table.column("body").to_pylist(), table.column("producer_id").to_pylist(),
+                    table.column("sequence").to_pylist(), strict=True)) == expected
+    assert set(table.column("type").to_pylist()) == {"normal"}
+    assert set(table.column("producer_epoch").to_pylist()) == {7, None}
+    assert table.column("body_text").to_pylist() == [b.decode() for b, _, _ in expected]
