@@ -27,5 +27,5 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers, errors: dict[
         data = await handlers.read_body(request)
         if data and not is_json(request):
             raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
-        asked = parse_model(NewProducer, data) if data else NewProducer()
+        asked = parse_model(NewProducer, data if data else b"{}")
         return ModelResponse(ProducerSession.of(service.new_producer(asked.id)), status_code=201)
