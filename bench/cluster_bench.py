@@ -45,10 +45,10 @@ TARGETS = {}  # issue 8 sets them
 
 
 def wrk(url: str, script: str, seconds: int, env: dict[str, str] | None = None,
-        connections: int = CONNECTIONS) -> dict[str, float]:
+        connections: int = CONNECTIONS, threads: int | None = None) -> dict[str, float]:
     """Run wrk with one of this folder's scripts; its report (requests, duration, percentiles)."""
     out = subprocess.run(
-        ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+        ["wrk", f"-t{threads or min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
          "-s", str(HERE / script), url],
         capture_output=True, text=True, check=True,
         env={**os.environ, "WRK_REPORT": str(HERE / "wrk_report.lua"), **(env or {})}).stdout

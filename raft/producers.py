@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
@@ -50,8 +51,7 @@ class Sequenced:
     sequence: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProducedBatch:
+class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on the leader and each follower
     """Entries first_index..last_index, sequences first_seq..first_seq + count - 1 of one epoch."""
 
     first_seq: int

@@ -1,0 +1,121 @@
+"""What delivery guarantees cost: appends with producer sessions against the same appends without.
+
+    python bench/delivery_bench.py [--seconds 8] [--rounds 5] [--json]
+
+One local 3-member cluster (flush_mode sync); each workload runs with and without a producer session,
+in turn, for --rounds rounds: single appends of 100 bytes from 64 connections, and binary batches of
+1000 bodies of 100 bytes from 16 connections, to the leader. wrk runs one thread per connection, each
+thread a producer whose sequences follow each other (bench/wrk_produce.lua); the runs without a
+session use the same script and threads, without its headers. Each figure is the median of its
+rounds, and a change of CPU per entry is the figure that judges it (issue 29): the CPU time of all
+three members (utime + stime, /proc/<pid>/stat) while the load runs, over the entries committed.
+Targets (issue 31): at most +10% CPU per entry for single appends at 64 connections, at most +5% in
+batches of 1000. `bench/compare.py` runs the same phase beside its etcd figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from cluster_bench import BODY, wrk  # this folder's siblings: run as `python bench/delivery_bench.py`
+from compare import committed_index, cpu_s, machine
+
+from raftlog.api.bodies import encode_bodies
+from raftlog.app.launcher import LocalCluster
+
+WORKLOADS = {"single appends, 64 connections": (64, 1), "batches of 1000, 16 connections": (16, 1000)}
+TARGETS = {"single appends, 64 connections": 0.10, "batches of 1000, 16 connections": 0.05}  # CPU overhead at most
+
+
+def produce(leader: str, connections: int, entries: int, seconds: int, session: bool) -> dict[str, float]:
+    """One wrk run: `connections` producers (or plain clients), `entries` bodies per request."""
+    env = {"WRK_ENTRIES": str(entries)}
+    if session:  # new producers each run: a producer's sequences never start again
+        env["WRK_PRODUCER_BASE"] = str(random.randrange(1 << 40))
+    url = f"{leader}/v1/entries"
+    with tempfile.NamedTemporaryFile(prefix="raftlog-batch-") as batch:
+        if entries > 1:
+            batch.write(encode_bodies([BODY] * entries))
+            batch.flush()
+            env["WRK_BATCH_FILE"], url = batch.name, f"{url}/batch"
+        return wrk(url, "wrk_produce.lua", seconds, env, connections=connections, threads=connections)
+
+
+def metered(cluster: LocalCluster, leader: str, run: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """The run's entries/s and CPU µs per entry committed, all three members."""
+    pids = [m.process.pid for m in cluster.members.values() if m.process is not None]
+    first, before = committed_index(leader), cpu_s(pids)
+    report = run()
+    used, entries = cpu_s(pids) - before, committed_index(leader) - first
+    return {"eps": entries / report["duration_us"] * 1e6, "cpu_us": used * 1e6 / entries,
+            "p50_ms": report["p50_us"] / 1000, "p99_ms": report["p99_us"] / 1000}
+
+
+def idempotence(cluster: LocalCluster, seconds: int, rounds: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Each workload with and without sessions, taking turns; medians, and the CPU overhead."""
+    leader = cluster.members[cluster.wait_leader()].client_url
+    figures: dict[str, Any] = {}
+    for name, (connections, entries) in WORKLOADS.items():
+        runs: dict[str, list[dict[str, float]]] = {"plain": [], "session": []}
+        for round_ in range(rounds):
+            for kind in ("plain", "session") if round_ % 2 == 0 else ("session", "plain"):
+                report = metered(cluster, leader, partial(produce, leader, connections, entries, seconds,
+                                                          kind == "session"))
+                runs[kind].append(report)
+                log(f"  {name}, {kind}: {report['eps']:,.0f} entries/s, {report['cpu_us']:,.2f} µs CPU per entry")
+        medians = {kind: {key: statistics.median(r[key] for r in reports) for key in reports[0]}
+                   for kind, reports in runs.items()}
+        overhead = medians["session"]["cpu_us"] / medians["plain"]["cpu_us"] - 1
+        figures[name] = {**medians, "cpu_overhead": overhead, "target": TARGETS[name],
+                         "met": overhead <= TARGETS[name]}
+    return figures
+
+
+def print_table(figures: dict[str, Any], header: str) -> None:
+    print(header)
+    print(f"{'workload':<36}{'entries/s':>12}{'µs CPU/entry':>14}{'p99 ms':>9}{'CPU +':>9}{'target':>9}  met")
+    for name, figure in figures.items():
+        for kind in ("plain", "session"):
+            m = figure[kind]
+            extra = f"{figure['cpu_overhead']:>+9.1%}{figure['target']:>+9.0%}  {'yes' if figure['met'] else 'NO'}" \
+                if kind == "session" else ""
+            print(f"{name + ', ' + kind:<36}{m['eps']:>12,.0f}{m['cpu_us']:>14,.2f}{m['p99_ms']:>9,.2f}{extra}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: `make compare` installs it")
+
+    def log(line: str) -> None:
+        print(line, flush=True, file=sys.stderr if args.json else sys.stdout)
+
+    root = Path(tempfile.mkdtemp(prefix="raftlog-delivery-"))
+    try:
+        with LocalCluster(root, 3) as cluster:
+            figures = idempotence(cluster, args.seconds, args.rounds, log)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result = {"machine": machine(), "seconds": args.seconds, "rounds": args.rounds, "idempotence": figures}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(figures, f"\nproducer sessions on {machine()}: medians of {args.rounds} rounds of {args.seconds} s")
+
+
+if __name__ == "__main__":
+    main()
