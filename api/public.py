@@ -54,6 +54,7 @@ from raftlog.api.schemas import (
 )
 from raftlog.api.service import entry_json
 from raftlog.raft.messages import Code
+from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
 from raftlog.storage.codec import iter_entries
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
@@ -122,15 +123,15 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 PRODUCER_PARAMETERS = [
     {"name": "X-Raftlog-Producer-Id", "in": "header", "required": False,
-     "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+     "schema": {"type": "integer", "minimum": 0, "maximum": PRODUCER_ID_MAX},
      "description": "A producer session (POST /v1/producers hands one out): with X-Raftlog-Sequence, a retry of a "
                     "batch already in the log is answered with its original entries (duplicate: true), not "
                     "appended again"},
     {"name": "X-Raftlog-Producer-Epoch", "in": "header", "required": False,
-     "schema": {"type": "integer", "minimum": 0, "maximum": 2**32 - 1, "default": 0},
+     "schema": {"type": "integer", "minimum": 0, "maximum": EPOCH_MAX, "default": 0},
      "description": "The producer's epoch; appends of a lower epoch are refused once a higher one appended"},
     {"name": "X-Raftlog-Sequence", "in": "header", "required": False,
-     "schema": {"type": "integer", "minimum": 0, "maximum": 2**62},
+     "schema": {"type": "integer", "minimum": 0, "maximum": SEQUENCE_MAX},
      "description": "The first entry's sequence in the session; each entry takes the next"},
 ]
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from raftlog.api.answers import AppendAnswer, MembershipAnswer, ProducerAnswer, StatusAnswer, TransferAnswer
 from raftlog.raft.config import Peer
+from raftlog.raft.producers import PRODUCER_ID_MAX
 
 Encoding = Literal["utf-8", "base64"]
 Consistency = Literal["linearizable", "local"]
@@ -70,7 +71,7 @@ class BatchAppended(BaseModel):
 class NewProducer(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{}, {"id": 6917529027641081856}]})
 
-    id: int | None = Field(None, ge=0, le=2**63 - 1, description="A producer restarting under its own id: the "
+    id: int | None = Field(None, ge=0, le=PRODUCER_ID_MAX, description="A producer restarting under its own id: the "
                            "answer is the next epoch, which fences the one before once it appends. Without "
                            "it, a new random id")
 

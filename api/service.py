@@ -34,7 +34,7 @@ from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
-from raftlog.raft.producers import EPOCH_MAX, Sequenced
+from raftlog.raft.producers import EPOCH_MAX, SEQUENCE_MAX, Sequenced
 from raftlog.raft.waiting import consume, wait_event
 from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 from raftlog.storage.protocol import LogStore
@@ -75,7 +75,9 @@ class LogService:
 
     # -- appends -----------------------------------------------------------------------
 
-    def check_bodies(self, bodies: Sequence[bytes]) -> None:
+    def check_bodies(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> None:
+        if producer is not None and producer.sequence + len(bodies) - 1 > SEQUENCE_MAX:
+            raise bad_request(f"a producer's sequences end at {SEQUENCE_MAX}: take a new epoch or id")
         if not bodies:
             raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a batch needs at least one entry")
         if len(bodies) > self.limits.max_batch_entries:
@@ -89,7 +91,7 @@ class LogService:
 
     async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> AppendAnswer:
         """Append on the leader, here or through the peer connection, once committed."""
-        self.check_bodies(bodies)
+        self.check_bodies(bodies, producer)
         if self.node.role is Role.LEADER:
             return await self._append_here(bodies, producer)
         leader, tried = self.node.leader_id, set[str]()
@@ -107,7 +109,7 @@ class LogService:
     async def append_forwarded(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> AppendAnswer:
         """A batch another member's clients sent: checked against this member's limits too (each
         member has its own settings), and appended here if this member leads."""
-        self.check_bodies(bodies)
+        self.check_bodies(bodies, producer)
         return await self._append_here(bodies, producer)
 
     async def _append_here(self, bodies: Sequence[bytes], producer: Sequenced | None) -> AppendAnswer:

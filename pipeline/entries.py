@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, STAMP_SIZE, Buffer, Magic, check_next
+from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, SEQUENCE_BITS, STAMP_SIZE, Buffer, Magic, check_next
 
 TYPE_NAMES = {int(m): "normal" if m == Magic.PRODUCED else m.name.lower() for m in Magic}  # as readers see them
 
@@ -66,7 +66,7 @@ class Stop:
 HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8"), ("pos", ">i8"),
                          ("channel", ">i4"), ("chain", ">i4"), ("body_crc", ">i4"), ("body_size", ">i4")])
 HEADER_BYTES = np.arange(HEADER_SIZE)
-STAMP_DTYPE = np.dtype([("producer_id", ">u8"), ("epoch", ">u4"), ("sequence", ">u8"), ("appended_ms", ">u8")])
+STAMP_DTYPE = np.dtype([("producer_id", ">u8"), ("rest", ">u8")])  # rest: epoch << 48 | sequence
 STAMP_BYTES = HEADER_SIZE + np.arange(STAMP_SIZE)  # from the entry's start
 TYPE_DICTIONARY = pa.array([TYPE_NAMES.get(m) for m in range(max(TYPE_NAMES) + 1)], pa.string())
 
@@ -206,10 +206,12 @@ class Decoder:
 
 def _stamp_columns(produced: np.ndarray, stamps: np.ndarray) -> list[pa.Array]:
     """producer_id, producer_epoch and sequence: the stamps of the rows `produced` marks, else null."""
+    rest = stamps["rest"].astype(np.uint64)
     columns = []
-    for name in ("producer_id", "epoch", "sequence"):
+    for values_of in (stamps["producer_id"], rest >> np.uint64(SEQUENCE_BITS),
+                      rest & np.uint64((1 << SEQUENCE_BITS) - 1)):
         values = np.zeros(len(produced), np.int64)
-        values[produced] = stamps[name].astype(np.int64)
+        values[produced] = values_of.astype(np.int64)
         columns.append(pa.array(values, mask=~produced))
     return columns
 

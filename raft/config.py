@@ -113,10 +113,10 @@ class RaftConfig:
     control_queue_max: int = 1024  # compares and truncates a follower holds (DLedger's compareOrTruncateRequests)
     waiting_pushes_max: int = 1024  # appends a follower holds that arrived ahead of their turn
     # producer sessions (raft.producers): Kafka's 5 batches kept per producer; producers kept, least
-    # recently appended first out; a producer idle this long in log time is forgotten (7 days)
+    # recently appended first out; a producer that appended nothing in this many entries is forgotten
     producer_batches_kept: int = 5
     producers_max: int = 100_000
-    producer_idle_ms: int = 7 * 24 * 3600 * 1000
+    producer_idle_entries: int = 1_000_000_000
 
     def __post_init__(self) -> None:
         ids = {p.id for p in self.peers}
@@ -127,7 +127,7 @@ class RaftConfig:
                      "push_bytes_max", "push_entries_max", "push_window_max", "push_inflight_bytes_max",
                      "rpc_timeout_ms", "apply_batch_max", "min_take_leadership_vote_interval_ms",
                      "control_queue_max", "waiting_pushes_max", "producer_batches_kept", "producers_max",
-                     "producer_idle_ms"):
+                     "producer_idle_entries"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.scrub_interval_ms < 0:

@@ -77,14 +77,12 @@ class RaftNode:
                  applied_index: int = -1, state_machine: StateMachine | None = None,
                  rng: random.Random | None = None, rejoining: bool = False,
                  configuration: Configuration | None = None, config_scan_from: int = 0,
-                 producers: bytes | None = None, work_clock: Clock = time.perf_counter,
-                 wall_clock: Clock = time.time) -> None:
+                 producers: bytes | None = None, work_clock: Clock = time.perf_counter) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
         holds every configuration up to the commit index it saved), as do the producer sessions
-        `producers` holds. `work_clock` times the scrub's
-        batches, to pace it, and `wall_clock` stamps a producer's entries as a leader appends them
-        (the simulation gives its virtual clock for both, so a seed replays the same)."""
+        `producers` holds. `work_clock` times the scrub's batches, to pace it (the simulation gives
+        its virtual clock, so a seed replays the same)."""
         self.config = config
         self.store = store
         self.transport = transport
@@ -99,7 +97,7 @@ class RaftNode:
         self.applier = Applier(config, self.state, store, progress, self.members, state_machine,
                                applied_index=applied_index, saved_config_index=base.index)
         self.commitment = Commitment(config, self.state, store, self.members, self.now, self)
-        self.sessions = ProducerSessions(config, self.state, store, lambda: int(wall_clock() * 1000))
+        self.sessions = ProducerSessions(config, self.state, store)
         self.sessions.restore(producers, config_scan_from - 1)
         progress.watch_producers(self.sessions)
         self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions,

@@ -12,12 +12,13 @@ from its own log. The leader consults it before it appends a batch:
 - anything else is new, and starts where the producer left off (a new producer or a new epoch
   starts anywhere).
 
-The table is bounded: the last `batches_kept` batches of each producer (Kafka keeps 5; a retry of an
-older one is out of order, as Kafka's is), at most `producers_max` producers (the least recently
-appended go first), and a producer that appended nothing for `idle_ms` of log time (the leader's
-clock when it appended, written in each entry, so every member reaches the same answer) is
-forgotten. A batch above the commit index is never forgotten: a truncation may take it away again,
-and `truncate` must then find the batch before it.
+A batch is a run of a producer's entries back to back in the log and in sequence (one append, or
+several with nothing between them). The table is bounded: the last `batches_kept` batches of each
+producer (Kafka keeps 5; a retry of an older one is out of order, as Kafka's is), at most
+`producers_max` producers (the least recently appended go first), and a producer that appended
+nothing in the last `idle_entries` entries of the log is forgotten: idle by log time, the entries'
+own order, so every member reaches the same answer. A batch above the commit index is never
+forgotten: a truncation may take it away again, and `truncate` must then find the batch before it.
 """
 
 from __future__ import annotations
@@ -25,21 +26,22 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import ProducedRun, Stamp, add_produced, stamp_of
+from raftlog.storage.codec import ProducedRun, add_produced, stamp_of
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
 
-# what a session's numbers may be: the stamp holds u64, u32 and u64, and readers show them as int64
-PRODUCER_ID_MAX, EPOCH_MAX, SEQUENCE_MAX = 2**63 - 1, 2**32 - 1, 2**62
+# what a session's numbers may be: the stamp holds a u64, a u16 and a u48 (storage.codec), and
+# readers show the id as an int64
+PRODUCER_ID_MAX, EPOCH_MAX, SEQUENCE_MAX = 2**63 - 1, 2**16 - 1, 2**48 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,6 @@ class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on th
     first_seq: int
     first_index: int
     last_index: int
-    appended_ms: int
 
     @property
     def last_seq(self) -> int:
@@ -91,14 +92,13 @@ class Checked:
 
 class ProducerTable:
     def __init__(self, *, batches_kept: int = 5, producers_max: int = 100_000,
-                 idle_ms: int = 7 * 24 * 3600 * 1000) -> None:
-        if batches_kept < 1 or producers_max < 1 or idle_ms < 1:
-            raise ValueError("batches_kept, producers_max and idle_ms must be positive")
+                 idle_entries: int = 1_000_000_000) -> None:
+        if batches_kept < 1 or producers_max < 1 or idle_entries < 1:
+            raise ValueError("batches_kept, producers_max and idle_entries must be positive")
         self.batches_kept = batches_kept
         self.producers_max = producers_max
-        self.idle_ms = idle_ms
+        self.idle_entries = idle_entries
         self.producers: OrderedDict[int, ProducerState] = OrderedDict()  # least recently appended first
-        self.log_ms = 0  # the latest append time the log holds: log time's now
         self.end_index = -1  # the last entry recorded: entries up to it are in the table already
 
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> Checked:
@@ -118,7 +118,7 @@ class ProducerTable:
         return Checked(Verdict.OUT_OF_ORDER, expected_seq=next_seq)
 
     def record(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int,
-               appended_ms: int, committed_index: int) -> None:
+               committed_index: int) -> None:
         """Entries first_index..last_index are in the log, in log order, from this producer. Those up
         to end_index are in the table already (a table installed with a snapshot, then the entries
         after the snapshot's first pushed again): they are not recorded twice."""
@@ -128,16 +128,14 @@ class ProducerTable:
             first_seq += self.end_index + 1 - first_index
             first_index = self.end_index + 1
         self.end_index = last_index
-        self.log_ms = max(self.log_ms, appended_ms)
         state = self.producers.pop(producer_id, None)
         if state is None or epoch != state.epoch:
             state = ProducerState(epoch)
         batches = state.batches
-        if batches and batches[-1].last_seq + 1 == first_seq and batches[-1].last_index + 1 == first_index \
-                and batches[-1].appended_ms == appended_ms:
-            last = batches.pop()  # one run of entries read back in pieces (a push cut a batch)
+        if batches and batches[-1].last_seq + 1 == first_seq and batches[-1].last_index + 1 == first_index:
+            last = batches.pop()  # one run of entries: appends back to back, or a batch a push cut in two
             first_seq, first_index = last.first_seq, last.first_index
-        batches.append(ProducedBatch(first_seq, first_index, last_index, appended_ms))
+        batches.append(ProducedBatch(first_seq, first_index, last_index))
         while len(batches) > self.batches_kept and batches[0].last_index <= committed_index:
             del batches[0]
         self.producers[producer_id] = state
@@ -150,17 +148,17 @@ class ProducerTable:
         for producer_id in list(self.producers):
             state = self.producers[producer_id]
             state.batches = [b if b.last_index <= after_index else
-                             ProducedBatch(b.first_seq, b.first_index, after_index, b.appended_ms)
+                             ProducedBatch(b.first_seq, b.first_index, after_index)
                              for b in state.batches if b.first_index <= after_index]
             if not state.batches:
                 del self.producers[producer_id]
 
     def _evict(self, committed_index: int) -> None:
         """Forget the least recently appended producers past producers_max, and the idle ones."""
-        horizon = self.log_ms - self.idle_ms
+        horizon = self.end_index - self.idle_entries
         while self.producers:
             producer_id, state = next(iter(self.producers.items()))
-            idle = state.last.appended_ms < horizon
+            idle = state.last.last_index < horizon
             if not (idle or len(self.producers) > self.producers_max) or state.last.last_index > committed_index:
                 break
             del self.producers[producer_id]
@@ -168,9 +166,8 @@ class ProducerTable:
     # -- the checkpoint and snapshot installs --------------------------------------------
 
     def encode(self) -> bytes:
-        return json.dumps({"end_index": self.end_index, "log_ms": self.log_ms, "producers": [
-            [producer_id, state.epoch, [[b.first_seq, b.first_index, b.last_index, b.appended_ms]
-                                        for b in state.batches]]
+        return json.dumps({"end_index": self.end_index, "producers": [
+            [producer_id, state.epoch, [list(batch) for batch in state.batches]]
             for producer_id, state in self.producers.items()]}, separators=(",", ":")).encode()
 
     def load(self, data: bytes) -> None:
@@ -180,38 +177,33 @@ class ProducerTable:
             producers: OrderedDict[int, ProducerState] = OrderedDict()
             for producer_id, epoch, batches in fields["producers"]:
                 producers[int(producer_id)] = ProducerState(int(epoch), [
-                    ProducedBatch(int(s), int(f), int(last), int(ms)) for s, f, last, ms in batches])
-            log_ms, end_index = int(fields["log_ms"]), int(fields["end_index"])
+                    ProducedBatch(int(s), int(f), int(last)) for s, f, last in batches])
+            end_index = int(fields["end_index"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a producer table: {exc}") from None
-        self.producers, self.log_ms, self.end_index = producers, log_ms, end_index
+        self.producers, self.end_index = producers, end_index
 
 
 class ProducerSessions:
     """The producer table kept in step with this member's log: the leader's appends, a follower's,
     truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
 
-    def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock_ms: Callable[[], int]) -> None:
+    def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
         self.state = state
         self.store = store
-        self.clock_ms = clock_ms  # the leader's clock, written into its entries (log time)
         self.table = self._empty()
         self.changes = 0  # counts every change: the checkpoint writes a table that changed
 
     def _empty(self) -> ProducerTable:
         return ProducerTable(batches_kept=self.config.producer_batches_kept, producers_max=self.config.producers_max,
-                             idle_ms=self.config.producer_idle_ms)
-
-    def stamp(self, producer: Sequenced) -> Stamp:
-        """A leader's stamp for a new batch: its clock, never behind the log's time."""
-        return Stamp(producer.producer_id, producer.epoch, producer.sequence, max(self.clock_ms(), self.table.log_ms))
+                             idle_entries=self.config.producer_idle_entries)
 
     def appended(self, runs: Iterable[ProducedRun]) -> None:
         """PRODUCED entries joined the log, in log order."""
         committed = self.state.committed_index
-        for producer_id, epoch, first_seq, first_index, last_index, appended_ms in runs:
-            self.table.record(producer_id, epoch, first_seq, first_index, last_index, appended_ms, committed)
+        for producer_id, epoch, first_seq, first_index, last_index in runs:
+            self.table.record(producer_id, epoch, first_seq, first_index, last_index, committed)
         self.changes += 1
 
     def truncated(self, from_index: int) -> None:

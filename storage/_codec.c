@@ -23,7 +23,8 @@
 #define MAGIC_NORMAL 1
 #define MAGIC_CONFIG_CHANGE 3
 #define MAGIC_PRODUCED 4
-#define STAMP_SIZE 28
+#define STAMP_SIZE 16
+#define SEQUENCE_BITS 48
 /* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
  * beyond, the Python reference (with its unbounded ints) decides */
 #define IN_RANGE(v) ((v) > -(1LL << 60) && (v) < (1LL << 60))
@@ -194,7 +195,7 @@ static PyObject *check_next(PyObject *self, PyObject *args) {
 
 /* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size[, stamp])
  * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None; with a stamp
- * (producer_id, epoch, first sequence, appended_ms) each body is stamped, sequences counting up */
+ * (producer_id, epoch, first sequence) each body is stamped, sequences counting up */
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *bodies, *stamp = Py_None;
     long long first_index, term, write_pos, prev_chain, file_size;
@@ -206,12 +207,11 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
     if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL || write_pos < 0
             || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
         Py_RETURN_NONE;
-    unsigned long long producer_id = 0, first_seq = 0, appended_ms = 0;
-    unsigned int epoch = 0;
+    unsigned long long producer_id = 0, epoch = 0, first_seq = 0;
     int stamped = stamp != Py_None;
     if (stamped && (magic != MAGIC_PRODUCED || !PyTuple_Check(stamp)
-                    || !PyArg_ParseTuple(stamp, "KIKK", &producer_id, &epoch, &first_seq, &appended_ms)
-                    || first_seq > (1ULL << 62)))
+                    || !PyArg_ParseTuple(stamp, "KKK", &producer_id, &epoch, &first_seq)
+                    || epoch >= (1ULL << (64 - SEQUENCE_BITS)) || first_seq + (uint64_t)count > (1ULL << SEQUENCE_BITS)))
         goto unstampable;
     if (!stamped && magic == MAGIC_PRODUCED)
         Py_RETURN_NONE;
@@ -249,9 +249,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         unsigned char *stamp_at = out + HEADER_SIZE;
         if (stamped) {
             put64(stamp_at, producer_id);
-            put32(stamp_at + 8, epoch);
-            put64(stamp_at + 12, first_seq + (uint64_t)i);
-            put64(stamp_at + 20, appended_ms);
+            put64(stamp_at + 8, epoch << SEQUENCE_BITS | (first_seq + (uint64_t)i));
         }
         memcpy(stamp_at + extra, bytes, (size_t)client_size);
         uint32_t bcrc = crc_of(stamp_at, body_size);
@@ -293,17 +291,16 @@ unstampable:  /* not a stamp these types hold: the reference decides */
 
 /* A run of one producer's consecutive PRODUCED entries: storage.codec.ProducedRun. */
 typedef struct {
-    uint64_t producer_id, first_seq, appended_ms;
-    uint32_t epoch;
+    uint64_t producer_id, epoch, first_seq;
     int64_t first_index, last_index;  /* last_index < first_index: no run */
 } Produced;
 
 static int flush_produced(PyObject *list, const Produced *run) {
     if (run->last_index < run->first_index)
         return 0;
-    PyObject *item = Py_BuildValue("(KIKLLK)", (unsigned long long)run->producer_id, (unsigned int)run->epoch,
+    PyObject *item = Py_BuildValue("(KKKLL)", (unsigned long long)run->producer_id, (unsigned long long)run->epoch,
                                    (unsigned long long)run->first_seq, (long long)run->first_index,
-                                   (long long)run->last_index, (unsigned long long)run->appended_ms);
+                                   (long long)run->last_index);
     if (item == NULL)
         return -1;
     int failed = PyList_Append(list, item);
@@ -313,17 +310,16 @@ static int flush_produced(PyObject *list, const Produced *run) {
 
 /* The PRODUCED entry `index` whose stamp is at `s` follows `run`: storage.codec.add_produced. */
 static int add_produced(PyObject *list, Produced *run, const unsigned char *s, int64_t index) {
-    uint64_t producer_id = get64(s), sequence = get64(s + 12), appended_ms = get64(s + 20);
-    uint32_t epoch = get32(s + 8);
+    uint64_t producer_id = get64(s), rest = get64(s + 8);
+    uint64_t epoch = rest >> SEQUENCE_BITS, sequence = rest & ((1ULL << SEQUENCE_BITS) - 1);
     if (run->last_index >= run->first_index && run->producer_id == producer_id && run->epoch == epoch
-            && run->appended_ms == appended_ms && run->last_index + 1 == index
-            && run->first_seq + (uint64_t)(index - run->first_index) == sequence) {
+            && run->last_index + 1 == index && run->first_seq + (uint64_t)(index - run->first_index) == sequence) {
         run->last_index = index;
         return 0;
     }
     if (flush_produced(list, run) < 0)
         return -1;
-    *run = (Produced){producer_id, sequence, appended_ms, epoch, index, index};
+    *run = (Produced){producer_id, epoch, sequence, index, index};
     return 0;
 }
 
@@ -336,7 +332,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *configs = NULL,
              *produced = NULL;
-    Produced run = {0, 0, 0, 0, 0, -1};
+    Produced run = {0, 0, 0, 0, -1};
     const unsigned char *buf = (const unsigned char *)view.buf;
     int64_t end_offset = view.len;
     if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain > 0xFFFFFFFFLL || write_pos < 0

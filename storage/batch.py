@@ -26,13 +26,14 @@ from raftlog.storage.codec import (
     HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
-    STAMP,
+    SEQUENCE_BITS,
     Magic,
     ProducedRun,
     Stamp,
     add_produced,
     place,
     reference_check_next,
+    unpack_stamp,
 )
 from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
 
@@ -104,8 +105,10 @@ def reference_encode(
     if (stamp is not None) != (magic == Magic.PRODUCED):
         raise ValueError("PRODUCED entries, and they alone, carry a stamp")
     if stamp is not None:
-        producer_id, epoch, first_seq, appended_ms = stamp
-        bodies = [STAMP.pack(producer_id, epoch, first_seq + i, appended_ms) + body for i, body in enumerate(bodies)]
+        producer_id, epoch, first_seq = stamp
+        if not 0 <= epoch < 1 << (64 - SEQUENCE_BITS) or not 0 <= first_seq <= (1 << SEQUENCE_BITS) - len(bodies):
+            raise ValueError(f"a stamp's epoch or sequences out of range: {stamp}")
+        bodies = [Stamp(producer_id, epoch, first_seq + i).pack() + body for i, body in enumerate(bodies)]
     crc32 = zlib.crc32
     pack_header = HEADER.pack
     pack_chain = CHAIN.pack
@@ -199,7 +202,7 @@ def reference_validate(
         if magic == config_magic:
             config_indices.append(expected)
         elif magic == produced_magic:
-            add_produced(produced, STAMP.unpack_from(view, offset + HEADER_SIZE), expected)
+            add_produced(produced, unpack_stamp(view, offset + HEADER_SIZE), expected)
         records.append(pack_record(magic, pos, size, expected, term))
         positions.append(pos)
         term_floor = term

@@ -19,10 +19,10 @@ Entry (48-byte header, then the body)::
                first entry. Equal chainCrc at an index means equal logs up to it.
 
 A PRODUCED entry is a NORMAL entry that a producer session wrote (raft.producers): its body
-starts with the producer's stamp, 28 bytes, then the client's body; bodySize and bodyCrc
-cover both, so DLedger's reader reads it as an entry whose body has 28 bytes more::
+starts with the producer's stamp, 16 bytes, then the client's body; bodySize and bodyCrc
+cover both, so DLedger's reader reads it as an entry whose body has 16 bytes more::
 
-    producer_id u64 | epoch u32 | sequence u64 | appended_ms u64 (the leader's clock)
+    producer_id u64 | epoch u16 | sequence u48
 
 File-end filler: magic -1 (BLANK) then i32 remaining length of the file; a data
 file always keeps room for it (MIN_BLANK_LEN 8), so no entry ends a file.
@@ -61,8 +61,9 @@ CHAIN = struct.Struct(">IqqI")
 BLANK = struct.Struct(">ii")
 BLANK_MAGIC = -1
 MIN_BLANK_LEN = BLANK.size  # 8
-STAMP = struct.Struct(">QIQQ")
-STAMP_SIZE = STAMP.size  # 28
+STAMP = struct.Struct(">QQ")  # producer_id, then epoch << 48 | sequence
+STAMP_SIZE = STAMP.size  # 16
+SEQUENCE_BITS = 48
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what entries are checked and decoded in
 
@@ -97,24 +98,31 @@ class Entry(NamedTuple):
 
 
 class Stamp(NamedTuple):
-    """Who wrote a PRODUCED entry: its producer session and its sequence in it, and when."""
+    """Who wrote a PRODUCED entry: its producer session, and its sequence in it."""
 
     producer_id: int
     epoch: int
     sequence: int
-    appended_ms: int
+
+    def pack(self) -> bytes:
+        return STAMP.pack(self.producer_id, self.epoch << SEQUENCE_BITS | self.sequence)
 
 
-# (producer_id, epoch, first sequence, first index, last index, appended_ms): consecutive PRODUCED
-# entries of one producer's batch, as a follower's batch holds them
-ProducedRun = tuple[int, int, int, int, int, int]
+# (producer_id, epoch, first sequence, first index, last index): consecutive PRODUCED entries of one
+# producer with consecutive sequences, as a follower's batch holds them
+ProducedRun = tuple[int, int, int, int, int]
+
+
+def unpack_stamp(buf: Buffer | memoryview, offset: int = 0) -> Stamp:
+    producer_id, rest = STAMP.unpack_from(buf, offset)
+    return Stamp(producer_id, rest >> SEQUENCE_BITS, rest & ((1 << SEQUENCE_BITS) - 1))
 
 
 def stamp_of(entry: Entry) -> Stamp | None:
     """A PRODUCED entry's stamp (None for any other entry)."""
     if entry.magic != Magic.PRODUCED:
         return None
-    return Stamp._make(STAMP.unpack_from(entry.body))
+    return unpack_stamp(entry.body)
 
 
 def client_body(entry: Entry) -> memoryview:
@@ -127,17 +135,16 @@ def client_body_crc(entry: Entry) -> int:
     return zlib.crc32(entry.body[STAMP_SIZE:]) if entry.magic == Magic.PRODUCED else entry.body_crc
 
 
-def add_produced(runs: list[ProducedRun], stamp: tuple[int, int, int, int], index: int) -> None:
-    """Entry `index` with `stamp` (producer_id, epoch, sequence, appended_ms) follows `runs`: it
-    extends the last run, or starts one."""
-    producer_id, epoch, sequence, appended_ms = stamp
+def add_produced(runs: list[ProducedRun], stamp: Stamp, index: int) -> None:
+    """Entry `index` with `stamp` follows `runs`: it extends the last run, or starts one."""
+    producer_id, epoch, sequence = stamp
     if runs:
         last = runs[-1]
-        if (last[0], last[1], last[5]) == (producer_id, epoch, appended_ms) and last[4] + 1 == index \
+        if (last[0], last[1]) == (producer_id, epoch) and last[4] + 1 == index \
                 and last[2] + index - last[3] == sequence:
-            runs[-1] = (producer_id, epoch, last[2], last[3], index, appended_ms)
+            runs[-1] = (producer_id, epoch, last[2], last[3], index)
             return
-    runs.append((producer_id, epoch, sequence, index, index, appended_ms))
+    runs.append((producer_id, epoch, sequence, index, index))
 
 
 def body_crc(body: bytes | memoryview) -> int:

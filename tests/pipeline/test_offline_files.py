@@ -192,7 +192,7 @@ async def test_a_producers_entries_are_read_with_their_bodies_as_sent_and_their_
     for i in range(12):
         if i % 3:
             await store.append_as_leader([body(i, 60), body(i + 100, 60)], 1, Magic.PRODUCED,
-                                         stamp=Stamp(2**63 - 1 - i, 7, 1000 + 2 * i, 5))
+                                         stamp=Stamp(2**63 - 1 - i, 7, 1000 + 2 * i))
             expected += [(body(i, 60), 2**63 - 1 - i, 1000 + 2 * i), (body(i + 100, 60), 2**63 - 1 - i, 1001 + 2 * i)]
         else:
             await store.append_as_leader([body(i, 60)], 1)

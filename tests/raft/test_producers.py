@@ -12,77 +12,77 @@ from raftlog.storage import StoreConfig
 from raftlog.storage.codec import Magic, Stamp
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
 
-HOUR_MS = 3600 * 1000
-
 
 def test_a_batch_appended_again_is_a_duplicate_of_the_first_and_the_next_one_is_new() -> None:
     table = ProducerTable()
     assert table.check(7, 0, 0, 3).verdict is Verdict.NEW
-    table.record(7, 0, 0, first_index=10, last_index=12, appended_ms=1000, committed_index=12)
+    table.record(7, 0, 0, first_index=10, last_index=12, committed_index=12)
     retried = table.check(7, 0, 0, 3)
-    assert retried.verdict is Verdict.DUPLICATE and retried.original == ProducedBatch(0, 10, 12, 1000)
+    assert retried.verdict is Verdict.DUPLICATE and retried.original == ProducedBatch(0, 10, 12)
     assert table.check(7, 0, 1, 1).verdict is Verdict.DUPLICATE  # a part of it, retried alone
     assert table.check(7, 0, 3, 5).verdict is Verdict.NEW
 
 
 def test_a_gap_in_the_sequences_is_out_of_order_and_an_older_epoch_is_fenced() -> None:
     table = ProducerTable()
-    table.record(7, 2, 0, 10, 12, 1000, 12)
+    table.record(7, 2, 0, 10, 12, 12)
     gap = table.check(7, 2, 5, 1)
     assert gap.verdict is Verdict.OUT_OF_ORDER and gap.expected_seq == 3
     fenced = table.check(7, 1, 3, 1)
     assert fenced.verdict is Verdict.FENCED and fenced.epoch == 2
     assert table.check(7, 3, 100, 1).verdict is Verdict.NEW  # a new epoch starts anywhere
-    table.record(7, 3, 100, 13, 13, 1001, 13)
+    table.record(7, 3, 100, 13, 13, 13)
     assert table.check(7, 2, 3, 1).verdict is Verdict.FENCED
 
 
 def test_only_the_last_batches_are_kept_once_committed() -> None:
     table = ProducerTable(batches_kept=2)
-    for n in range(4):
-        table.record(1, 0, n, 10 + n, 10 + n, 1000 + n, committed_index=11)  # 12 and 13 not committed yet
+    for n in range(4):  # another producer's entries between them: four batches
+        table.record(1, 0, n, 10 + 2 * n, 10 + 2 * n, committed_index=13)  # 14 and 16 not committed yet
     assert [b.first_seq for b in table.producers[1].batches] == [2, 3]  # none above the commit is dropped
     assert table.check(1, 0, 0, 1).verdict is Verdict.OUT_OF_ORDER  # too old to tell: not a duplicate
-    table.truncate(12)
+    table.truncate(14)
     assert [b.first_seq for b in table.producers[1].batches] == [2]
     assert table.check(1, 0, 3, 1).verdict is Verdict.NEW
 
 
-def test_a_push_that_cut_a_batch_is_recorded_as_one_batch() -> None:
+def test_entries_back_to_back_in_log_and_sequence_are_one_batch() -> None:
+    """A push that cut a batch, or appends of one producer with nothing between them."""
     table = ProducerTable(batches_kept=1)
-    table.record(1, 0, 0, 10, 14, 1000, 20)
-    table.record(1, 0, 5, 15, 19, 1000, 20)
-    assert table.producers[1].batches == [ProducedBatch(0, 10, 19, 1000)]
+    table.record(1, 0, 0, 10, 14, 20)
+    table.record(1, 0, 5, 15, 19, 20)
+    assert table.producers[1].batches == [ProducedBatch(0, 10, 19)]
+    assert table.check(1, 0, 2, 8).verdict is Verdict.DUPLICATE
 
 
 def test_the_least_recently_appended_and_the_idle_producers_are_forgotten_by_log_time() -> None:
-    table = ProducerTable(producers_max=2, idle_ms=HOUR_MS)
-    table.record(1, 0, 0, 10, 10, 0, 100)
-    table.record(2, 0, 0, 11, 11, 1, 100)
-    table.record(3, 0, 0, 12, 12, 2, 100)
+    table = ProducerTable(producers_max=2, idle_entries=100)
+    table.record(1, 0, 0, 10, 10, 300)
+    table.record(2, 0, 0, 11, 11, 300)
+    table.record(3, 0, 0, 12, 12, 300)
     assert list(table.producers) == [2, 3]
-    table.record(3, 0, 1, 13, 13, HOUR_MS + 2, 100)  # an hour later in the log: producer 2 is idle
+    table.record(3, 0, 1, 200, 200, 300)  # over 100 entries later in the log: producer 2 is idle
     assert list(table.producers) == [3]
 
 
 def test_an_idle_producer_with_entries_above_the_commit_index_is_kept() -> None:
-    table = ProducerTable(idle_ms=HOUR_MS)
-    table.record(1, 0, 0, 10, 10, 0, committed_index=9)
-    table.record(2, 0, 0, 11, 11, 2 * HOUR_MS, committed_index=9)
+    table = ProducerTable(idle_entries=1)
+    table.record(1, 0, 0, 10, 10, committed_index=9)
+    table.record(2, 0, 0, 50, 50, committed_index=9)
     assert list(table.producers) == [1, 2]
 
 
 def test_entries_recorded_already_are_not_recorded_twice() -> None:
     """A table installed with a snapshot, then the entries after the snapshot pushed again."""
     table = ProducerTable()
-    table.record(1, 0, 0, 10, 14, 1000, 20)
+    table.record(1, 0, 0, 10, 14, 20)
     installed = ProducerTable()
     installed.load(table.encode())
-    installed.record(1, 0, 0, 10, 14, 1000, 20)
-    installed.record(1, 0, 3, 13, 16, 1000, 20)  # overlaps the end: only 15 and 16 are new
-    assert installed.producers[1].batches == [ProducedBatch(0, 10, 16, 1000)]
+    installed.record(1, 0, 0, 10, 14, 20)
+    installed.record(1, 0, 3, 13, 16, 20)  # overlaps the end: only 15 and 16 are new
+    assert installed.producers[1].batches == [ProducedBatch(0, 10, 16)]
     installed.truncate(12)  # entries 13..16 are gone; 10..12 stay, and so do their sequences
-    assert installed.end_index == 12 and installed.producers[1].batches == [ProducedBatch(0, 10, 12, 1000)]
+    assert installed.end_index == 12 and installed.producers[1].batches == [ProducedBatch(0, 10, 12)]
     assert installed.check(1, 0, 2, 1).verdict is Verdict.DUPLICATE
     assert installed.check(1, 0, 3, 4).verdict is Verdict.NEW
     installed.truncate(9)
@@ -91,11 +91,11 @@ def test_entries_recorded_already_are_not_recorded_twice() -> None:
 
 def test_the_table_round_trips_through_its_encoding() -> None:
     table = ProducerTable()
-    table.record(1, 4, 0, 10, 12, 1000, 12)
-    table.record(2**63 - 1, 0, 7, 13, 13, 1001, 12)
+    table.record(1, 4, 0, 10, 12, 12)
+    table.record(2**63 - 1, 0, 7, 13, 13, 12)
     copy = ProducerTable()
     copy.load(table.encode())
-    assert copy.producers == table.producers and (copy.log_ms, copy.end_index) == (1001, 13)
+    assert copy.producers == table.producers and copy.end_index == 13
     assert list(copy.producers) == list(table.producers)  # the eviction order too
     with pytest.raises(ValueError, match="not a producer table"):
         copy.load(b'{"producers": [[1]]}')
@@ -103,7 +103,7 @@ def test_the_table_round_trips_through_its_encoding() -> None:
 
 def sessions_on(store: MemoryStore) -> ProducerSessions:
     config = RaftConfig(self_id="n1", peers=parse_peers("n1-127.0.0.1:1"))
-    return ProducerSessions(config, MemberState("n1", MemoryCheckpoint(), 1, None), store, lambda: 1000)
+    return ProducerSessions(config, MemberState("n1", MemoryCheckpoint(), 1, None), store)
 
 
 async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_the_log_after_it() -> None:
@@ -111,18 +111,18 @@ async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_th
     and took another producer's there. A restart must not believe the first producer wrote it."""
     store = MemoryStore(StoreConfig())
     await store.append_as_leader([b""], 1, Magic.NOOP)
-    await store.append_as_leader([b"a", b"b"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 0, 1000))
-    await store.append_as_leader([b"c"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 2, 1001))
+    await store.append_as_leader([b"a", b"b"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 0))
+    await store.append_as_leader([b"c"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 2))
     before = sessions_on(store)
     before.restore(None, -1)  # nothing saved: the whole log replayed
-    assert before.table.producers[7].batches == [ProducedBatch(0, 1, 2, 1000), ProducedBatch(2, 3, 3, 1001)]
+    assert before.table.producers[7].batches == [ProducedBatch(0, 1, 3)]
     saved = before.encode()
     await store.truncate(3)
-    await store.append_as_leader([b"x"], 2, Magic.PRODUCED, stamp=Stamp(8, 0, 0, 1002))
+    await store.append_as_leader([b"x"], 2, Magic.PRODUCED, stamp=Stamp(8, 0, 0))
     after = sessions_on(store)
     after.restore(saved, 2)  # saved beside commit index 2
-    assert after.table.producers[7].batches == [ProducedBatch(0, 1, 2, 1000)]
-    assert after.table.producers[8].batches == [ProducedBatch(0, 3, 3, 1002)]
+    assert after.table.producers[7].batches == [ProducedBatch(0, 1, 2)]
+    assert after.table.producers[8].batches == [ProducedBatch(0, 3, 3)]
     assert after.table.check(7, 0, 2, 1).verdict is Verdict.NEW  # entry 3 is not the first producer's
     assert after.table.check(8, 0, 0, 1).verdict is Verdict.DUPLICATE
 
@@ -130,12 +130,12 @@ async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_th
 def test_a_snapshot_install_takes_the_leaders_table_up_to_the_snapshot() -> None:
     store = MemoryStore(StoreConfig())
     leader = ProducerTable()
-    leader.record(7, 0, 0, 10, 12, 1000, 12)
-    leader.record(7, 0, 3, 13, 14, 1001, 12)  # past the snapshot: pushed again after the install
+    leader.record(7, 0, 0, 10, 12, 12)
+    leader.record(7, 0, 3, 13, 14, 12)  # past the snapshot: pushed again after the install
     sessions = sessions_on(store)
     sessions.installed(12, leader.encode())
-    assert sessions.table.producers[7].batches == [ProducedBatch(0, 10, 12, 1000)]
-    sessions.appended([(7, 0, 3, 13, 14, 1001)])
+    assert sessions.table.producers[7].batches == [ProducedBatch(0, 10, 12)]
+    sessions.appended([(7, 0, 3, 13, 14)])
     assert sessions.table.producers == leader.producers
     sessions.installed(12, b"garbage")  # logged, and the producers start afresh
     assert not sessions.table.producers

@@ -278,8 +278,7 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
                         rejoining=rejoining or member.lost_data,
                         configuration=saved_configuration(cp.config_index, cp.config),
-                        config_scan_from=cp.committed_index + 1, producers=cp.producers, work_clock=loop_time,
-                        wall_clock=loop_time)
+                        config_scan_from=cp.committed_index + 1, producers=cp.producers, work_clock=loop_time)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
                                     describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))

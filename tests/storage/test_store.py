@@ -162,12 +162,13 @@ async def test_follower_append_names_the_configuration_and_produced_entries_it_t
     taken = await store.append_as_follower(leader.read_range(0, 10, 1 << 20).data)
     assert taken == (4, (2, 4), ())
     await leader.append_as_leader([b"d"], term=2)
-    await leader.append_as_leader([b"e", b"f"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 0, 1000))
-    await leader.append_as_leader([b"g"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 2, 1001))
-    await leader.append_as_leader([b"h"], term=2, magic=Magic.PRODUCED, stamp=Stamp(8, 0, 5, 1001))
+    await leader.append_as_leader([b"e", b"f"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 0))
+    await leader.append_as_leader([b"g"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 2))  # one run with e, f
+    await leader.append_as_leader([b"h"], term=2, magic=Magic.PRODUCED, stamp=Stamp(8, 0, 5))
+    await leader.append_as_leader([b"i"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 9))  # a gap: a run
     taken = await store.append_as_follower(leader.read_range(5, 10, 1 << 20).data)
-    assert taken == (9, (), ((7, 1, 0, 6, 7, 1000), (7, 1, 2, 8, 8, 1001), (8, 0, 5, 9, 9, 1001)))
-    assert bytes(client_body(store.get(7))) == b"f" and stamp_of(store.get(7)) == Stamp(7, 1, 1, 1000)
+    assert taken == (10, (), ((7, 1, 0, 6, 8), (8, 0, 5, 9, 9), (7, 1, 9, 10, 10)))
+    assert bytes(client_body(store.get(7))) == b"f" and stamp_of(store.get(7)) == Stamp(7, 1, 1)
 
 
 async def test_follower_rejects_entries_that_do_not_continue_the_log(store: Store) -> None:
