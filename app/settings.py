@@ -28,7 +28,7 @@ from raftlog.api.browser import LOOPBACK_NAMES, host_name
 from raftlog.api.limits import ApiLimits
 from raftlog.api.peer_client import PeerTls
 from raftlog.raft.config import RaftConfig, parse_peers, parse_routes
-from raftlog.storage.codec import HEADER_SIZE
+from raftlog.storage.codec import HEADER_SIZE, STAMP_SIZE
 from raftlog.storage.config import StoreConfig
 
 NOT_SETTINGS = {"self_id", "peers", "preferred_leader_ids"}
@@ -328,7 +328,7 @@ class NodeSettings(BaseSettings):
         if limits.peer_window_bytes < raft.push_inflight_bytes_max:
             raise SettingsError(f"peer_window_bytes {limits.peer_window_bytes} is below push_inflight_bytes_max "
                                 f"{raft.push_inflight_bytes_max}: a leader could not keep that much in flight")
-        if limits.max_entry_bytes + HEADER_SIZE > store.max_entry_size:
+        if limits.max_entry_bytes + HEADER_SIZE + STAMP_SIZE > store.max_entry_size:  # a producer's entry too
             raise SettingsError(f"max_entry_bytes {limits.max_entry_bytes} does not fit in a data file "
                                 f"of data_file_size {store.data_file_size}")
 

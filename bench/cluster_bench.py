@@ -47,15 +47,15 @@ TARGETS = {}  # issue 8 sets them
 def wrk(url: str, script: str, seconds: int, env: dict[str, str] | None = None,
         connections: int = CONNECTIONS, threads: int | None = None) -> dict[str, float]:
     """Run wrk with one of this folder's scripts; its report (requests, duration, percentiles)."""
-    out = subprocess.run(
+    run = subprocess.run(
         ["wrk", f"-t{threads or min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
          "-s", str(HERE / script), url],
         capture_output=True, text=True, check=True,
-        env={**os.environ, "WRK_REPORT": str(HERE / "wrk_report.lua"), **(env or {})}).stdout
-    line = next(line for line in out.splitlines() if line.startswith("WRK_JSON "))
+        env={**os.environ, "WRK_REPORT": str(HERE / "wrk_report.lua"), **(env or {})})
+    line = next(line for line in run.stdout.splitlines() if line.startswith("WRK_JSON "))
     report = json.loads(line.removeprefix("WRK_JSON "))
     if report["errors"]:
-        raise RuntimeError(f"wrk saw {report['errors']} errors:\n{out}")
+        raise RuntimeError(f"wrk saw {report['errors']} errors:\n{run.stdout}{run.stderr[-2000:]}")
     return report
 
 

@@ -128,18 +128,23 @@ class ProducerTable:
             first_seq += self.end_index + 1 - first_index
             first_index = self.end_index + 1
         self.end_index = last_index
-        state = self.producers.pop(producer_id, None)
+        producers = self.producers
+        state = producers.get(producer_id)
         if state is None or epoch != state.epoch:
-            state = ProducerState(epoch)
+            state = producers[producer_id] = ProducerState(epoch)
+        producers.move_to_end(producer_id)
         batches = state.batches
-        if batches and batches[-1].last_seq + 1 == first_seq and batches[-1].last_index + 1 == first_index:
-            last = batches.pop()  # one run of entries: appends back to back, or a batch a push cut in two
-            first_seq, first_index = last.first_seq, last.first_index
+        if batches:
+            last_seq_first, last_first, last_last = batches[-1]
+            if last_seq_first + last_last - last_first + 1 == first_seq and last_last + 1 == first_index:
+                batches[-1] = ProducedBatch(last_seq_first, last_first, last_index)  # one run: appends back
+                return  # to back, or a batch a push cut in two; nothing else changes
         batches.append(ProducedBatch(first_seq, first_index, last_index))
-        while len(batches) > self.batches_kept and batches[0].last_index <= committed_index:
-            del batches[0]
-        self.producers[producer_id] = state
-        self._evict(committed_index)
+        if len(batches) > self.batches_kept:
+            while len(batches) > self.batches_kept and batches[0].last_index <= committed_index:
+                del batches[0]
+        if len(producers) > self.producers_max or self.end_index - self.idle_entries > 0:
+            self._evict(committed_index)
 
     def truncate(self, after_index: int) -> None:
         """The log ends at `after_index` now: entries past it are gone from their batches, and a
