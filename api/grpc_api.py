@@ -145,7 +145,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
                 if (left := window.get_nowait()) is not None:
                     left.add_done_callback(consume)
 
-    async def _append(self, bodies: list[bytes], request: pb.AppendRequest | pb.AppendBatchRequest) -> AppendAnswer:
+    async def _append(self, bodies: list[bytes],
+                      request: pb.AppendRequest | pb.AppendBatchRequest | None) -> AppendAnswer:
         async def given() -> list[bytes]:
             return bodies
 
@@ -460,8 +461,8 @@ def _batch_response(answer: AppendAnswer) -> pb.AppendBatchResponse:
                                   positions=answer.positions, leader=answer.leader, duplicate=answer.duplicate)
 
 
-def _producer(request: pb.AppendRequest | pb.AppendBatchRequest) -> Sequenced | None:
-    if not request.HasField("producer"):
+def _producer(request: pb.AppendRequest | pb.AppendBatchRequest | None) -> Sequenced | None:
+    if request is None or not request.HasField("producer"):
         return None
     producer = request.producer
     if producer.id > PRODUCER_ID_MAX or producer.epoch > EPOCH_MAX or producer.sequence > SEQUENCE_MAX:

@@ -93,7 +93,8 @@ class Nemesis:
     failovers_ms: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     damage: list[Damage] = field(default_factory=list)  # what the faults did to members' files
-    _probe: int = 0
+    _probe: int = 0  # the probes' producer session: each probe is its next sequence
+    _producer_id: int = field(default_factory=lambda: random.randrange(1, 2**63))
 
     def can_apply(self, kind: str) -> bool:
         """Whether `kind` can be injected now: a replacement needs a spare machine, and a run of
@@ -448,22 +449,25 @@ class Nemesis:
 
     def _failover(self, exclude: set[str]) -> Op | None:
         """Time from now until a write through the other members succeeds (a new leader serves);
-        the write, acknowledged."""
+        the write, acknowledged. One write, in the probes' producer session, sent through each member
+        in turn until one answers it, as the writers do."""
         started = time.monotonic()
         urls = {m: self.cluster.members[m].client_url for m in self.cluster.group() if m not in exclude}
+        op = Op("append", "nemesis", "", started, [f"probe-{self._probe}".encode()], sequence=self._probe)
         with httpx.Client(timeout=1.0) as http:
             while time.monotonic() - started < FAILOVER_BOUND_S:
                 for member, url in urls.items():
-                    self._probe += 1
-                    op = Op("append", "nemesis", member, time.monotonic(), [f"probe-{self._probe}".encode()])
-                    send_append(http, url, op)
-                    self.history.add(op)
+                    op.member, op.outcome, op.code, op.attempts = member, "unknown", None, op.attempts + 1
+                    send_append(http, url, op, self._producer_id)
                     if op.outcome == "ok" and op.complete is not None:
+                        self.history.add(op)
+                        self._probe += 1
                         took = (op.complete - started) * 1000
                         self.failovers_ms.append(took)
                         self.log(f"  a new leader took a write after {took:.0f} ms")
                         return op
                 time.sleep(0.02)
+        self.history.add(op)  # its outcome unknown: the next probe sends it again, in the same session
         self.problems.append(f"no write succeeded within {FAILOVER_BOUND_S:.0f} s of losing the leader")
         return None
 

@@ -84,8 +84,9 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             unplanted = [f"mutant {mutant} not planted in {', '.join(missing)}"
                          for missing in [cluster.unplanted()] if missing]
             logs, unreadable = _read_final_logs(cluster)
+            sessions = [v for client in clients if isinstance(client, Writer) for v in client.violations]
             verdict = check(history, logs, [*unplanted, *observer.violations, *liveness, *crashes, *unreadable,
-                                            *nemesis.problems])
+                                            *nemesis.problems, *sessions])
             for problem in vacuous(verdict.acked, _reads_answered(history), kinds, nemesis.effective):
                 verdict.note(problem)
             summary = _summary(seed, seconds, nodes, history, nemesis, verdict, liveness)
@@ -212,6 +213,7 @@ def _summary(seed: int, seconds: float, nodes: int, history: History, nemesis: N
         "reads": len(history.ops) - len(appends),
         "acked": verdict.acked,
         "unknown": sum(len(op.bodies) for op in appends if op.outcome == "unknown"),
+        "retried": sum(op.attempts > 1 for op in appends),
         "failed": sum(len(op.bodies) for op in appends if op.outcome == "fail"),
         **{name: getattr(verdict, name) for name in COUNTS},
         "commit_fell": verdict.commit_fell,
@@ -233,7 +235,8 @@ def print_summary(summary: dict[str, Any], out: Any = sys.stdout) -> None:
         print(f"mutant {summary['mutant']}: planted in {summary['planted']} node processes", file=out)
     print(f"operations {summary['ops']:,} (appends {summary['appends']:,}, reads {summary['reads']:,}); "
           f"entries acknowledged {summary['acked']:,}, unknown {summary['unknown']:,}, "
-          f"refused {summary['failed']:,}", file=out)
+          f"refused {summary['failed']:,}; appends sent again in their session {summary['retried']:,}, "
+          f"duplicated entries {summary['duplicated']:,}", file=out)
     print("faults (took effect/applied): " + ", ".join(
         f"{k} {summary['effective'].get(k, 0)}/{v}" for k, v in summary["faults"].items()), file=out)
     print(f"failovers {summary['failovers']}: median {summary['failover_ms_p50']} ms, worst "

@@ -4,7 +4,11 @@ An append is `ok` (with its index), `fail` (certainly not appended: the request
 never arrived, or the answer says it was refused before it was written), or
 `unknown` (a timeout, a lost connection, or an answer that leaves it open).
 Writers append through REST or through the gRPC API (`raftlog.v1.Log`), whose
-errors name the same codes.
+errors name the same codes, each in a producer session (raft.producers): an
+append that is not `ok` is sent again, the same bodies with the same sequence,
+through any member, until the group answers it (a retry of one that went in is
+answered with its original entries), so a run ends with no outcome unknown. An
+op is one append however often it was sent: invoked at its first attempt.
 
 A read is `ok` with what it saw, or `fail`. Reads come in three shapes, all
 linearizable: one index (`get`), a JSON page of a range (`page`), and an
@@ -19,6 +23,7 @@ import json
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -33,6 +38,8 @@ from tests.faults.harness import FaultCluster
 # answers that mean "not appended": refused before anything was written
 DEFINITE = {"UNEXPECTED_ARGUMENT", "REQUEST_WITH_EMPTY_BODYS", "NOT_LEADER", "LEADER_PENDING_FULL",
             "LEADER_TRANSFERRING", "DISK_FULL"}
+REFUSED_SESSION = {"OUT_OF_ORDER_SEQUENCE", "PRODUCER_FENCED"}  # a writer sends in order, in one epoch: a bug
+DRAIN_S = 8.0  # how long a writer stopped goes on sending its last append until it is answered
 TIMEOUT_S = 3.0
 # a gRPC deadline cancels the call on the server too (a REST handler runs on when its client is gone): past a
 # forwarded append's own wait (max_wait_ack_ms + rpc_timeout_ms, twice), so the member's handling runs to its end
@@ -54,6 +61,8 @@ class Op:
     code: str | None = None
     limit: int = 1  # page and stream: how many entries were asked for
     entries: list[tuple[int, str, bytes]] = field(default_factory=list)  # page and stream: what came back
+    sequence: int | None = None  # append: its first entry's sequence in its writer's producer session
+    attempts: int = 0  # append: how often it was sent
 
     @property
     def is_read(self) -> bool:
@@ -95,16 +104,17 @@ class History:
         return next((w.kind for w in reversed(self.faults) if w.start <= t <= w.end), "none")
 
 
-def send_append(http: httpx.Client, url: str, op: Op) -> None:
-    """POST the op's bodies (one entry, or a binary batch) and set its outcome."""
+def send_append(http: httpx.Client, url: str, op: Op, producer_id: int) -> None:
+    """POST the op's bodies (one entry, or a binary batch) in the session and set its outcome."""
+    session = {"x-raftlog-producer-id": str(producer_id), "x-raftlog-sequence": str(op.sequence)}
     try:
         if len(op.bodies) == 1:
             response = http.post(f"{url}/v1/entries", content=op.bodies[0],
-                                 headers={"content-type": "application/octet-stream"})
+                                 headers={"content-type": "application/octet-stream", **session})
         else:
             framed = b"".join(len(b).to_bytes(4, "big") + b for b in op.bodies)
             response = http.post(f"{url}/v1/entries/batch", content=framed,
-                                 headers={"content-type": "application/vnd.raftlog.batch"})
+                                 headers={"content-type": "application/vnd.raftlog.batch", **session})
     except httpx.ConnectError:
         op.outcome, op.code = "fail", "connect"  # it never arrived
         return
@@ -127,13 +137,17 @@ def send_append(http: httpx.Client, url: str, op: Op) -> None:
         op.outcome = "fail"
 
 
-def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op) -> None:
-    """Append the op's bodies through the gRPC API (Append, or AppendBatch) and set its outcome."""
+def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op, producer_id: int) -> None:
+    """Append the op's bodies through the gRPC API (Append, or AppendBatch) in the session and set its
+    outcome."""
+    producer = pb.Producer(id=producer_id, sequence=op.sequence)
     try:
         if len(op.bodies) == 1:
-            op.index = stub.Append(pb.AppendRequest(body=op.bodies[0]), timeout=GRPC_TIMEOUT_S).index
+            op.index = stub.Append(pb.AppendRequest(body=op.bodies[0], producer=producer),
+                                   timeout=GRPC_TIMEOUT_S).index
         else:
-            op.index = stub.AppendBatch(pb.AppendBatchRequest(bodies=op.bodies), timeout=GRPC_TIMEOUT_S).first_index
+            op.index = stub.AppendBatch(pb.AppendBatchRequest(bodies=op.bodies, producer=producer),
+                                        timeout=GRPC_TIMEOUT_S).first_index
         op.outcome = "ok"
     except grpc.RpcError as exc:
         op.code = _grpc_code(exc)
@@ -208,28 +222,53 @@ class Client(threading.Thread):
 
 
 class Writer(Client):
-    """Appends unique bodies, singly and in small batches, through every member in turn."""
+    """Appends unique bodies, singly and in small batches, through every member in turn, in a producer
+    session of its own; each append is sent until the group answers it."""
+
+    def __init__(self, name: str, urls: dict[str, str], history: History, seed: int) -> None:
+        super().__init__(name, urls, history, seed)
+        self.producer_id = self.random.randrange(1, 2**63)
+        self.violations: list[str] = []  # a session refused: raftlog broke the order it promises
+        self.drain_until: float | None = None  # once stopped: when the last append is given up
 
     def run(self) -> None:
-        seq = 0
         with httpx.Client(timeout=TIMEOUT_S) as http:
-            while not self.stopping.is_set():
-                op = self.next_append(seq)
-                seq += 1
-                send_append(http, self.urls[op.member], op)
-                self.record(op)
+            self.appending(lambda op: send_append(http, self.urls[op.member], op, self.producer_id))
 
-    def next_append(self, seq: int) -> Op:
-        """Unique bodies, one or a small batch, through a member picked at random."""
-        member = self.random.choice(list(self.urls))
+    def appending(self, send: Callable[[Op], None]) -> None:
+        """Append after append until stopped; each sent, through members picked at random, until it is
+        ok (a stopped writer goes on DRAIN_S with its last one)."""
+        n, sequence = 0, 0
+        while not self.stopping.is_set():
+            op = self.next_append(n, sequence)
+            n += 1
+            while True:
+                op.attempts += 1
+                op.member = self.random.choice(list(self.urls))
+                op.outcome, op.code = "unknown", None
+                send(op)
+                if op.outcome == "ok" or op.code in REFUSED_SESSION or self.drained():
+                    break
+                self.stopping.wait(0.05)  # do not spin against a member that is down
+            if op.code in REFUSED_SESSION:
+                self.violations.append(f"{self.name}: {op.code} for sequence {op.sequence} ({op.bodies[0]!r})")
+            self.history.add(op)
+            if op.outcome != "ok":
+                return
+            sequence += len(op.bodies)
+
+    def drained(self) -> bool:
+        if not self.stopping.is_set():
+            return False
+        if self.drain_until is None:
+            self.drain_until = time.monotonic() + DRAIN_S
+        return time.monotonic() >= self.drain_until
+
+    def next_append(self, n: int, sequence: int) -> Op:
+        """Unique bodies, one or a small batch, its session's next sequence."""
         count = 1 if self.random.random() < 0.7 else self.random.randint(2, 5)
-        bodies = [f"{self.name}-{seq}-{k}".encode() for k in range(count)]
-        return Op("append", self.name, member, time.monotonic(), bodies)
-
-    def record(self, op: Op) -> None:
-        self.history.add(op)
-        if op.outcome != "ok":
-            self.stopping.wait(0.05)  # do not spin against a member that is down
+        bodies = [f"{self.name}-{n}-{k}".encode() for k in range(count)]
+        return Op("append", self.name, "", time.monotonic(), bodies, sequence=sequence)
 
 
 class GrpcWriter(Writer):
@@ -239,12 +278,7 @@ class GrpcWriter(Writer):
         channels = {m: grpc.insecure_channel(address) for m, address in self.urls.items()}
         stubs = {m: log_pb2_grpc.LogStub(channel) for m, channel in channels.items()}
         try:
-            seq = 0
-            while not self.stopping.is_set():
-                op = self.next_append(seq)
-                seq += 1
-                send_grpc_append(stubs[op.member], op)
-                self.record(op)
+            self.appending(lambda op: send_grpc_append(stubs[op.member], op, self.producer_id))
         finally:
             for channel in channels.values():
                 channel.close()

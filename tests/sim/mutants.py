@@ -108,15 +108,16 @@ def ends_ranges_at_local_commit_index(original: Callable[..., Any]) -> Callable[
 def retries_forwarded_appends(original: Callable[..., Any],
                               codes: frozenset[Code] = frozenset({Code.NETWORK_ERROR})) -> Callable[..., Any]:
     """The service retries a forwarded append whose answer did not come back (or whose error is one of
-    `codes`, each leaving the outcome unknown)."""
+    `codes`, each leaving the outcome unknown), as a plain append: a producer's session is dropped on
+    the way, so nothing tells the retry from a new append."""
 
-    async def append(self: LogService, bodies: Sequence[bytes]) -> dict[str, Any]:
+    async def append(self: LogService, bodies: Sequence[bytes], producer: Any = None) -> Any:
         try:
-            return await original(self, bodies)
+            return await original(self, bodies, producer)
         except ApiError as exc:
             if exc.code not in codes:
                 raise
-            return await original(self, bodies)
+            return await original(self, bodies, None)
 
     return append
 
