@@ -128,8 +128,9 @@ PRODUCER_PARAMETERS = [
                     "batch already in the log is answered with its original entries (duplicate: true), not "
                     "appended again"},
     {"name": "X-Raftlog-Producer-Epoch", "in": "header", "required": False,
-     "schema": {"type": "integer", "minimum": 0, "maximum": EPOCH_MAX, "default": 0},
-     "description": "The producer's epoch; appends of a lower epoch are refused once a higher one appended"},
+     "schema": {"type": "integer", "minimum": 0, "maximum": EPOCH_MAX},
+     "description": "The producer's epoch (0 when not sent); appends of a lower epoch are refused once a higher "
+                    "one appended"},
     {"name": "X-Raftlog-Sequence", "in": "header", "required": False,
      "schema": {"type": "integer", "minimum": 0, "maximum": SEQUENCE_MAX},
      "description": "The first entry's sequence in the session; each entry takes the next"},

@@ -17,6 +17,8 @@ median of its rounds:
    follower;
 4. failover: under a load of single appends, SIGKILL the leader; time until a write through another
    member succeeds (--kills times each, the killed member restarted in between);
+2b. raftlog alone: the same appends with and without producer sessions (bench/delivery_bench.py), taking
+   turns: the CPU per entry that exactly-once costs;
 5. raftlog alone: --entries entries appended in batches, each node's RSS sampled as the log grows;
    then each follower restarted in turn (a clean stop): time from its process start until it serves
    the last entry (restart_s_1gib, the median); then the whole cluster restarted at once, three
@@ -95,6 +97,8 @@ TARGETS: dict[str, tuple[tuple[str, Bound], ...]] = {  # figure: its conditions,
     "ratio_vs_pysyncobj": ((">=", 10.0),),
     "failover_ms_p50": (("<", 400.0), ("<", "etcd_failover_ms_p50")),
     "restart_s_1gib": (("<", 2.0),),
+    "session_cpu_overhead_single_64conn": (("<=", 0.10),),  # issue 31: what producer sessions cost
+    "session_cpu_overhead_batch_1000": (("<=", 0.05),),
 }
 
 Log = Callable[[str], None]
@@ -634,6 +638,9 @@ def main() -> None:
             single = single_appends(raftlog, etcd, args.seconds, args.rounds, log)
             log("2. batch appends")
             batch, batch_cpu = batch_appends(raftlog, etcd, args.seconds, args.rounds, log)
+            log("2b. producer sessions against the same appends without (bench/delivery_bench.py)")
+            from delivery_bench import idempotence  # it imports this module's helpers
+            sessions = idempotence(raftlog, args.seconds, args.rounds, log)
             log("3. reads")
             read = reads(raftlog, etcd, args.seconds, args.rounds, log)
             log("4. failover")
@@ -649,7 +656,11 @@ def main() -> None:
                               **versions(), "machine": machine(), "etcd_rss_mb_after_run": etcd_rss,
                               "seconds": args.seconds, "rounds": args.rounds, "kills": args.kills, "single": single,
                               "batch": batch, "batch_cpu_us_per_entry": batch_cpu,
-                              "failover_ms": failover, "rss_samples": long["samples"]}
+                              "failover_ms": failover, "rss_samples": long["samples"], "sessions": sessions,
+                              "session_cpu_overhead_single_64conn":
+                                  sessions["single appends, 64 connections"]["cpu_overhead"],
+                              "session_cpu_overhead_batch_1000":
+                                  sessions["batches of 1000, 16 connections"]["cpu_overhead"]}
     result["targets_met"] = {name: meets(name, result) for name in TARGETS}
     paths = charts(result, RESULTS)
     (RESULTS / "compare.json").write_text(json.dumps(result, indent=1))

@@ -11,7 +11,7 @@ wrk does the same work for both, and takes the same share of the two cores. Each
 rounds, and a change of CPU per entry is the figure that judges it (issue 29): the CPU time of all
 three members (utime + stime, /proc/<pid>/stat) while the load runs, over the entries committed.
 Targets (issue 31): at most +10% CPU per entry for single appends at 64 connections, at most +5% in
-batches of 1000. `bench/compare.py` runs the same phase beside its etcd figures.
+batches of 1000. `bench/compare.py` runs the same phase (2b) beside its etcd figures.
 """
 
 from __future__ import annotations

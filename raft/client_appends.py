@@ -13,7 +13,7 @@ one fdatasync covers every append written since the last.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from raftlog.raft.commitment import Commitment
@@ -26,6 +26,7 @@ from raftlog.raft.errors import (
     PendingFullError,
     ProducerFencedError,
     RaftError,
+    TermChangedError,
 )
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration
@@ -47,9 +48,11 @@ class Appended:
 class ClientAppends:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, commitment: Commitment,
                  sessions: ProducerSessions, configuration_appended: Callable[[Configuration], None],
-                 appended: Callable[[], None], durable_moved: Callable[[], None]) -> None:
+                 appended: Callable[[], None], durable_moved: Callable[[], None],
+                 confirm_leadership: Callable[[], Awaitable[object]]) -> None:
         """`configuration_appended`: a CONFIG_CHANGE entry is in the log (in force at once);
-        `appended`: the log grew (the dispatchers push it); `durable_moved`: a flush covered more."""
+        `appended`: the log grew (the dispatchers push it); `durable_moved`: a flush covered more;
+        `confirm_leadership`: a heartbeat round, NotLeaderError if a quorum no longer follows."""
         self.config = config
         self.state = state
         self.store = store
@@ -58,6 +61,7 @@ class ClientAppends:
         self._configuration_appended = configuration_appended
         self._appended = appended
         self._durable_moved = durable_moved
+        self._confirm_leadership = confirm_leadership
         self._flush = Wakeup()  # the log grew: flush it
         self.term_first_index = -1  # the leader's NOOP: reads and membership changes wait for it to commit
 
@@ -77,11 +81,20 @@ class ClientAppends:
                                producer: Sequenced | None = None) -> Appended:
         if self.commitment.pending >= self.config.max_pending_requests:
             raise PendingFullError(f"{self.commitment.pending} appends are waiting for a quorum")
-        appended, committed = await self.append_local(bodies, term, magic, producer)
+        try:
+            appended, committed = await self.append_local(bodies, term, magic, producer)
+        except (OutOfOrderSequenceError, ProducerFencedError):
+            # a deposed leader that has not heard of it yet judges by a table the group has moved past:
+            # its refusal stands only once a quorum confirms it leads (else NOT_LEADER: ask the leader)
+            await self._confirm_leadership()
+            raise
         if appended.duplicate:
             if not await self.commitment.wait_committed(appended.last_index, self.config.max_wait_ack_ms / 1000):
                 raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
                                       f"{self.config.max_wait_ack_ms} ms", self.state.leader_id)
+            if self.store.term_at(appended.last_index) != appended.term:  # this member lost leadership, and
+                raise TermChangedError("the original entries were replaced while waiting for their commit",
+                                       self.state.leader_id)  # the entries with it: ask the leader
         elif committed is not None:  # else committed already (a single-member group)
             await committed  # fails with AckTimeoutError after max_wait_ack_ms
         return appended

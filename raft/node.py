@@ -98,10 +98,11 @@ class RaftNode:
                                applied_index=applied_index, saved_config_index=base.index)
         self.commitment = Commitment(config, self.state, store, self.members, self.now, self)
         self.sessions = ProducerSessions(config, self.state, store)
-        self.sessions.restore(producers, config_scan_from - 1)
+        self.sessions.restore(producers)
         progress.watch_producers(self.sessions)
         self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions,
-                                     self._configuration_appended, self.wake_dispatchers, self.durable_moved)
+                                     self._configuration_appended, self.wake_dispatchers, self.durable_moved,
+                                     self.read_index)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
         self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}

@@ -100,6 +100,7 @@ class ProducerTable:
         self.idle_entries = idle_entries
         self.producers: OrderedDict[int, ProducerState] = OrderedDict()  # least recently appended first
         self.end_index = -1  # the last entry recorded: entries up to it are in the table already
+        self.stable_index = -1  # of a loaded table: its entries up to here were committed, and cannot change
 
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> Checked:
         """What to do with a batch of `count` entries from `first_seq` (nothing is recorded)."""
@@ -170,8 +171,11 @@ class ProducerTable:
 
     # -- the checkpoint and snapshot installs --------------------------------------------
 
-    def encode(self) -> bytes:
-        return json.dumps({"end_index": self.end_index, "producers": [
+    def encode(self, committed_index: int) -> bytes:
+        """The table, and up to where the log it was built from is committed (its entries after that
+        may yet be truncated: a table read back is cut there, and the log after it replayed)."""
+        return json.dumps({"end_index": self.end_index, "stable_index": min(committed_index, self.end_index),
+                           "producers": [
             [producer_id, state.epoch, [list(batch) for batch in state.batches]]
             for producer_id, state in self.producers.items()]}, separators=(",", ":")).encode()
 
@@ -183,10 +187,10 @@ class ProducerTable:
             for producer_id, epoch, batches in fields["producers"]:
                 producers[int(producer_id)] = ProducerState(int(epoch), [
                     ProducedBatch(int(s), int(f), int(last)) for s, f, last in batches])
-            end_index = int(fields["end_index"])
+            end_index, stable_index = int(fields["end_index"]), int(fields["stable_index"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a producer table: {exc}") from None
-        self.producers, self.end_index = producers, end_index
+        self.producers, self.end_index, self.stable_index = producers, end_index, stable_index
 
 
 class ProducerSessions:
@@ -217,7 +221,7 @@ class ProducerSessions:
         self.changes += 1
 
     def encode(self) -> bytes:
-        return self.table.encode()
+        return self.table.encode(self.state.committed_index)
 
     def installed(self, index: int, data: bytes | None) -> None:
         """The log restarts after `index` with the leader's table (None: it sent none: empty)."""
@@ -232,16 +236,16 @@ class ProducerSessions:
         self.table = table
         self.changes += 1
 
-    def restore(self, saved: bytes | None, trusted_index: int) -> None:
-        """On start: the checkpoint's table, cut to what it saved as committed (`trusted_index`: the log
-        before it cannot have changed since), then the log's entries after it replayed."""
+    def restore(self, saved: bytes | None) -> None:
+        """On start: the checkpoint's table, cut where the log it was built from was committed (after
+        that, the log may have been truncated and written again since), then the log after it replayed."""
         if saved:
             try:
                 self.table.load(saved)
             except ValueError as exc:
                 log.error("the checkpoint's producer table not taken (rebuilt from the log kept): %s", exc)
                 self.table = self._empty()
-        self.table.truncate(min(trusted_index, self.store.end_index))
+        self.table.truncate(min(self.table.stable_index, self.store.end_index))
         runs: list[ProducedRun] = []
         for index in range(max(self.table.end_index + 1, self.store.begin_index), self.store.end_index + 1):
             try:

@@ -14,9 +14,9 @@ same durability by `save_config`: retention may clean its entry away, and a
 restarted member must still know its group.
 
 The producer table (raft.producers, opaque bytes here) is written with the
-indices, in the same transaction, when it changed: the committed index beside
-it says up to where the log it was built from cannot change (a restart cuts the
-table there and replays the log after it).
+indices, in the same transaction, when it changed (it says itself up to where
+the log it was built from was committed: a restart cuts it there and replays
+the log after it).
 
 Schema 2 added the configuration, schema 3 the producer table; an older file is
 upgraded when it is opened for writing.
@@ -188,8 +188,9 @@ class Checkpoint:
         self._progress = (committed_index, applied_index)
 
     def watch_producers(self, source: TableSource) -> None:
-        """Save `source`'s table with the indices whenever it changed."""
-        self._producers, self._producers_written = source, source.changes
+        """Save `source`'s table with the indices whenever it changed (and at the next write: the table
+        a start rebuilt is not the one saved)."""
+        self._producers, self._producers_written = source, source.changes - 1
 
     async def write_progress(self) -> None:
         committed, applied = self._progress

@@ -63,6 +63,7 @@ class Op:
     entries: list[tuple[int, str, bytes]] = field(default_factory=list)  # page and stream: what came back
     sequence: int | None = None  # append: its first entry's sequence in its writer's producer session
     attempts: int = 0  # append: how often it was sent
+    message: str | None = None  # the error's words, where the answer had some
 
     @property
     def is_read(self) -> bool:
@@ -133,6 +134,7 @@ def send_append(http: httpx.Client, url: str, op: Op, producer_id: int) -> None:
         op.index = answer["index"] if len(op.bodies) == 1 else answer["first_index"]
         return
     op.code = answer.get("error", {}).get("code")
+    op.message = answer.get("error", {}).get("message")
     if op.code in DEFINITE:
         op.outcome = "fail"
 
@@ -150,7 +152,7 @@ def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op, producer_id: int) -> No
                                         timeout=GRPC_TIMEOUT_S).first_index
         op.outcome = "ok"
     except grpc.RpcError as exc:
-        op.code = _grpc_code(exc)
+        op.code, op.message = _grpc_code(exc), exc.details()  # type: ignore[attr-defined]
         if op.code in DEFINITE:
             op.outcome = "fail"
     finally:
@@ -251,7 +253,9 @@ class Writer(Client):
                     break
                 self.stopping.wait(0.05)  # do not spin against a member that is down
             if op.code in REFUSED_SESSION:
-                self.violations.append(f"{self.name}: {op.code} for sequence {op.sequence} ({op.bodies[0]!r})")
+                self.violations.append(f"{self.name}: {op.code} for sequence {op.sequence} ({len(op.bodies)} "
+                                       f"entries from {op.bodies[0]!r}), attempt {op.attempts}, through "
+                                       f"{op.member}: {op.message}")
             self.history.add(op)
             if op.outcome != "ok":
                 return

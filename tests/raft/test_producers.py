@@ -77,7 +77,7 @@ def test_entries_recorded_already_are_not_recorded_twice() -> None:
     table = ProducerTable()
     table.record(1, 0, 0, 10, 14, 20)
     installed = ProducerTable()
-    installed.load(table.encode())
+    installed.load(table.encode(14))
     installed.record(1, 0, 0, 10, 14, 20)
     installed.record(1, 0, 3, 13, 16, 20)  # overlaps the end: only 15 and 16 are new
     assert installed.producers[1].batches == [ProducedBatch(0, 10, 16)]
@@ -94,7 +94,7 @@ def test_the_table_round_trips_through_its_encoding() -> None:
     table.record(1, 4, 0, 10, 12, 12)
     table.record(2**63 - 1, 0, 7, 13, 13, 12)
     copy = ProducerTable()
-    copy.load(table.encode())
+    copy.load(table.encode(12))
     assert copy.producers == table.producers and copy.end_index == 13
     assert list(copy.producers) == list(table.producers)  # the eviction order too
     with pytest.raises(ValueError, match="not a producer table"):
@@ -114,13 +114,14 @@ async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_th
     await store.append_as_leader([b"a", b"b"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 0))
     await store.append_as_leader([b"c"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 2))
     before = sessions_on(store)
-    before.restore(None, -1)  # nothing saved: the whole log replayed
+    before.restore(None)  # nothing saved: the whole log replayed
     assert before.table.producers[7].batches == [ProducedBatch(0, 1, 3)]
-    saved = before.encode()
+    before.state.committed_index = 2
+    saved = before.encode()  # entries up to 2 committed
     await store.truncate(3)
     await store.append_as_leader([b"x"], 2, Magic.PRODUCED, stamp=Stamp(8, 0, 0))
     after = sessions_on(store)
-    after.restore(saved, 2)  # saved beside commit index 2
+    after.restore(saved)
     assert after.table.producers[7].batches == [ProducedBatch(0, 1, 2)]
     assert after.table.producers[8].batches == [ProducedBatch(0, 3, 3)]
     assert after.table.check(7, 0, 2, 1).verdict is Verdict.NEW  # entry 3 is not the first producer's
@@ -133,7 +134,7 @@ def test_a_snapshot_install_takes_the_leaders_table_up_to_the_snapshot() -> None
     leader.record(7, 0, 0, 10, 12, 12)
     leader.record(7, 0, 3, 13, 14, 12)  # past the snapshot: pushed again after the install
     sessions = sessions_on(store)
-    sessions.installed(12, leader.encode())
+    sessions.installed(12, leader.encode(12))
     assert sessions.table.producers[7].batches == [ProducedBatch(0, 10, 12)]
     sessions.appended([(7, 0, 3, 13, 14)])
     assert sessions.table.producers == leader.producers

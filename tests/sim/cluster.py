@@ -410,14 +410,14 @@ class SimCluster:
         self._acked(Ack(answer.first_index, body, invoked, self.now(), node_id))
         return answer.first_index
 
-    async def produce(self, node_id: str, producer: Sequenced, body: bytes, invoked: float) -> bool:
-        """One attempt of a producer's append of `body` through a member's API (`invoked`: its first
+    async def produce(self, node_id: str, producer: Sequenced, bodies: list[bytes], invoked: float) -> bool:
+        """One attempt of a producer's append of `bodies` through a member's API (`invoked`: its first
         attempt's time); False when the outcome is unknown or nothing was done: the producer retries."""
         service = self.members[node_id].service
         assert service is not None
-        self.history.sent.add(body)
+        self.history.sent.update(bodies)
         try:
-            answer = await service.append([body], producer)
+            answer = await service.append(bodies, producer)
         except ApiError as exc:
             self._check_api_error(node_id, "append", exc)
             if exc.code in (Code.OUT_OF_ORDER_SEQUENCE, Code.PRODUCER_FENCED):
@@ -425,7 +425,8 @@ class SimCluster:
                                        f"{node_id}: {exc.code.name}: {exc.message}")
             return False
         self.history.produced += answer.duplicate
-        self._acked(Ack(answer.first_index, body, invoked, self.now(), node_id), duplicate=answer.duplicate)
+        for k, body in enumerate(bodies):
+            self._acked(Ack(answer.first_index + k, body, invoked, self.now(), node_id), duplicate=answer.duplicate)
         return True
 
     async def read(self, node_id: str, index: int) -> bytes | None:

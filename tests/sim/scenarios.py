@@ -104,7 +104,8 @@ async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Even
     async def producer(producer_id: int) -> None:
         sequence, given_up_at = 0, None
         while not stop.is_set():
-            body = f"seed{cluster.seed}-producer{producer_id}-{sequence}".encode()
+            bodies = [f"seed{cluster.seed}-producer{producer_id}-{sequence + k}".encode()
+                      for k in range(rng.randint(1, 3))]
             invoked, answered = cluster.now(), False
             while not answered:
                 if stop.is_set():
@@ -114,14 +115,14 @@ async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Even
                 running = cluster.running
                 if running:
                     target = rng.choice(running).config.self_id
-                    call = cluster.call(target, cluster.produce(target, Sequenced(producer_id, 0, sequence), body,
+                    call = cluster.call(target, cluster.produce(target, Sequenced(producer_id, 0, sequence), bodies,
                                                                 invoked))
                     if call is not None:  # a crash of its member cancels it: unknown, sent again
                         await asyncio.wait([call])
                         answered = not call.cancelled() and call.exception() is None and call.result() is True
                 if not answered:
                     await asyncio.sleep(rng.uniform(0.01, 0.05))
-            sequence += 1
+            sequence += len(bodies)
             await asyncio.sleep(rng.uniform(0.005, 0.03))
 
     await asyncio.gather(*(producer(1000 + k) for k in range(count)))

@@ -22,13 +22,13 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "seed", "voters", "found"), [
-    ("acks-before-quorum", 5, 3, "two acknowledgements at index"),
+    ("acks-before-quorum", 3, 3, "two acknowledgements at index"),
     ("votes-twice", 2, 3, "two leaders in term"),
     ("acks-before-writing", 2, 3, "durable on only"),
     ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
     ("ends-ranges-at-local-commit-index", 8, 3, "found nothing, but it was acknowledged"),
     ("retries-forwarded-appends", 21, 3, "is in the log twice"),
-    ("forgets-producers", 6, 3, "is in the log twice"),
+    ("forgets-producers", 10, 3, "is in the log twice"),
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,
                                    found: str) -> None:
