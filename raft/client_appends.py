@@ -92,9 +92,9 @@ class ClientAppends:
             if not await self.commitment.wait_committed(appended.last_index, self.config.max_wait_ack_ms / 1000):
                 raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
                                       f"{self.config.max_wait_ack_ms} ms", self.state.leader_id)
-            if self.store.term_at(appended.last_index) != appended.term:  # this member lost leadership, and
+            if self.store.term_at(appended.last_index) != appended.term:  # leadership and the entries lost
                 raise TermChangedError("the original entries were replaced while waiting for their commit",
-                                       self.state.leader_id)  # the entries with it: ask the leader
+                                       self.state.leader_id)
         elif committed is not None:  # else committed already (a single-member group)
             await committed  # fails with AckTimeoutError after max_wait_ack_ms
         return appended
