@@ -44,8 +44,7 @@ log = logging.getLogger("raftlog.raft.producers")
 PRODUCER_ID_MAX, EPOCH_MAX, SEQUENCE_MAX = 2**63 - 1, 2**16 - 1, 2**48 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Sequenced:
+class Sequenced(NamedTuple):  # a tuple: one is made for every producer's append
     """What a producer says of its batch: who it is, and its first entry's sequence."""
 
     producer_id: int
@@ -90,6 +89,9 @@ class Checked:
     epoch: int | None = None  # a fenced batch's: the producer's current epoch
 
 
+NEW_BATCH = Checked(Verdict.NEW)
+
+
 class ProducerTable:
     def __init__(self, *, batches_kept: int = 5, producers_max: int = 100_000,
                  idle_entries: int = 1_000_000_000) -> None:
@@ -106,12 +108,12 @@ class ProducerTable:
         """What to do with a batch of `count` entries from `first_seq` (nothing is recorded)."""
         state = self.producers.get(producer_id)
         if state is None or epoch > state.epoch:
-            return Checked(Verdict.NEW)
+            return NEW_BATCH
         if epoch < state.epoch:
             return Checked(Verdict.FENCED, epoch=state.epoch)
         next_seq = state.last.last_seq + 1
         if first_seq == next_seq:
-            return Checked(Verdict.NEW)
+            return NEW_BATCH
         if first_seq < next_seq:
             for batch in state.batches:
                 if batch.first_seq <= first_seq and first_seq + count - 1 <= batch.last_seq:

@@ -41,6 +41,7 @@ async def test_a_learner_is_added_catches_up_and_once_promoted_counts_in_the_quo
         assert n3 is not None and n3.passive and n3.role is Role.FOLLOWER
         assert [bytes(n3.store.get(i).body) for i in range(1, 51)] == [f"before {i}".encode() for i in range(50)]
 
+        assert await heard_from(cluster, leader, "n3")
         promoted = await leader.change_membership(promote="n3")
         assert sorted(promoted.voters) == ["n0", "n1", "n2", "n3"]
         assert await run_until(cluster, lambda: all(sorted(n.voters) == ["n0", "n1", "n2", "n3"]
@@ -115,12 +116,20 @@ async def test_a_learner_that_never_answered_is_not_promoted_however_short_the_l
         await cluster.stop()
 
 
+
+async def heard_from(cluster: SimCluster, leader: RaftNode, learner_id: str) -> bool:
+    """The leader heard the learner acknowledge its first entry: it may be promoted (LEARNER_BEHIND
+    otherwise). A converged log says the learner holds it, not that its answer has arrived."""
+    return await run_until(cluster, lambda: leader.watermark(leader.term, learner_id)
+                           >= leader.appends.term_first_index, 2.0)
+
 async def test_a_restarted_member_takes_its_configuration_from_its_checkpoint_and_log() -> None:
     cluster = SimCluster(seed=33)
     try:
         leader = await stable(cluster)
         cluster.add_member("n3", await leader.change_membership(add=learner("n3")))
         assert await run_until(cluster, cluster.converged, 5.0)
+        assert await heard_from(cluster, leader, "n3")
         promoted = await leader.change_membership(promote="n3")
         victim = follower_ids(cluster, leader)[0]
         assert await run_until(cluster, lambda: cluster.members[victim].checkpoint.config_index == promoted.index, 2.0)
