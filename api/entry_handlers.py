@@ -29,7 +29,7 @@ from raftlog.api.metrics import NodeMetrics
 from raftlog.api.schemas import Appended, BatchAppended, NewBatch, NewEntry
 from raftlog.api.service import LogService, entry_json, entry_type
 from raftlog.raft.messages import Code
-from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX, Sequenced
+from raftlog.raft.producers import Sequenced
 from raftlog.storage.codec import client_body, client_body_crc, stamp_of
 
 OCTETS = "application/octet-stream"
@@ -37,9 +37,8 @@ SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
 ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
 JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
-PRODUCER_HEADERS = {  # a producer session's: what each holds, and its maximum
-    b"x-raftlog-producer-id": ("id", PRODUCER_ID_MAX), b"x-raftlog-producer-epoch": ("epoch", EPOCH_MAX),
-    b"x-raftlog-sequence": ("sequence", SEQUENCE_MAX)}
+PRODUCER_HEADERS = {b"x-raftlog-producer-id": "id", b"x-raftlog-producer-epoch": "epoch",
+                    b"x-raftlog-sequence": "sequence"}  # a producer session's (its bounds: LogService.check_bodies)
 
 
 class EntryHandlers:
@@ -149,10 +148,9 @@ def producer_of(request: Request) -> Sequenced | None:
     fields: dict[str, int] = {}
     for name, value in request.scope["headers"]:
         if name in PRODUCER_HEADERS:
-            field, maximum = PRODUCER_HEADERS[name]
-            if not value.isdigit() or int(value) > maximum:
-                raise bad_request(f"{name.decode()} must be a whole number from 0 to {maximum}")
-            fields[field] = int(value)
+            if not value.isdigit() or len(value) > 20:  # a u64 has at most 20 digits
+                raise bad_request(f"{name.decode()} must be a whole number below 2^64")
+            fields[PRODUCER_HEADERS[name]] = int(value)
     if not fields:
         return None
     if "id" not in fields or "sequence" not in fields:

@@ -38,7 +38,7 @@ from raftlog.api.schemas import NewMember
 from raftlog.api.service import LogService
 from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
-from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX, Sequenced
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import consume
 from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 
@@ -464,10 +464,7 @@ def _batch_response(answer: AppendAnswer) -> pb.AppendBatchResponse:
 def _producer(request: pb.AppendRequest | pb.AppendBatchRequest | None) -> Sequenced | None:
     if request is None or not request.HasField("producer"):
         return None
-    producer = request.producer
-    if producer.id > PRODUCER_ID_MAX or producer.epoch > EPOCH_MAX or producer.sequence > SEQUENCE_MAX:
-        raise bad_request(f"a producer's id is at most {PRODUCER_ID_MAX}, its epoch {EPOCH_MAX}, its sequence "
-                          f"{SEQUENCE_MAX}")
+    producer = request.producer  # its numbers are checked with the bodies (LogService.check_bodies)
     return Sequenced(producer.id, producer.epoch, producer.sequence)
 
 

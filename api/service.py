@@ -34,7 +34,7 @@ from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
-from raftlog.raft.producers import EPOCH_MAX, SEQUENCE_MAX, Sequenced
+from raftlog.raft.producers import EPOCH_MAX, Sequenced, out_of_range
 from raftlog.raft.waiting import consume, wait_event
 from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
 from raftlog.storage.protocol import LogStore
@@ -76,8 +76,8 @@ class LogService:
     # -- appends -----------------------------------------------------------------------
 
     def check_bodies(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> None:
-        if producer is not None and producer.sequence + len(bodies) - 1 > SEQUENCE_MAX:
-            raise bad_request(f"a producer's sequences end at {SEQUENCE_MAX}: take a new epoch or id")
+        if producer is not None and (problem := out_of_range(producer, len(bodies))) is not None:
+            raise bad_request(problem)
         if not bodies:
             raise ApiError(Code.REQUEST_WITH_EMPTY_BODYS, "a batch needs at least one entry")
         if len(bodies) > self.limits.max_batch_entries:

@@ -44,6 +44,15 @@ log = logging.getLogger("raftlog.raft.producers")
 PRODUCER_ID_MAX, EPOCH_MAX, SEQUENCE_MAX = 2**63 - 1, 2**16 - 1, 2**48 - 1
 
 
+def out_of_range(producer: Sequenced, count: int) -> str | None:
+    """What is wrong with a batch of `count` entries in this session, if its numbers do not fit a stamp."""
+    if producer.producer_id > PRODUCER_ID_MAX or producer.epoch > EPOCH_MAX:
+        return f"a producer's id is at most {PRODUCER_ID_MAX}, its epoch at most {EPOCH_MAX}"
+    if producer.sequence + count - 1 > SEQUENCE_MAX:
+        return f"a producer's sequences end at {SEQUENCE_MAX}: take a new epoch or id"
+    return None
+
+
 class Sequenced(NamedTuple):  # a tuple: one is made for every producer's append
     """What a producer says of its batch: who it is, and its first entry's sequence."""
 
@@ -225,28 +234,27 @@ class ProducerSessions:
     def encode(self) -> bytes:
         return self.table.encode(self.state.committed_index)
 
-    def installed(self, index: int, data: bytes | None) -> None:
-        """The log restarts after `index` with the leader's table (None: it sent none: empty)."""
+    def _loaded(self, data: bytes | None, whose: str) -> ProducerTable:
+        """The table `data` encodes; an empty one for none, or for one that does not decode (said)."""
         table = self._empty()
         if data:
             try:
                 table.load(data)
             except ValueError as exc:
-                log.error("a snapshot's producer table not taken (producers start afresh): %s", exc)
-                table = self._empty()
-        table.truncate(index)  # what the leader had past the snapshot comes again in pushes
-        self.table = table
+                log.error("%s producer table not taken (its producers start afresh): %s", whose, exc)
+                return self._empty()
+        return table
+
+    def installed(self, index: int, data: bytes | None) -> None:
+        """The log restarts after `index` with the leader's table (None: it sent none: empty)."""
+        self.table = self._loaded(data, "a snapshot's")
+        self.table.truncate(index)  # what the leader had past the snapshot comes again in pushes
         self.changes += 1
 
     def restore(self, saved: bytes | None) -> None:
         """On start: the checkpoint's table, cut where the log it was built from was committed (after
         that, the log may have been truncated and written again since), then the log after it replayed."""
-        if saved:
-            try:
-                self.table.load(saved)
-            except ValueError as exc:
-                log.error("the checkpoint's producer table not taken (rebuilt from the log kept): %s", exc)
-                self.table = self._empty()
+        self.table = self._loaded(saved, "the checkpoint's")
         self.table.truncate(min(self.table.stable_index, self.store.end_index))
         runs: list[ProducedRun] = []
         for index in range(max(self.table.end_index + 1, self.store.begin_index), self.store.end_index + 1):
