@@ -34,6 +34,29 @@ class ProducerAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerAnswer:
+    """A named consumer's committed position (raft.consumers) as the answering member holds it."""
+
+    name: str
+    position: int  # the index of the last entry it processed: it resumes at position + 1
+    metadata: str
+    index: int  # the CONSUMER entry that committed it
+    lag: int  # committed entries after the position, on the answering member
+    lag_bytes: int | None  # their bytes (None: some were cleaned away)
+
+    def json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> ConsumerAnswer:
+        """What `json` gave, back (a forwarded commit's answer); ValueError if it is not that."""
+        try:
+            return cls(**fields)
+        except TypeError as exc:
+            raise ValueError(f"not a consumer: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
 class MembershipAnswer:
     """A configuration, and whether the answering member knows it committed."""
 

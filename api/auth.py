@@ -39,6 +39,7 @@ LOG_INTERVAL_S = 1.0  # refusals of one reason are logged at most this often
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch", "/v1/producers"})
+CONSUMERS_PATH = "/v1/consumers/"
 
 
 class Role(IntEnum):
@@ -116,6 +117,8 @@ def required_role(method: str, path: str) -> Role | None:
         return None if path in OPEN_PATHS else Role.READER
     if method == "POST" and path in WRITE_PATHS:
         return Role.WRITER
+    if method == "PUT" and path.startswith(CONSUMERS_PATH):  # a consumer's own progress: a reader's to commit
+        return Role.READER
     return Role.ADMIN
 
 

@@ -1,24 +1,37 @@
 """The public routes of delivery guarantees: producer sessions (raft.producers), for appends that
-happen exactly once however often a producer retries them."""
+happen exactly once however often a producer retries them, and named consumers (raft.consumers,
+api.consumers), whose positions the group keeps in its log."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
 
 from raftlog.api.entry_handlers import EntryHandlers, ModelResponse, is_json, parse_model
 from raftlog.api.errors import ApiError
-from raftlog.api.schemas import NewProducer, ProducerSession
+from raftlog.api.schemas import (
+    CONSISTENCY,
+    Consistency,
+    ConsumerCommitIn,
+    ConsumerList,
+    ConsumerOut,
+    NewProducer,
+    ProducerSession,
+)
 from raftlog.raft.messages import Code
 
 
-def install_delivery_routes(app: FastAPI, handlers: EntryHandlers, errors: dict[int | str, dict[str, object]]
-                            ) -> None:
+def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
+                            errors: Callable[..., dict[int | str, dict[str, Any]]]) -> None:
+    """`errors(*statuses)`: a route's documented error answers."""
     service = handlers.service
 
     @app.post("/v1/producers", status_code=201, tags=["producers"], summary="Start a producer session",
               responses={201: {"model": ProducerSession, "description": "The id and epoch to append with"},
-                         **errors},
+                         **errors(400, 409, 415)},
               openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
                   "schema": {"$ref": "#/components/schemas/NewProducer"}}}}})
     async def new_producer(request: Request) -> JSONResponse:
@@ -29,3 +42,38 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers, errors: dict[
             raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
         asked = parse_model(NewProducer, data if data else b"{}")
         return ModelResponse(ProducerSession.of(service.new_producer(asked.id)), status_code=201)
+
+    name_path = Path(examples=["billing"], description="1 to 128 letters, digits, '.', '_' or '-'")
+
+    @app.put("/v1/consumers/{name}", tags=["consumers"], summary="Commit a consumer's position",
+             responses={200: {"model": ConsumerOut, "description": "Committed (in the log, through the leader)"},
+                        **errors(400, 409, 415, 502, 503, 504, 507)})
+    async def commit_consumer(request: Request, name: str = name_path) -> JSONResponse:
+        """Readers that pass `consumer=NAME` resume at the entry after the position. A consumer that
+        commits nothing in consumer_idle_entries entries expires."""
+        data = await handlers.read_body(request)
+        if not is_json(request):
+            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
+        asked = parse_model(ConsumerCommitIn, data)
+        answer = await handlers.consumers.commit(name, asked.position, asked.metadata, asked.expected)
+        return ModelResponse(ConsumerOut.of(answer))
+
+    @app.get("/v1/consumers/{name}", tags=["consumers"], summary="A consumer's committed position",
+             responses={200: {"model": ConsumerOut, "description": "Its position, and its lag on this member"},
+                        **errors(400, 404, 502, 503, 504)})
+    async def get_consumer(name: str = name_path, consistency: Consistency = CONSISTENCY) -> JSONResponse:
+        return ModelResponse(ConsumerOut.of(await handlers.consumers.get(name, consistency == "linearizable")))
+
+    @app.get("/v1/consumers", tags=["consumers"], summary="Every consumer's committed position",
+             responses={200: {"model": ConsumerList, "description": "By name"}, **errors(502, 503, 504)})
+    async def list_consumers(consistency: Consistency = CONSISTENCY) -> JSONResponse:
+        answers = await handlers.consumers.list(consistency == "linearizable")
+        return ModelResponse(ConsumerList(consumers=[ConsumerOut.of(a) for a in answers]))
+
+    @app.delete("/v1/consumers/{name}", status_code=204, tags=["consumers"], summary="Remove a consumer",
+                responses={204: {"description": "Removed (in the log, through the leader)"},
+                           **errors(400, 404, 409, 502, 503, 504, 507)})
+    async def delete_consumer(name: str = name_path, expected: int | None = Query(
+            None, ge=0, description="A compare-and-set: the position the consumer must be at")) -> Response:
+        await handlers.consumers.delete(name, expected)
+        return Response(status_code=204)

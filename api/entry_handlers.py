@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect
 
 from raftlog.api.answers import AppendAnswer
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLargeError, decode_bodies
+from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError, bad_request, too_large
 from raftlog.api.metrics import NodeMetrics
 from raftlog.api.schemas import Appended, BatchAppended, NewBatch, NewEntry
@@ -45,8 +46,9 @@ class EntryHandlers:
     """What the hottest routes do (appends, one or a batch, and gets), shared by their FastAPI routes
     and by api.fast_path."""
 
-    def __init__(self, service: LogService, metrics: NodeMetrics) -> None:
+    def __init__(self, service: LogService, metrics: NodeMetrics, consumers: ConsumerCommits) -> None:
         self.service = service
+        self.consumers = consumers  # the consumer routes' (api.delivery, api.grpc_api)
         self.metrics = metrics
         self.limits = service.limits
 

@@ -22,20 +22,20 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
-from raftlog.api.answers import AppendAnswer, MembershipAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer
 from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
 from raftlog.api.follow import committed_chunks
+from raftlog.api.grpc_health import Readiness
 from raftlog.api.limits import InflightBytes, batch_entries
 from raftlog.api.schemas import NewMember
-from raftlog.api.service import LogService
+from raftlog.api.service import LogService, shown
 from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
 from raftlog.raft.producers import Sequenced
@@ -51,7 +51,6 @@ KEEPALIVE_MS = 30_000  # the server pings a connection silent this long (a follo
 KEEPALIVE_TIMEOUT_MS = 10_000  # ... and closes it when the ping is not answered in this time
 MIN_CLIENT_PING_MS = 10_000  # clients that ping more often are told to go away (keepalive enforcement)
 BODY_FRAMING_MAX = 6  # a repeated bytes field's tag and varint length, per body
-READINESS_S = 1.0  # how often Watch subscribers of `raftlog.v1.Log` get readiness anew
 HANDSHAKE_TIMEOUT_MS = 10_000  # a connection's TLS and HTTP/2 handshakes must be done by then
 BUDGETED = frozenset({"Append", "AppendBatch"})  # unary calls that carry bodies: their bytes draw on the budget
 
@@ -69,11 +68,14 @@ BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
                             Code.CHANGE_IN_FLIGHT, Code.SECRET_REQUIRED, Code.PRODUCER_FENCED),
                            grpc.StatusCode.FAILED_PRECONDITION)}  # OUT_OF_ORDER_SEQUENCE: ABORTED, as its 409
 ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
-                                        Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL}
+                                        Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL,
+                                        Magic.CONSUMER: pb.CONSUMER}
 T = TypeVar("T")
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
-         "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN, "NewProducer": Role.WRITER}
+         "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN, "NewProducer": Role.WRITER,
+         "CommitConsumer": Role.READER, "GetConsumer": Role.READER, "ListConsumers": Role.READER,
+         "DeleteConsumer": Role.ADMIN}
 
 
 def grpc_code(error: ApiError) -> grpc.StatusCode:
@@ -176,6 +178,9 @@ class LogServicer(log_pb2_grpc.LogServicer):
         start = request.start
         if request.WhichOneof("from") == "pos":
             start = await self._answer(context, service.index_at_pos(request.pos, linearizable))
+        if request.HasField("consumer"):
+            resumed = await self._answer(context, self.handlers.consumers.resume_index(request.consumer, linearizable))
+            start = start if resumed is None else resumed
         requested = start + request.limit - 1 if request.limit else 2**63 - 1
         end = await self._answer(context, service.readable_end(start, requested, linearizable))
         last = min(end, requested)
@@ -188,7 +193,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
             await context.send_initial_metadata(())  # the client knows the tail is open before an entry comes
         try:
             async for chunk in chunks:
-                for entry in (e for view in chunk or () for e in iter_entries(view)):
+                for entry in shown((e for view in chunk or () for e in iter_entries(view)), request.include_control):
                     async with asyncio.timeout(limits.follow_stall_ms / 1000):
                         await context.write(_entry(entry))
         except ApiError as exc:
@@ -215,6 +220,22 @@ class LogServicer(log_pb2_grpc.LogServicer):
         answer = await self._answer(context, _call(self.service.new_producer,
                                                    request.id if request.HasField("id") else None))
         return pb.Producer(id=answer.id, epoch=answer.epoch, sequence=0)
+
+    async def CommitConsumer(self, request: pb.CommitConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
+        return _consumer(await self._answer(context, self.handlers.consumers.commit(
+            request.name, request.position, request.metadata, _expected(request))))
+
+    async def GetConsumer(self, request: pb.ConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
+        consumers, linearizable = self.handlers.consumers, request.consistency == pb.LINEARIZABLE
+        return _consumer(await self._answer(context, consumers.get(request.name, linearizable)))
+
+    async def ListConsumers(self, request: pb.ListConsumersRequest,
+                            context: grpc.aio.ServicerContext) -> pb.ConsumerList:
+        answers = await self._answer(context, self.handlers.consumers.list(request.consistency == pb.LINEARIZABLE))
+        return pb.ConsumerList(consumers=[_consumer(answer) for answer in answers])
+
+    async def DeleteConsumer(self, request: pb.DeleteConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
+        return _consumer(await self._answer(context, self.handlers.consumers.delete(request.name, _expected(request))))
 
     async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
         return _configuration(self.service.members())
@@ -346,31 +367,6 @@ class CallGuard(grpc.aio.ServerInterceptor):
         return deserialize
 
 
-class Readiness(health_aio.HealthServicer):
-    """grpc.health.v1: the empty service is SERVING while the process is up; `raftlog.v1.Log` while
-    the member has a leader and has caught up with it (as /readyz), asked at each Check."""
-
-    def __init__(self, service: LogService) -> None:
-        super().__init__()
-        self.service = service
-
-    async def refresh(self) -> None:
-        ready = self.service.node.caught_up
-        await self.set(SERVICE, health_pb2.HealthCheckResponse.SERVING if ready
-                       else health_pb2.HealthCheckResponse.NOT_SERVING)
-
-    async def Check(self, request: health_pb2.HealthCheckRequest, context: Any) -> Any:
-        if request.service == SERVICE:
-            await self.refresh()
-        return await super().Check(request, context)
-
-    async def watch_loop(self) -> None:
-        """Watch subscribers learn a change within READINESS_S."""
-        while True:
-            await self.refresh()
-            await asyncio.sleep(READINESS_S)
-
-
 class GrpcApi:
     """The gRPC server of the public API, on its own port, in the node's event loop."""
 
@@ -400,7 +396,7 @@ class GrpcApi:
         self.server = grpc.aio.server(options=options, interceptors=(self.guard,),
                                       # beyond the calls at once: RESOURCE_EXHAUSTED
                                       maximum_concurrent_rpcs=limits.max_inflight_requests + limits.max_followers)
-        self.readiness = Readiness(service)
+        self.readiness = Readiness(service, SERVICE)
         log_pb2_grpc.add_LogServicer_to_server(LogServicer(service, handlers), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.readiness, self.server)
         reflection.enable_server_reflection((SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -468,6 +464,10 @@ def _producer(request: pb.AppendRequest | pb.AppendBatchRequest | None) -> Seque
     return Sequenced(producer.id, producer.epoch, producer.sequence)
 
 
+def _expected(request: pb.CommitConsumerRequest | pb.DeleteConsumerRequest) -> int | None:
+    return request.expected if request.HasField("expected") else None
+
+
 def _entry(entry: Entry) -> pb.Entry:
     stamp = stamp_of(entry)
     return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, type=ENTRY_TYPES[entry.magic],
@@ -475,3 +475,6 @@ def _entry(entry: Entry) -> pb.Entry:
                     producer=None if stamp is None else pb.Producer(id=stamp.producer_id, epoch=stamp.epoch,
                                                                     sequence=stamp.sequence))
 
+
+def _consumer(answer: ConsumerAnswer) -> pb.Consumer:
+    return json_format.ParseDict(answer.json(), pb.Consumer())  # lag_bytes None: absent

@@ -64,12 +64,15 @@ class ApiLimits:
     peer_window_bytes: int = 8 << 20  # log a leader may push on a stream ahead of this member's reading
     peer_answers_ahead_max: int = 1024  # a stream's messages taken and not yet answered: then it reads no more
     append_stream_window_batches: int = 32  # batches of one gRPC AppendStream appended and not yet answered
+    consumer_commit_interval_ms: int = 20  # a consumer's commits to one member within it make one entry (0: each)
 
     def __post_init__(self) -> None:
         for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max", "peer_answers_ahead_max",
                      "append_stream_window_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} {getattr(self, name)} must be at least 1")
+        if self.consumer_commit_interval_ms < 0:
+            raise ValueError(f"consumer_commit_interval_ms {self.consumer_commit_interval_ms} must be at least 0")
         if not 65_535 <= self.peer_window_bytes < 1 << 31:
             raise ValueError(f"peer_window_bytes {self.peer_window_bytes} must be 65535 to 2 GiB (HTTP/2's bounds)")
 

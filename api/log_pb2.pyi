@@ -17,11 +17,13 @@ class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NORMAL: _ClassVar[EntryType]
     NOOP: _ClassVar[EntryType]
     CONFIG_CHANGE: _ClassVar[EntryType]
+    CONSUMER: _ClassVar[EntryType]
 LINEARIZABLE: Consistency
 LOCAL: Consistency
 NORMAL: EntryType
 NOOP: EntryType
 CONFIG_CHANGE: EntryType
+CONSUMER: EntryType
 
 class Producer(_message.Message):
     __slots__ = ("id", "epoch", "sequence")
@@ -32,6 +34,62 @@ class Producer(_message.Message):
     epoch: int
     sequence: int
     def __init__(self, id: _Optional[int] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class CommitConsumerRequest(_message.Message):
+    __slots__ = ("name", "position", "metadata", "expected")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    position: int
+    metadata: str
+    expected: int
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ...) -> None: ...
+
+class ConsumerRequest(_message.Message):
+    __slots__ = ("name", "consistency")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    consistency: Consistency
+    def __init__(self, name: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class DeleteConsumerRequest(_message.Message):
+    __slots__ = ("name", "expected")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    expected: int
+    def __init__(self, name: _Optional[str] = ..., expected: _Optional[int] = ...) -> None: ...
+
+class ListConsumersRequest(_message.Message):
+    __slots__ = ("consistency",)
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    consistency: Consistency
+    def __init__(self, consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class Consumer(_message.Message):
+    __slots__ = ("name", "position", "metadata", "index", "lag", "lag_bytes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    position: int
+    metadata: str
+    index: int
+    lag: int
+    lag_bytes: int
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., index: _Optional[int] = ..., lag: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+
+class ConsumerList(_message.Message):
+    __slots__ = ("consumers",)
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    consumers: _containers.RepeatedCompositeFieldContainer[Consumer]
+    def __init__(self, consumers: _Optional[_Iterable[_Union[Consumer, _Mapping]]] = ...) -> None: ...
 
 class NewProducerRequest(_message.Message):
     __slots__ = ("id",)
@@ -114,18 +172,22 @@ class Entry(_message.Message):
     def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("start", "pos", "limit", "follow", "consistency")
+    __slots__ = ("start", "pos", "limit", "follow", "consistency", "consumer", "include_control")
     START_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_CONTROL_FIELD_NUMBER: _ClassVar[int]
     start: int
     pos: int
     limit: int
     follow: bool
     consistency: Consistency
-    def __init__(self, start: _Optional[int] = ..., pos: _Optional[int] = ..., limit: _Optional[int] = ..., follow: _Optional[bool] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+    consumer: str
+    include_control: bool
+    def __init__(self, start: _Optional[int] = ..., pos: _Optional[int] = ..., limit: _Optional[int] = ..., follow: _Optional[bool] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., consumer: _Optional[str] = ..., include_control: _Optional[bool] = ...) -> None: ...
 
 class ClusterRequest(_message.Message):
     __slots__ = ()

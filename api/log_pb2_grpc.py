@@ -94,6 +94,26 @@ class LogStub:
                 request_serializer=raftlog_dot_v1_dot_log__pb2.NewProducerRequest.SerializeToString,
                 response_deserializer=raftlog_dot_v1_dot_log__pb2.Producer.FromString,
                 _registered_method=True)
+        self.CommitConsumer = channel.unary_unary(
+                '/raftlog.v1.Log/CommitConsumer',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.CommitConsumerRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Consumer.FromString,
+                _registered_method=True)
+        self.GetConsumer = channel.unary_unary(
+                '/raftlog.v1.Log/GetConsumer',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.ConsumerRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Consumer.FromString,
+                _registered_method=True)
+        self.ListConsumers = channel.unary_unary(
+                '/raftlog.v1.Log/ListConsumers',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.ListConsumersRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.ConsumerList.FromString,
+                _registered_method=True)
+        self.DeleteConsumer = channel.unary_unary(
+                '/raftlog.v1.Log/DeleteConsumer',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.DeleteConsumerRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Consumer.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -187,6 +207,33 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitConsumer(self, request, context):
+        """Named consumers (REST: /v1/consumers): a position committed in the log through the leader (with
+        `expected`, a compare-and-set: ABORTED CONSUMER_CONFLICT when the consumer is elsewhere), read,
+        listed, removed. Read with `consumer` resumes at the entry after its position.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConsumer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConsumers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteConsumer(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -249,6 +296,26 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.NewProducer,
                     request_deserializer=raftlog_dot_v1_dot_log__pb2.NewProducerRequest.FromString,
                     response_serializer=raftlog_dot_v1_dot_log__pb2.Producer.SerializeToString,
+            ),
+            'CommitConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitConsumer,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.CommitConsumerRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Consumer.SerializeToString,
+            ),
+            'GetConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConsumer,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.ConsumerRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Consumer.SerializeToString,
+            ),
+            'ListConsumers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConsumers,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.ListConsumersRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.ConsumerList.SerializeToString,
+            ),
+            'DeleteConsumer': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteConsumer,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.DeleteConsumerRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Consumer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -575,6 +642,114 @@ class Log:
             '/raftlog.v1.Log/NewProducer',
             raftlog_dot_v1_dot_log__pb2.NewProducerRequest.SerializeToString,
             raftlog_dot_v1_dot_log__pb2.Producer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/CommitConsumer',
+            raftlog_dot_v1_dot_log__pb2.CommitConsumerRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Consumer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/GetConsumer',
+            raftlog_dot_v1_dot_log__pb2.ConsumerRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Consumer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConsumers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/ListConsumers',
+            raftlog_dot_v1_dot_log__pb2.ListConsumersRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.ConsumerList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteConsumer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/DeleteConsumer',
+            raftlog_dot_v1_dot_log__pb2.DeleteConsumerRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Consumer.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,13 +35,20 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
-from raftlog.api.answers import AppendAnswer, MembershipAnswer, TransferAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer, TransferAnswer
 from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import ForwardStream
-from raftlog.api.peer_codec import PeerMessageError, append_answer_share, decode_message, encode_message
+from raftlog.api.peer_codec import (
+    PeerMessageError,
+    append_answer_share,
+    consumer_commit_request,
+    decode_message,
+    encode_message,
+)
 from raftlog.api.peer_stream import H2PushStream
 from raftlog.api.peer_wire import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS, SERVICE
 from raftlog.raft.config import Peer
+from raftlog.raft.consumers import ConsumerCommit
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -63,7 +70,7 @@ FORWARD_FIELD_BYTES_MAX = 6  # a body's tag and length in a forwarded message
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
-A = TypeVar("A", MembershipAnswer, TransferAnswer)
+A = TypeVar("A", MembershipAnswer, TransferAnswer, ConsumerAnswer)
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,11 @@ class PeerClient:
             request.client_url, request.grpc_address = new.client_url or "", new.grpc_address or ""
         answer = await self._api_call(leader_id, "ChangeMembership", request, pb.JsonAnswer)
         return _typed(MembershipAnswer, answer.json, leader_id)
+
+    async def commit_consumer(self, leader_id: str, commit: ConsumerCommit, expected: int | None) -> ConsumerAnswer:
+        answer = await self._api_call(leader_id, "CommitConsumer", consumer_commit_request(commit, expected),
+                                      pb.JsonAnswer)
+        return _typed(ConsumerAnswer, answer.json, leader_id)
 
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
         answer = await self._api_call(peer_id, "Status", pb.StatusRequest(), pb.JsonAnswer, timeout_s)

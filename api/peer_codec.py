@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.answers import AppendAnswer
+from raftlog.raft.consumers import ConsumerCommit
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -93,7 +94,8 @@ def encode_push(request: PushRequest) -> bytes:
         type=cast(pb.PushType, PUSH_TYPES.index(request.type)), commit_index=request.commit_index,
         first_index=request.first_index, count=request.count,
         pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
-        chain_crc=request.chain_crc, next_pos=request.next_pos, producers=request.producers).SerializeToString()
+        chain_crc=request.chain_crc, next_pos=request.next_pos, producers=request.producers,
+        consumers=request.consumers).SerializeToString()
     size = len(request.data)
     if not size:  # as protobuf writes an empty bytes field: not at all
         return head
@@ -120,7 +122,8 @@ def decode_push(data: bytes) -> PushRequest:
     return PushRequest(proto.group, proto.leader_id, proto.term, PUSH_TYPES[proto.type], proto.commit_index,
                        proto.first_index, proto.count, proto.data, proto.pre_log_index, proto.pre_log_term,
                        proto.chain_crc if proto.HasField("chain_crc") else None,
-                       proto.next_pos if proto.HasField("next_pos") else None, proto.producers)
+                       proto.next_pos if proto.HasField("next_pos") else None, proto.producers,
+                       proto.consumers)
 
 
 def encode_push_response(response: PushResponse) -> bytes:
@@ -161,6 +164,19 @@ def forwarded_append(message: bytes) -> tuple[list[bytes], Sequenced | None]:
     producer = (Sequenced(request.producer_id, request.producer_epoch, request.sequence)
                 if request.HasField("producer_id") else None)
     return list(request.bodies), producer
+
+
+def consumer_commit_request(commit: ConsumerCommit, expected: int | None) -> pb.ConsumerCommit:
+    """A consumer's commit, forwarded to the leader."""
+    return pb.ConsumerCommit(name=commit.name, position=commit.position, metadata=commit.metadata,
+                             expected=expected)
+
+
+def forwarded_consumer_commit(message: bytes) -> tuple[ConsumerCommit, int | None]:
+    """What consumer_commit_request sent (DecodeError if it is not a message)."""
+    request = pb.ConsumerCommit.FromString(message)
+    return (ConsumerCommit(request.name, request.position, request.metadata),
+            request.expected if request.HasField("expected") else None)
 
 
 def append_answer_share(message: pb.AppendResponse, offset: int, count: int) -> AppendAnswer:

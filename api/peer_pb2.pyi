@@ -21,7 +21,7 @@ TRUNCATE: PushType
 INSTALL_SNAPSHOT: PushType
 
 class PushRequest(_message.Message):
-    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers")
+    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers", "consumers")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class PushRequest(_message.Message):
     CHAIN_CRC_FIELD_NUMBER: _ClassVar[int]
     NEXT_POS_FIELD_NUMBER: _ClassVar[int]
     PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     group: str
     leader_id: str
     term: int
@@ -48,7 +49,8 @@ class PushRequest(_message.Message):
     chain_crc: int
     next_pos: int
     producers: bytes
-    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ...) -> None: ...
+    consumers: bytes
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ..., consumers: _Optional[bytes] = ...) -> None: ...
 
 class PushResponse(_message.Message):
     __slots__ = ("code", "term", "index", "end_index", "end_term", "x_term", "x_index", "ack_index")
@@ -227,6 +229,18 @@ class MembershipChange(_message.Message):
     grpc_address: str
     learner: bool
     def __init__(self, action: _Optional[str] = ..., id: _Optional[str] = ..., peer_address: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., learner: _Optional[bool] = ...) -> None: ...
+
+class ConsumerCommit(_message.Message):
+    __slots__ = ("name", "position", "metadata", "expected")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    position: int
+    metadata: str
+    expected: int
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ...) -> None: ...
 
 class JsonAnswer(_message.Message):
     __slots__ = ("error", "json")

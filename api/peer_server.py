@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
+from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError, too_large
 from raftlog.api.limits import InflightBytes, batch_entries
 from raftlog.api.peer_client import api_error_message
@@ -43,6 +44,7 @@ from raftlog.api.peer_codec import (
     encode_message,
     encode_push_response,
     forwarded_append,
+    forwarded_consumer_commit,
 )
 from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH
 from raftlog.api.service import LogService
@@ -76,9 +78,11 @@ class StreamMethod(NamedTuple):
 
 class PeerService:
     def __init__(self, node: RaftNode, service: LogService, secret: bytes | None,
-                 failures: AuthFailures | None = None, budget: InflightBytes | None = None) -> None:
+                 failures: AuthFailures | None = None, budget: InflightBytes | None = None,
+                 consumers: ConsumerCommits | None = None) -> None:
         self.node = node
         self.service = service
+        self.consumers = consumers  # None: this member's API keeps no named consumers (tests)
         self._digest = None if secret is None else secret_digest(secret)
         self._failures = failures
         self.budget = budget or InflightBytes(service.limits.max_inflight_body_bytes)
@@ -94,7 +98,7 @@ class PeerService:
             "Transfer": self._raft(TransferRequest, self.node.handle_transfer),
             "Fetch": self._fetch, "ReadIndex": self._read_index,
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
-            "ChangeMembership": self._change_membership,
+            "ChangeMembership": self._change_membership, "CommitConsumer": self._commit_consumer,
         }
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
@@ -244,6 +248,16 @@ class PeerService:
         try:
             self._check_leader()
             return _json_answer((await self.service.change_membership(change.action, change.id, new)).json())
+        except ApiError as exc:
+            return _answer(pb.JsonAnswer(error=api_error_message(exc)))
+
+    async def _commit_consumer(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        commit, expected = forwarded_consumer_commit(request)
+        try:
+            self._check_leader()
+            if self.consumers is None:
+                raise ApiError(Code.INTERNAL_ERROR, "this member keeps no named consumers")
+            return _json_answer((await self.consumers.write(commit, expected)).json())
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 

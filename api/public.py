@@ -36,6 +36,7 @@ from raftlog.api.follow import LogStream, committed_chunks
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests
 from raftlog.api.schemas import (
+    CONSISTENCY,
     Appended,
     BatchAppended,
     ChartHistory,
@@ -52,7 +53,7 @@ from raftlog.api.schemas import (
     Transferred,
     TransferTarget,
 )
-from raftlog.api.service import entry_json
+from raftlog.api.service import entry_json, shown
 from raftlog.raft.messages import Code
 from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
 from raftlog.storage.codec import iter_entries
@@ -63,9 +64,6 @@ ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
 SSE = "text/event-stream"
 SSE_KEEPALIVE_S = 15.0  # a comment line on an idle event stream, so proxies keep it open
 DEFAULT_PAGE = 100
-CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
-    "linearizable: what the leader has committed when the request arrives is seen (a read index round "
-    "when this member has not reached the index); local: what this member has committed"))
 
 MEMBER_ID = Path(min_length=1, max_length=64, examples=["n4"], description="The member's id")
 
@@ -97,11 +95,14 @@ ERROR_TEXT = {
     401: "UNAUTHENTICATED: no bearer token, or an unknown one (the member has tokens)",
     403: "PERMISSION_DENIED: the token's role may not call this route; ORIGIN_NOT_ALLOWED: a state-changing "
          "request from a page of another origin",
-    404: "INDEX_OUT_OF_RANGE: the index is not committed; UNKNOWN_MEMBER: no member has this id",
+    404: "INDEX_OUT_OF_RANGE: the index is not committed; UNKNOWN_MEMBER: no member has this id; "
+         "CONSUMER_NOT_FOUND: no consumer of this name (or it expired)",
     409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed; a membership change "
          "refused: MEMBER_EXISTS, ALREADY_VOTER, LAST_VOTER, CHANGE_IN_FLIGHT, LEARNER_BEHIND, QUORUM_AT_RISK, "
          "SECRET_REQUIRED; a producer's append refused: OUT_OF_ORDER_SEQUENCE (its sequence skips ahead: the "
-         "message says which comes next), PRODUCER_FENCED (a newer epoch of the producer appended)",
+         "message says which comes next), PRODUCER_FENCED (a newer epoch of the producer appended); a consumer's "
+         "commit refused: CONSUMER_CONFLICT (its expected position is not the consumer's), CONSUMERS_FULL "
+         "(consumers_max)",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
     413: "An entry over max_entry_bytes, or a request over max_request_bytes",
     415: "A content type this route does not take",
@@ -211,14 +212,21 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                            wait_ms: int = Query(0, ge=0, le=limits.long_poll_max_ms, description=(
                                "Long-poll: when nothing at or after the start is committed yet, wait up to "
                                "this long and answer as soon as an entry commits"), examples=[30000]),
+                           consumer: str | None = Query(None, description=(
+                               "A named consumer: read on from the entry after its committed position (from "
+                               "`start` when it has none; PUT /v1/consumers/{name} commits one)"),
+                                                        examples=["billing"]),
+                           control: bool = Query(False, description=(
+                               "Also the control entries (type consumer: named consumers' commits), which "
+                               "reads of data skip; the stored format always has them")),
                            ) -> Response:
         linearizable = consistency == "linearizable"
         accept = request.headers.get("accept", "")
         stream = next((kind for kind in (NDJSON, SSE, ENTRIES_CONTENT_TYPE) if kind in accept), None)
         if follow and stream is None:
             raise bad_request(f"follow needs a stream: Accept {NDJSON}, {SSE} or {ENTRIES_CONTENT_TYPE}")
-        if start is not None and pos is not None:
-            raise bad_request("give start or pos, not both")
+        if (start is not None and pos is not None) or (consumer is not None and pos is not None):
+            raise bad_request("give start or pos, not both; consumer or pos, not both")
         resumed = request.headers.get("last-event-id") if stream == SSE else None
         if resumed is not None:  # an EventSource reconnecting: on from the entry after the last it got
             if not (resumed.isascii() and resumed.isdigit() and len(resumed) <= INDEX_DIGITS_MAX):
@@ -226,6 +234,9 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
             start = int(resumed) + 1
         elif pos is not None:
             start = await service.index_at_pos(pos, linearizable)
+        elif consumer is not None:  # on after its committed position (an EventSource's reconnection: after its last)
+            after = await handlers.consumers.resume_index(consumer, linearizable)
+            start = start if after is None else after
         start = start or 0
         if stream is not None:
             requested = start + limit - 1 if limit else sys.maxsize
@@ -240,15 +251,15 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                                       budget=service.follow_budget, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
             headers = {"X-Raftlog-Committed-Index": str(end), "Cache-Control": "no-store",
                        "X-Accel-Buffering": "no"}  # a proxy (nginx) passes each entry on as it comes
-            return LogStream(_rendered(chunks, stream), media_type=stream, headers=headers)
+            return LogStream(_rendered(chunks, stream, control), media_type=stream, headers=headers)
         page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
         entries, committed = await service.read(start, page, linearizable)
         if not entries and wait_ms and await service.await_entry(start, wait_ms / 1000):
             entries, committed = await service.read(start, page, linearizable=False)
-        return JSONResponse({"entries": [entry_json(e) for e in entries],
+        return JSONResponse({"entries": [entry_json(e) for e in shown(entries, control)],
                              "next": start + len(entries), "committed_index": committed})
 
-    install_delivery_routes(app, handlers, errors(400, 409, 415))
+    install_delivery_routes(app, handlers, errors)
 
     @app.get("/v1/cluster", tags=["cluster"], summary="Cluster and member status",
              responses={200: {"model": ClusterStatus, "description": "As this member sees it"}})
@@ -426,7 +437,8 @@ def _error_response(status: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
-async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str) -> AsyncIterator[bytes]:
+async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, control: bool
+                    ) -> AsyncIterator[bytes]:
     """A stream's bytes. An error after the 200 (the next entry was cleaned away under a slow reader)
     ends an NDJSON stream with an error line and an event stream with an `error` event; the stored
     format has no room for one: its connection is cut, so the reader sees the stream unfinished."""
@@ -436,9 +448,9 @@ async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str) -
                 if kind == SSE:
                     yield b": keepalive\n\n"
             elif kind == NDJSON:
-                yield _ndjson(chunk)
+                yield _ndjson(chunk, control)
             elif kind == SSE:
-                yield _events(chunk)
+                yield _events(chunk, control)
             else:
                 yield b"".join(chunk)
     except ApiError as exc:
@@ -448,14 +460,15 @@ async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str) -
         yield error + b"\n" if kind == NDJSON else b"event: error\ndata: " + error + b"\n\n"
 
 
-def _ndjson(chunks: list[memoryview]) -> bytes:
-    return b"".join(json.dumps(entry_json(e)).encode() + b"\n" for chunk in chunks for e in iter_entries(chunk))
+def _ndjson(chunks: list[memoryview], control: bool) -> bytes:
+    return b"".join(json.dumps(entry_json(e)).encode() + b"\n"
+                    for e in shown((e for chunk in chunks for e in iter_entries(chunk)), control))
 
 
-def _events(chunks: list[memoryview]) -> bytes:
+def _events(chunks: list[memoryview], control: bool) -> bytes:
     """Server-sent events, one per entry: its index as the event id, the entry as JSON."""
     return b"".join(b"id: %d\ndata: %s\n\n" % (e.index, json.dumps(entry_json(e)).encode())
-                    for chunk in chunks for e in iter_entries(chunk))
+                    for e in shown((e for chunk in chunks for e in iter_entries(chunk)), control))
 
 
 def _install_error_handlers(app: FastAPI) -> None:

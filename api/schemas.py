@@ -6,14 +6,26 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from fastapi import Query
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from raftlog.api.answers import AppendAnswer, MembershipAnswer, ProducerAnswer, StatusAnswer, TransferAnswer
+from raftlog.api.answers import (
+    AppendAnswer,
+    ConsumerAnswer,
+    MembershipAnswer,
+    ProducerAnswer,
+    StatusAnswer,
+    TransferAnswer,
+)
 from raftlog.raft.config import Peer
+from raftlog.raft.consumers import METADATA_BYTES_MAX
 from raftlog.raft.producers import PRODUCER_ID_MAX
 
 Encoding = Literal["utf-8", "base64"]
 Consistency = Literal["linearizable", "local"]
+CONSISTENCY = Query("linearizable", examples=["linearizable"], description=(
+    "linearizable: what the leader has committed when the request arrives is seen (a read index round "
+    "when this member has not reached the index); local: what this member has committed"))
 
 
 class NewEntry(BaseModel):
@@ -93,6 +105,39 @@ class ProducerOut(BaseModel):
     sequence: int
 
 
+class ConsumerCommitIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"position": 41}, {"position": 41, "metadata": "batch 7", "expected": 40}]})
+
+    position: int = Field(ge=0, description="The index of the last entry the consumer has processed: it resumes "
+                          "at the next one")
+    metadata: str = Field("", max_length=METADATA_BYTES_MAX, description=f"Free text kept with the position "
+                          f"(at most {METADATA_BYTES_MAX} bytes)")
+    expected: int | None = Field(None, ge=-1, description="A compare-and-set: the position the consumer must be at "
+                                 "now (-1: it must not exist yet), else 409 CONSUMER_CONFLICT. Without it, commits "
+                                 "that reach a member together are combined into one entry, the latest winning")
+
+
+class ConsumerOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "billing", "position": 41, "metadata": "", "index": 57, "lag": 3, "lag_bytes": 480}]})
+
+    name: str
+    position: int = Field(description="The index of the last entry processed; -1 once removed")
+    metadata: str
+    index: int = Field(description="The CONSUMER entry that committed it")
+    lag: int = Field(description="Committed entries after the position, on the answering member")
+    lag_bytes: int | None = Field(description="Their bytes (null: some were cleaned away)")
+
+    @classmethod
+    def of(cls, answer: ConsumerAnswer) -> ConsumerOut:
+        return cls(**answer.json())
+
+
+class ConsumerList(BaseModel):
+    consumers: list[ConsumerOut] = Field(description="By name; expired ones (consumer_idle_entries) left out")
+
+
 class EntryOut(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"index": 42, "term": 3, "pos": 6216, "type": "normal", "body": "hello", "encoding": "utf-8",
@@ -101,7 +146,8 @@ class EntryOut(BaseModel):
     index: int
     term: int
     pos: int
-    type: Literal["normal", "noop", "config_change"]
+    type: Literal["normal", "noop", "config_change", "consumer"] = Field(description=(
+        "consumer: a named consumer's commit, a control entry that reads show only with control=true"))
     body: str
     encoding: Encoding = Field(description="utf-8 when the body is valid UTF-8, else base64")
     body_crc: int = Field(description="CRC-32 of the body")

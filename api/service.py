@@ -14,7 +14,7 @@ import asyncio
 import base64
 import secrets
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from raftlog.api.answers import (
@@ -364,20 +364,22 @@ class LogService:
         if progress.role is Role.LEADER:
             now = self.node.now()
             status["progress"] = {
-                peer: {"match_index": p.match_index, "lag_bytes": self._bytes_after(p.match_index),
+                peer: {"match_index": p.match_index, "lag_bytes": self.bytes_between(p.match_index, store.end_index),
                        "inflight_bytes": p.inflight_bytes,
                        "last_contact_ms": _age_ms(now, self.peers.last_contact.get(peer))}
                 for peer, p in progress.peers.items()}
         return status
 
-    def _bytes_after(self, index: int) -> int | None:
-        """Log bytes after `index` (a follower's lag in bytes); None when they were cleaned away."""
+    def bytes_between(self, after: int, through: int) -> int | None:
+        """Log bytes of the entries after `after` up to `through` (a follower's or a consumer's lag in
+        bytes); None when some of them were cleaned away."""
         store = self.store
-        if index >= store.end_index:
+        if after >= min(through, store.end_index):
             return 0
-        if store.write_pos is None or index + 1 < store.begin_index:
+        end = self._end_pos(through)
+        if end < 0 or after + 1 < store.begin_index:
             return None
-        return store.write_pos - store.pos_at(index + 1)
+        return end - store.pos_at(after + 1)
 
     async def cluster_status(self) -> StatusAnswer:
         node, store = self.node, self.store
@@ -454,6 +456,11 @@ class SharedRounds(Generic[T]):
             raise
         finally:
             self._out = None
+
+
+def shown(entries: Iterable[Entry], control: bool) -> Iterator[Entry]:
+    """What a reader of data gets: the control entries (named consumers' commits) only when it asks."""
+    return iter(entries) if control else (entry for entry in entries if entry.magic != Magic.CONSUMER)
 
 
 def entry_json(entry: Entry) -> dict[str, Any]:

@@ -6,6 +6,7 @@
     raftlog get INDEX [--raw]                               read a committed entry
     raftlog status                                          cluster status
     raftlog members list|add|promote|remove ...             the group's members (changes: admin)
+    raftlog consumers list|get|commit|delete ...            named consumers' committed positions
     raftlog pipeline export|audit|stats ...                 Spark jobs (the `spark` extra)
 
 Clients talk to --url (default $RAFTLOG_URL, else http://127.0.0.1:8001).
@@ -96,6 +97,23 @@ def _parser() -> argparse.ArgumentParser:
         change.set_defaults(run=_members_change, action=name)
         clients.append(change)
     clients.append(add)
+
+    consumers = commands.add_parser("consumers", help="named consumers' committed positions",
+                                    description=CONSUMERS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    consumer_commands = consumers.add_subparsers(dest="consumers_command", required=True)
+    for name, help_ in (("list", "every consumer, its position and lag"), ("get", "one consumer"),
+                        ("commit", "commit a consumer's position"), ("delete", "remove a consumer")):
+        command = consumer_commands.add_parser(name, help=help_)
+        command.set_defaults(run=_consumers, action=name)
+        clients.append(command)
+        if name != "list":
+            command.add_argument("name")
+        if name == "commit":
+            command.add_argument("position", type=int, help="the index of the last entry processed")
+            command.add_argument("--metadata", default="", help="free text kept with the position")
+        if name in ("commit", "delete"):
+            command.add_argument("--expected", type=int, help="a compare-and-set: the position it must be at "
+                                 "(-1 on commit: it must not exist yet)")
 
     for name, run, help_ in (("append", _append, "append entries"), ("get", _get, "read an entry"),
                              ("status", _status, "show the cluster status")):
@@ -202,6 +220,15 @@ class _Stop(Exception):
 def _raise_stop(_sig: int, _frame: object) -> None:
     raise _Stop
 
+CONSUMERS_HELP = """\
+A consumer's position is an entry in the log, committed through the leader; readers resume
+after it with ?consumer=NAME (REST) or `consumer` (gRPC Read):
+
+  raftlog consumers list
+  raftlog consumers commit billing 41 [--expected 40]     (41: the last entry processed)
+  raftlog consumers get billing
+  raftlog consumers delete billing"""
+
 
 # -- clients -----------------------------------------------------------------------------
 
@@ -294,6 +321,26 @@ def _members_change(args: argparse.Namespace) -> int:
     else:
         answer = _request(args, "DELETE", f"{args.url}/v1/cluster/members/{args.id}")
     _print_configuration(answer.json())
+    return 0
+
+
+def _consumers(args: argparse.Namespace) -> int:
+    url = f"{args.url}/v1/consumers"
+    if args.action == "list":
+        answers = _request(args, "GET", url).json()["consumers"]
+    elif args.action == "get":
+        answers = [_request(args, "GET", f"{url}/{args.name}").json()]
+    elif args.action == "commit":
+        commit = {"position": args.position, "metadata": args.metadata, "expected": args.expected}
+        answers = [_request(args, "PUT", f"{url}/{args.name}", json=commit).json()]
+    else:
+        params = {} if args.expected is None else {"expected": args.expected}
+        _request(args, "DELETE", f"{url}/{args.name}", params=params)
+        print(f"removed {args.name}")
+        return 0
+    print(f"{'name':<24}{'position':>10}{'lag':>10}{'lag bytes':>12}  metadata")
+    for c in answers:
+        print(f"{c['name']:<24}{c['position']:>10}{c['lag']:>10}{_dash(c['lag_bytes']):>12}  {c['metadata']}")
     return 0
 
 

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from raftlog.api.answers import DiskStatus
 from raftlog.api.auth import AuthFailures
+from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.entry_handlers import EntryHandlers
 from raftlog.api.grpc_api import GrpcApi
 from raftlog.api.limits import InflightBytes
@@ -52,7 +53,8 @@ class Node:
                              voted_for=state.voted_for, committed_index=state.committed_index,
                              applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None,
                              configuration=saved_configuration(state.config_index, state.config),
-                             config_scan_from=saved_committed + 1, producers=state.producers)
+                             config_scan_from=saved_committed + 1, producers=state.producers,
+                             consumers=state.consumers)
         self.raft.add_config_listener(self.peers.set_members)
         in_force = self.raft.configuration
         if settings.join is None and in_force.index >= 0 and not in_force.same_members(Configuration(config.peers)):
@@ -69,14 +71,16 @@ class Node:
         self.service = LogService(self.raft, self.peers, limits, client_url=settings.client_url,
                                   grpc_address=settings.grpc_address, describe=self._describe,
                                   remote_members=secret is not None or settings.insecure)
-        self.handlers = EntryHandlers(self.service, self.metrics)  # REST's hot routes and the gRPC API's appends
+        consumers = ConsumerCommits(self.service)
+        self.handlers = EntryHandlers(self.service, self.metrics, consumers)  # REST's routes and the gRPC API's
         self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
         install_admin_page(self.public_app)
         self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
             self.public_app, self.handlers, settings.client_tokens(), budget=self.request_bytes,
             allowed_hosts=settings.client_hosts(), allowed_origins=settings.client_origins())
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
-                                        AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes)
+                                        AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes,
+                                        consumers)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
                  "".join(f"; {note}" for note in store.recovery.notes))

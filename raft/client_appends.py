@@ -18,8 +18,12 @@ from dataclasses import dataclass
 
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
+from raftlog.raft.consumers import ConsumerCommit, ConsumerPositions
 from raftlog.raft.errors import (
     AckTimeoutError,
+    ConsumerConflictError,
+    ConsumerNotFoundError,
+    ConsumersFullError,
     LeaderTransferringError,
     NotLeaderError,
     OutOfOrderSequenceError,
@@ -47,7 +51,8 @@ class Appended:
 
 class ClientAppends:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, commitment: Commitment,
-                 sessions: ProducerSessions, configuration_appended: Callable[[Configuration], None],
+                 sessions: ProducerSessions, consumers: ConsumerPositions,
+                 configuration_appended: Callable[[Configuration], None],
                  appended: Callable[[], None], durable_moved: Callable[[], None],
                  confirm_leadership: Callable[[], Awaitable[object]]) -> None:
         """`configuration_appended`: a CONFIG_CHANGE entry is in the log (in force at once);
@@ -58,6 +63,7 @@ class ClientAppends:
         self.store = store
         self.commitment = commitment
         self.sessions = sessions
+        self.consumers = consumers
         self._configuration_appended = configuration_appended
         self._appended = appended
         self._durable_moved = durable_moved
@@ -77,13 +83,24 @@ class ClientAppends:
             raise ValueError("nothing to append")
         return await self.append_committed(bodies, self.state.current_term, Magic.NORMAL, producer)
 
+    async def commit_consumer(self, commit: ConsumerCommit, expected: int | None) -> Appended:
+        """A consumer's position as a CONSUMER entry, once committed (and in the table); `expected`: the
+        position it must be at now (ABSENT: no such consumer), else ConsumerConflictError."""
+        appended = await self.append_committed([commit.encode()], self.state.current_term, Magic.CONSUMER,
+                                               check=lambda: self.consumers.check(commit, expected))
+        self.consumers.fold()
+        return appended
+
     async def append_committed(self, bodies: Sequence[bytes], term: int, magic: int,
-                               producer: Sequenced | None = None) -> Appended:
+                               producer: Sequenced | None = None,
+                               check: Callable[[], None] | None = None) -> Appended:
+        """`check` runs under the append lock first, and raises to refuse the append."""
         if self.commitment.pending >= self.config.max_pending_requests:
             raise PendingFullError(f"{self.commitment.pending} appends are waiting for a quorum")
         try:
-            appended, committed = await self.append_local(bodies, term, magic, producer)
-        except (OutOfOrderSequenceError, ProducerFencedError):
+            appended, committed = await self.append_local(bodies, term, magic, producer, check)
+        except (OutOfOrderSequenceError, ProducerFencedError, ConsumerConflictError, ConsumerNotFoundError,
+                ConsumersFullError):
             # a deposed leader that has not heard of it yet judges by a table the group has moved past:
             # its refusal stands only once a quorum confirms it leads (else NOT_LEADER: ask the leader)
             await self._confirm_leadership()
@@ -99,8 +116,8 @@ class ClientAppends:
             await committed  # fails with AckTimeoutError after max_wait_ack_ms
         return appended
 
-    async def append_local(self, bodies: Sequence[bytes], term: int, magic: int,
-                           producer: Sequenced | None = None) -> tuple[Appended, asyncio.Future[None] | None]:
+    async def append_local(self, bodies: Sequence[bytes], term: int, magic: int, producer: Sequenced | None = None,
+                           check: Callable[[], None] | None = None) -> tuple[Appended, asyncio.Future[None] | None]:
         """Into the leader's own log; with the future of its commit (None: committed already, or a
         producer's duplicate, which waits for its original entries)."""
         async with self.state.lock:
@@ -110,6 +127,8 @@ class ClientAppends:
                 # checked here, under the lock: an append queued on it when a transfer began would land after
                 # the transferee was found caught up, and a log behind loses the transferee its vote round
                 raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
+            if check is not None:
+                check()
             if producer is None:
                 result = await self.store.append_as_leader(bodies, term, magic)
             else:
@@ -121,6 +140,8 @@ class ClientAppends:
                 self.sessions.appended([(*stamp, result.first_index, result.first_index + len(bodies) - 1)])
             if magic == Magic.CONFIG_CHANGE:  # in force from now on, committed or not
                 self._configuration_appended(Configuration.decode(bodies[0], result.first_index))
+            elif magic == Magic.CONSUMER:
+                self.consumers.appended([result.first_index])
         last = result.first_index + len(bodies) - 1
         committed = self.commitment.wait_for(last)
         self._flush.set()

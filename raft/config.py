@@ -117,6 +117,9 @@ class RaftConfig:
     producer_batches_kept: int = 5
     producers_max: int = 100_000
     producer_idle_entries: int = 1_000_000_000
+    # named consumers (raft.consumers): at most this many; one that committed nothing in this many entries expires
+    consumers_max: int = 10_000
+    consumer_idle_entries: int = 1_000_000_000
 
     def __post_init__(self) -> None:
         ids = {p.id for p in self.peers}
@@ -127,7 +130,7 @@ class RaftConfig:
                      "push_bytes_max", "push_entries_max", "push_window_max", "push_inflight_bytes_max",
                      "rpc_timeout_ms", "apply_batch_max", "min_take_leadership_vote_interval_ms",
                      "control_queue_max", "waiting_pushes_max", "producer_batches_kept", "producers_max",
-                     "producer_idle_entries"):
+                     "producer_idle_entries", "consumers_max", "consumer_idle_entries"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.scrub_interval_ms < 0:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
+from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import ConfigLog
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
@@ -82,9 +83,10 @@ class Leadership(Protocol):
 class EntryDispatcher:
     def __init__(self, peer_id: str, config: RaftConfig, member: MemberState, store: LogStore,
                  members: ConfigLog, commitment: Commitment, transport: Transport, clock: Clock,
-                 leadership: Leadership, sessions: ProducerSessions) -> None:
+                 leadership: Leadership, sessions: ProducerSessions, consumers: ConsumerPositions) -> None:
         self.peer_id = peer_id
         self.sessions = sessions  # a snapshot install carries the producer table
+        self.consumers = consumers  # and the consumer table
         self.config = config
         self.member = member
         self.store = store
@@ -246,7 +248,8 @@ class EntryDispatcher:
         response = await self._call(self._request(
             term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
             pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
-            next_pos=store.begin_pos, data=self.members.base.encode_with_index(), producers=self.sessions.encode()))
+            next_pos=store.begin_pos, data=self.members.base.encode_with_index(), producers=self.sessions.encode(),
+            consumers=self.consumers.encode()))
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"install snapshot: {response.code.name}")
         self.match_index = store.before_begin_index

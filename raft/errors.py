@@ -7,7 +7,10 @@
     ├── AckTimeoutError         WAIT_QUORUM_ACK_TIMEOUT (the entry may still commit)
     ├── TermChangedError        TERM_CHANGED (leadership was lost while waiting)
     ├── OutOfOrderSequenceError OUT_OF_ORDER_SEQUENCE (expected_seq says what comes next)
-    └── ProducerFencedError     PRODUCER_FENCED (a newer epoch of the producer appended)
+    ├── ProducerFencedError     PRODUCER_FENCED (a newer epoch of the producer appended)
+    ├── ConsumerConflictError   CONSUMER_CONFLICT (found says where the consumer is)
+    ├── ConsumerNotFoundError   CONSUMER_NOT_FOUND
+    └── ConsumersFullError      CONSUMERS_FULL (consumers_max)
 """
 
 from __future__ import annotations
@@ -53,3 +56,19 @@ class OutOfOrderSequenceError(RaftError):
 
 class ProducerFencedError(RaftError):
     code = Code.PRODUCER_FENCED
+
+
+class ConsumerConflictError(RaftError):
+    code = Code.CONSUMER_CONFLICT
+
+    def __init__(self, message: str, leader_id: str | None, found: int) -> None:
+        super().__init__(message, leader_id)
+        self.found = found  # the consumer's position (-1: none)
+
+
+class ConsumerNotFoundError(RaftError):
+    code = Code.CONSUMER_NOT_FOUND
+
+
+class ConsumersFullError(RaftError):
+    code = Code.CONSUMERS_FULL

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from raftlog.raft.config import RaftConfig
+from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
@@ -54,9 +55,10 @@ class Following(Protocol):
 
 class EntryHandler:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock: Clock,
-                 member: Following, sessions: ProducerSessions) -> None:
+                 member: Following, sessions: ProducerSessions, consumers: ConsumerPositions) -> None:
         self.config = config
         self.sessions = sessions
+        self.consumers = consumers
         self.state = state
         self.store = store
         self.clock = clock
@@ -281,9 +283,9 @@ class EntryHandler:
 
     def _took(self, appended: FollowerAppend) -> None:
         """What the entries a push brought change: configurations, in force at once as the log holds
-        them (a vote may depend on one), and producer sessions."""
-        if appended.config_indices:
-            self.member.note_config_entries(appended.config_indices)
+        them (a vote may depend on one), consumer positions (once committed) and producer sessions."""
+        if appended.control_indices and (configurations := self.consumers.took(appended.control_indices)):
+            self.member.note_config_entries(configurations)
         if appended.produced:
             self.sessions.appended(appended.produced)
 
@@ -345,6 +347,7 @@ class EntryHandler:
         truncated_to = await self.store.truncate(index)
         self.member.log_truncated(truncated_to + 1)
         self.sessions.truncated(truncated_to + 1)
+        self.consumers.truncated(truncated_to + 1)
         if truncated_to != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1
@@ -369,6 +372,7 @@ class EntryHandler:
             return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         self.matched_end = request.pre_log_index
         self.sessions.installed(request.pre_log_index, request.producers)
+        self.consumers.installed(request.pre_log_index, request.consumers)
         self.member.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
 

@@ -62,6 +62,10 @@ class Code(IntEnum):
     # raftlog's own: producer sessions (raft.producers)
     OUT_OF_ORDER_SEQUENCE = 613  # a producer's batch that skips ahead of its next sequence
     PRODUCER_FENCED = 614  # a batch from an epoch below the producer's current one
+    # raftlog's own: named consumers (raft.consumers)
+    CONSUMER_CONFLICT = 615  # a compare-and-set found the consumer at another position
+    CONSUMER_NOT_FOUND = 616  # no consumer of that name (or it expired)
+    CONSUMERS_FULL = 617  # a new consumer would pass consumers_max
 
 
 class Role(Enum):
@@ -155,6 +159,7 @@ class PushRequest:
     chain_crc: int | None = None  # COMPARE: the leader's chain CRC at pre_log_index
     next_pos: int | None = None
     producers: bytes = b""  # INSTALL_SNAPSHOT: the leader's producer table (raft.producers)
+    consumers: bytes = b""  # INSTALL_SNAPSHOT: the leader's consumer table (raft.consumers)
 
     @property
     def last_index(self) -> int:

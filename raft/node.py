@@ -21,10 +21,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from raftlog.raft.apply import Applier, ProgressStore, StateMachine
+from raftlog.raft.apply import Applier, ProgressStore, StateMachine, restore_tables
 from raftlog.raft.client_appends import Appended, ClientAppends
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import Peer, RaftConfig
+from raftlog.raft.consumers import ConsumerCommit, ConsumerPositions
 from raftlog.raft.dispatcher import EntryDispatcher
 from raftlog.raft.election import LeaderVerdict
 from raftlog.raft.elector import LeaderElector
@@ -77,12 +78,13 @@ class RaftNode:
                  applied_index: int = -1, state_machine: StateMachine | None = None,
                  rng: random.Random | None = None, rejoining: bool = False,
                  configuration: Configuration | None = None, config_scan_from: int = 0,
-                 producers: bytes | None = None, work_clock: Clock = time.perf_counter) -> None:
+                 producers: bytes | None = None, consumers: bytes | None = None,
+                 work_clock: Clock = time.perf_counter) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
         holds every configuration up to the commit index it saved), as do the producer sessions
-        `producers` holds. `work_clock` times the scrub's batches, to pace it (the simulation gives
-        its virtual clock, so a seed replays the same)."""
+        `producers` holds and the consumer positions `consumers` holds. `work_clock` times the
+        scrub's batches, to pace it (the simulation gives its virtual clock, so a seed replays the same)."""
         self.config = config
         self.store = store
         self.transport = transport
@@ -98,13 +100,14 @@ class RaftNode:
                                applied_index=applied_index, saved_config_index=base.index)
         self.commitment = Commitment(config, self.state, store, self.members, self.now, self)
         self.sessions = ProducerSessions(config, self.state, store)
-        self.sessions.restore(producers)
-        progress.watch_producers(self.sessions)
-        self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions,
+        self.consumers = ConsumerPositions(config, self.state, store)
+        restore_tables(config.self_id, store, (self.sessions, producers), (self.consumers, consumers))
+        progress.watch_tables(producers=self.sessions, consumers=self.consumers)
+        self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions, self.consumers,
                                      self._configuration_appended, self.wake_dispatchers, self.durable_moved,
                                      self.read_index)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
-        self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions)
+        self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions, self.consumers)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids, work_clock)
@@ -130,7 +133,7 @@ class RaftNode:
 
     def _dispatcher(self, peer: str) -> EntryDispatcher:
         return EntryDispatcher(peer, self.config, self.state, self.store, self.members, self.commitment,
-                               self.transport, self.now, self, self.sessions)
+                               self.transport, self.now, self, self.sessions, self.consumers)
 
     # -- life ------------------------------------------------------------------------
 
@@ -199,6 +202,10 @@ class RaftNode:
     async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> Appended:
         """Append entries and wait until they are committed (stored on a quorum, durable)."""
         return await self.appends.append(bodies, producer)
+
+    async def commit_consumer(self, commit: ConsumerCommit, expected: int | None = None) -> Appended:
+        """A named consumer's position, in the log once committed (raft.consumers); `expected`: a compare-and-set."""
+        return await self.appends.commit_consumer(commit, expected)
 
     def durable_moved(self) -> None:
         """A flush covered more of the log: the checkpoint's progress may move up to the commit index."""

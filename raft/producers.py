@@ -33,8 +33,7 @@ from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import ProducedRun, add_produced, stamp_of
-from raftlog.storage.errors import StorageError
+from raftlog.storage.codec import Entry, ProducedRun, stamp_of
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
@@ -251,18 +250,16 @@ class ProducerSessions:
         self.table.truncate(index)  # what the leader had past the snapshot comes again in pushes
         self.changes += 1
 
-    def restore(self, saved: bytes | None) -> None:
+    def restore(self, saved: bytes | None) -> int:
         """On start: the checkpoint's table, cut where the log it was built from was committed (after
-        that, the log may have been truncated and written again since), then the log after it replayed."""
+        that, the log may have been truncated and written again since); returns the first index whose
+        entries `replayed` must see."""
         self.table = self._loaded(saved, "the checkpoint's")
         self.table.truncate(min(self.table.stable_index, self.store.end_index))
-        runs: list[ProducedRun] = []
-        for index in range(max(self.table.end_index + 1, self.store.begin_index), self.store.end_index + 1):
-            try:
-                stamp = stamp_of(self.store.get(index))
-            except StorageError as exc:  # damaged: the scrub repairs it; its producer may see one duplicate
-                log.warning("producer table: entry %d not read: %s", index, exc)
-                continue
-            if stamp is not None:
-                add_produced(runs, stamp, index)
-        self.appended(runs)
+        return self.table.end_index + 1
+
+    def replayed(self, entry: Entry) -> None:
+        """On start, the log after the saved table, entry by entry in log order."""
+        if (stamp := stamp_of(entry)) is not None:
+            self.table.record(*stamp, entry.index, entry.index, self.state.committed_index)
+            self.changes += 1

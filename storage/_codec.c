@@ -23,6 +23,7 @@
 #define MAGIC_NORMAL 1
 #define MAGIC_CONFIG_CHANGE 3
 #define MAGIC_PRODUCED 4
+#define MAGIC_CONSUMER 5
 #define STAMP_SIZE 16
 #define SEQUENCE_BITS 48
 /* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
@@ -147,7 +148,7 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
     uint32_t chain = get32(h + 36);
     uint32_t bcrc = get32(h + 40);
     int32_t body_size = (int32_t)get32(h + 44);
-    if (magic < MAGIC_NORMAL || magic > MAGIC_PRODUCED || body_size < 0
+    if (magic < MAGIC_NORMAL || magic > MAGIC_CONSUMER || body_size < 0
             || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (magic == MAGIC_PRODUCED && body_size < STAMP_SIZE)
             || (int64_t)get64(h + 8) != index || term < term_floor)
         return 0;
@@ -324,13 +325,13 @@ static int add_produced(PyObject *list, Produced *run, const unsigned char *s, i
 }
 
 /* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size)
- * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, config_indices, produced) | None */
+ * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, control_indices, produced) | None */
 static PyObject *validate_batch(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long first_index, prev_term, write_pos, prev_chain, file_size;
     if (!PyArg_ParseTuple(args, "y*LLLLL", &view, &first_index, &prev_term, &write_pos, &prev_chain, &file_size))
         return NULL;
-    PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *configs = NULL,
+    PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *controls = NULL,
              *produced = NULL;
     Produced run = {0, 0, 0, 0, -1};
     const unsigned char *buf = (const unsigned char *)view.buf;
@@ -341,11 +342,11 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     runs = PyList_New(0);
     fillers = PyList_New(0);
     positions = PyList_New(0);
-    configs = PyList_New(0);
+    controls = PyList_New(0);
     produced = PyList_New(0);
     /* at most one record per header's worth of bytes; trimmed at the end */
     records = PyBytes_FromStringAndSize(NULL, (end_offset / HEADER_SIZE) * RECORD_SIZE);
-    if (runs == NULL || fillers == NULL || positions == NULL || configs == NULL || produced == NULL || records == NULL)
+    if (runs == NULL || fillers == NULL || positions == NULL || controls == NULL || produced == NULL || records == NULL)
         goto failed;
     unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
     int has_chain = prev_chain >= 0;
@@ -361,7 +362,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
             goto failed;
         chain = entry.chain;
         has_chain = 1;
-        if (entry.magic == MAGIC_CONFIG_CHANGE && append_int(configs, expected) < 0)
+        if ((entry.magic == MAGIC_CONFIG_CHANGE || entry.magic == MAGIC_CONSUMER) && append_int(controls, expected) < 0)
             goto failed;
         if (entry.magic == MAGIC_PRODUCED && add_produced(produced, &run, buf + offset + HEADER_SIZE, expected) < 0)
             goto failed;
@@ -378,27 +379,27 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0
             || flush_produced(produced, &run) < 0)
         goto failed;
-    PyObject *config_indices = PyList_AsTuple(configs);
-    if (config_indices == NULL)
+    PyObject *control_indices = PyList_AsTuple(controls);
+    if (control_indices == NULL)
         goto failed;
     PyObject *produced_runs = PyList_AsTuple(produced);
     if (produced_runs == NULL) {
-        Py_DECREF(config_indices);
+        Py_DECREF(control_indices);
         goto failed;
     }
     result = Py_BuildValue("(NNNNLkLNN)", runs, fillers, records, positions, (long long)term_floor,
-                           (unsigned long)chain, (long long)at.pos, config_indices, produced_runs);
-    Py_DECREF(configs);
+                           (unsigned long)chain, (long long)at.pos, control_indices, produced_runs);
+    Py_DECREF(controls);
     Py_DECREF(produced);
     PyBuffer_Release(&view);
     return result;
 rejected:
-    Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(configs);
+    Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(controls);
     Py_XDECREF(produced);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 failed:
-    Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(configs);
+    Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(controls);
     Py_XDECREF(produced);
     PyBuffer_Release(&view);
     return NULL;

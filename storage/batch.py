@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from raftlog.storage import codec
 from raftlog.storage.codec import (
     CHAIN,
+    CONTROL_MAGICS,
     CUT_END,
     ENDS,
     ENTRY_MAGICS,
@@ -51,7 +52,7 @@ class Batch:
     last_term: int
     last_chain_crc: int | None  # None only for a follower batch of no entry after a reset without a chain
     end_pos: int  # write offset after the batch
-    config_indices: tuple[int, ...] = ()  # its CONFIG_CHANGE entries: a follower learns of a new configuration
+    control_indices: tuple[int, ...] = ()  # its CONTROL_MAGICS entries: configurations, consumer positions
     produced: tuple[ProducedRun, ...] = ()  # its PRODUCED entries, run by run: a follower's producer table
 
     @property
@@ -157,9 +158,9 @@ def validate_follower_batch(
         parts = compiled.validate_batch(view, first_index, prev_term, pos,
                                         -1 if prev_chain_crc is None else prev_chain_crc, file_size)
         if parts is not None:
-            runs, fillers, records, positions, last_term, chain, end_pos, config_indices, produced = parts
+            runs, fillers, records, positions, last_term, chain, end_pos, control_indices, produced = parts
             return Batch(first_index, view, runs, fillers, records, positions, last_term, chain, end_pos,
-                         config_indices, produced)
+                         control_indices, produced)
     return reference_validate(view, first_index, prev_term, write_pos, prev_chain_crc, file_size)
 
 
@@ -182,8 +183,8 @@ def reference_validate(
     if end < HEADER_SIZE:
         raise AppendRejectedError(first_index, "no entries" if not end else "truncated header")
     pack_record = INDEX_RECORD.pack
-    config_magic, produced_magic = Magic.CONFIG_CHANGE, Magic.PRODUCED
-    config_indices: list[int] = []
+    produced_magic = Magic.PRODUCED
+    control_indices: list[int] = []
     produced: list[ProducedRun] = []
     records: list[bytes] = []
     positions: list[int] = []
@@ -199,8 +200,8 @@ def reference_validate(
             raise AppendRejectedError(expected, "truncated entry" if verdict == CUT_END
                                       else f"no entry ({verdict})" if verdict in ENDS else verdict)
         pos = layout.move_to(offset, placed)
-        if magic == config_magic:
-            config_indices.append(expected)
+        if magic in CONTROL_MAGICS:
+            control_indices.append(expected)
         elif magic == produced_magic:
             add_produced(produced, unpack_stamp(view, offset + HEADER_SIZE), expected)
         records.append(pack_record(magic, pos, size, expected, term))
@@ -210,7 +211,7 @@ def reference_validate(
         offset += size
         expected += 1
     return Batch(first_index, view, layout.runs_to(offset), layout.fillers, b"".join(records), positions, term_floor,
-                 chain, layout.pos, tuple(config_indices), tuple(produced))
+                 chain, layout.pos, tuple(control_indices), tuple(produced))
 
 
 class Layout:

@@ -13,13 +13,13 @@ latest committed CONFIG_CHANGE entry, opaque bytes here) is written with the
 same durability by `save_config`: retention may clean its entry away, and a
 restarted member must still know its group.
 
-The producer table (raft.producers, opaque bytes here) is written with the
-indices, in the same transaction, when it changed (it says itself up to where
-the log it was built from was committed: a restart cuts it there and replays
-the log after it).
+The producer table (raft.producers) and the consumer table (raft.consumers),
+opaque bytes here, are written with the indices, in the same transaction,
+when they changed (each says itself up to where the log it was built from was
+committed: a restart replays the log after it).
 
-Schema 2 added the configuration, schema 3 the producer table; an older file is
-upgraded when it is opened for writing.
+Schema 2 added the configuration, schema 3 the producer table, schema 4 the
+consumer table; an older file is upgraded when it is opened for writing.
 
 The connection runs in EXCLUSIVE locking mode: once open, no other process
 can read or write the file, and a second opener gets CheckpointLockedError.
@@ -67,10 +67,11 @@ log = logging.getLogger("raftlog.storage.checkpoint")
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 UPGRADES = {1: ("ALTER TABLE raft_state ADD COLUMN config_index BIGINT NOT NULL DEFAULT -1",
                 "ALTER TABLE raft_state ADD COLUMN config BLOB"),
-            2: ("ALTER TABLE raft_state ADD COLUMN producers BLOB",)}  # from a version to the next
+            2: ("ALTER TABLE raft_state ADD COLUMN producers BLOB",),
+            3: ("ALTER TABLE raft_state ADD COLUMN consumers BLOB",)}  # from a version to the next
 LOCK_TIMEOUT_S = 1.0
 
 _metadata = MetaData()
@@ -86,13 +87,16 @@ raft_state = Table(
     Column("config_index", BigInteger, nullable=False, server_default="-1"),  # -1: the seed, from settings
     Column("config", LargeBinary, nullable=True),
     Column("producers", LargeBinary, nullable=True),
+    Column("consumers", LargeBinary, nullable=True),
 )
+TABLES = ("producers", "consumers")  # the columns of tables a layer above keeps in step with its log
 
 
 class TableSource(Protocol):
-    """What the checkpoint saves with the indices (raft.producers.ProducerSessions)."""
+    """What the checkpoint saves with the indices (raft.producers, raft.consumers)."""
 
-    changes: int  # counts every change
+    @property
+    def changes(self) -> int: ...  # counts every change
 
     def encode(self) -> bytes: ...
 
@@ -106,6 +110,7 @@ class CheckpointState:
     config_index: int = -1  # the entry of the configuration below, -1: none saved (the `peers` setting)
     config: bytes | None = None
     producers: bytes | None = None  # the producer table, as of committed_index at least
+    consumers: bytes | None = None  # the consumer table
 
 
 class Checkpoint:
@@ -118,8 +123,7 @@ class Checkpoint:
         self._db = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raftlog-checkpoint")
         self._timer: asyncio.Task[None] | None = None
         self._vote_lock = asyncio.Lock()
-        self._producers: TableSource | None = None
-        self._producers_written = 0  # the source's changes when it was last written
+        self._tables: dict[str, tuple[TableSource, int]] = {}  # column: its source, its changes when last written
 
     @classmethod
     def open(cls, path: str | Path, *, create: bool, interval_ms: int = 3000) -> Checkpoint:
@@ -187,24 +191,25 @@ class Checkpoint:
         assert applied_index <= committed_index, "only committed entries are applied"
         self._progress = (committed_index, applied_index)
 
-    def watch_producers(self, source: TableSource) -> None:
-        """Save `source`'s table with the indices whenever it changed (and at the next write: the table
-        a start rebuilt is not the one saved)."""
-        self._producers, self._producers_written = source, source.changes - 1
+    def watch_tables(self, **sources: TableSource) -> None:
+        """Save each source's table (by its column: TABLES) with the indices whenever it changed (and at
+        the next write: the table a start rebuilt is not the one saved)."""
+        assert set(sources) <= set(TABLES), sources
+        self._tables = {column: (source, source.changes - 1) for column, source in sources.items()}
 
     async def write_progress(self) -> None:
         committed, applied = self._progress
         values: dict[str, object] = {"committed_index": committed, "applied_index": applied}
-        source, changes = self._producers, self._producers_written
-        if source is not None and source.changes != changes:
-            changes, values["producers"] = source.changes, source.encode()
-        elif (committed, applied) == (self._state.committed_index, self._state.applied_index):
+        changed = {column: (source, source.changes) for column, (source, written) in self._tables.items()
+                   if source.changes != written}
+        if not changed and (committed, applied) == (self._state.committed_index, self._state.applied_index):
             return
-        await self._run(self._write, values)
-        self._producers_written = changes
-        written = values.get("producers")
+        tables = {column: source.encode() for column, (source, _changes) in changed.items()}
+        await self._run(self._write, values | tables)
+        self._tables |= changed
         self._state = replace(self._state, committed_index=committed, applied_index=applied,
-                              producers=written if isinstance(written, bytes) else self._state.producers)
+                              producers=tables.get("producers", self._state.producers),
+                              consumers=tables.get("consumers", self._state.consumers))
 
     def start(self) -> None:
         if self._timer is None:
@@ -299,6 +304,8 @@ def _read_state(conn: Connection, path: Path, tables: set[str]) -> CheckpointSta
         columns += [c.config_index, c.config]
     if version is not None and version >= 3:
         columns.append(c.producers)
+    if version is not None and version >= 4:
+        columns.append(c.consumers)
     row = conn.execute(select(*columns).where(c.id == 1)).one_or_none()
     if row is None:
         raise CheckpointCorruptError(f"{path}: the state row is missing")

@@ -75,9 +75,12 @@ class Magic(IntEnum):
     NOOP = 2
     CONFIG_CHANGE = 3
     PRODUCED = 4  # raftlog's: a NORMAL entry with its producer's stamp ahead of the body
+    CONSUMER = 5  # raftlog's: a control entry, a named consumer's committed position (raft.consumers)
 
 
 ENTRY_MAGICS = frozenset(int(m) for m in Magic)
+# the entries a member reads as they join its log: configurations, consumer positions
+CONTROL_MAGICS = frozenset((Magic.CONFIG_CHANGE, Magic.CONSUMER))
 
 
 class Entry(NamedTuple):

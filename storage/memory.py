@@ -119,7 +119,7 @@ class MemoryStore:
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
                                         self._end_chain, self.config.data_file_size)
         self._keep(batch)
-        return FollowerAppend(self.end_index, batch.config_indices, batch.produced)
+        return FollowerAppend(self.end_index, batch.control_indices, batch.produced)
 
     def _check_writable(self) -> None:
         if self.disk_full:
@@ -230,20 +230,21 @@ class MemoryCheckpoint:
         self.config_index: int = -1
         self.config: bytes | None = None
         self.producers: bytes | None = None
-        self._producers: TableSource | None = None
+        self.consumers: bytes | None = None
+        self._tables: dict[str, TableSource] = {}
 
-    def watch_producers(self, source: TableSource) -> None:
-        self._producers = source
+    def watch_tables(self, **sources: TableSource) -> None:
+        self._tables = sources
 
     async def save_vote(self, term: int, voted_for: str | None) -> None:
         check_vote(self.current_term, self.voted_for, term, voted_for)
         self.current_term, self.voted_for = term, voted_for
 
     def note_progress(self, committed_index: int, applied_index: int) -> None:
-        """Noted and saved at once, the producer table with them (as Checkpoint writes them together)."""
+        """Noted and saved at once, the tables with them (as Checkpoint writes them together)."""
         self.committed_index, self.applied_index = committed_index, applied_index
-        if self._producers is not None:
-            self.producers = self._producers.encode()
+        for column, source in self._tables.items():
+            setattr(self, column, source.encode())
 
     async def save_config(self, index: int, config: bytes) -> None:
         if index < self.config_index:

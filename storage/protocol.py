@@ -19,7 +19,7 @@ class AppendResult(NamedTuple):
 
 class FollowerAppend(NamedTuple):
     end_index: int  # the log's end after the append
-    config_indices: tuple[int, ...]  # the CONFIG_CHANGE entries among those appended
+    control_indices: tuple[int, ...]  # the control entries among those appended (codec.CONTROL_MAGICS)
     produced: tuple[ProducedRun, ...] = ()  # the PRODUCED entries among them, run by run
 
 

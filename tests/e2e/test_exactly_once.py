@@ -74,10 +74,8 @@ def test_a_retried_append_is_in_the_log_once_through_failover_and_restarts(make_
     assert second["duplicate"] is False
 
     cluster.start_member(leader)
-    for member in list(cluster.members):  # every member from its files: checkpoint, then the log after it
-        cluster.stop_member(member)
-    for member in cluster.members:
-        cluster.start_member(member)
+    cluster.stop()  # then every member from its files: checkpoint, then the log after it
+    cluster.start()
     cluster.wait_leader()
     assert answered(cluster, leader, producer, 3, ["d"]) == {**second, "duplicate": True,
                                                              "leader": cluster.wait_leader()}

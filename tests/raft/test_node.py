@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from raftlog.raft.config import RaftConfig, parse_peers
+from raftlog.raft.consumers import ConsumerCommit
 from raftlog.raft.errors import (
     AckTimeoutError,
     LeaderTransferringError,
@@ -245,7 +246,8 @@ async def test_committed_entries_are_applied_in_order_and_checkpointed(tmp_path:
 
 @simulate
 async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install(tmp_path: Path) -> None:
-    """With the producer sessions of the entries cleaned away: the installed member answers a retry."""
+    """With the producer sessions and a consumer's position of the entries cleaned away: the installed
+    member answers a retry, and holds the position."""
     cluster = SimCluster(seed=21, tmp=tmp_path / "cluster")
     try:
         leader = await stable(cluster)
@@ -253,6 +255,8 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
         await cluster.crash(behind)
         for i in range(150):  # several 4 KiB data files
             last = await leader.append([f"entry-{i}".encode() * 8], Sequenced(7, 0, i))
+            if i == 10:
+                await leader.commit_consumer(ConsumerCommit("billing", last.first_index, "at 10"))
         files = leader.store.head_files()
         assert len(files) >= 2
         await leader.store.delete_head_files(len(files))  # cleaned: the follower's next entry is gone
@@ -267,6 +271,8 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
         assert not cluster.violations
         installed = cluster.members[behind].node
         assert installed is not None and installed.sessions.table.producers[7].last.last_seq == 149
+        assert installed.consumers.live() == leader.consumers.live()
+        assert installed.consumers.live()["billing"].metadata == "at 10"
         await cluster.crash(leader.config.self_id)  # the installed member or the other leads: both know
         assert await run_until(cluster, lambda: cluster.leader() is not None, 5.0)
         new_leader = cluster.leader()

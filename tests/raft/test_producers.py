@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from raftlog.raft.apply import restore_tables
 from raftlog.raft.config import RaftConfig, parse_peers
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.producers import ProducedBatch, ProducerSessions, ProducerTable, Verdict
@@ -106,6 +107,10 @@ def sessions_on(store: MemoryStore) -> ProducerSessions:
     return ProducerSessions(config, MemberState("n1", MemoryCheckpoint(), 1, None), store)
 
 
+def restart(sessions: ProducerSessions, saved: bytes | None) -> None:
+    restore_tables("n1", sessions.store, (sessions, saved))  # as a node starts
+
+
 async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_the_log_after_it() -> None:
     """The table was saved with entry 3 in it, uncommitted; the log then lost entry 3 to a truncation
     and took another producer's there. A restart must not believe the first producer wrote it."""
@@ -114,14 +119,14 @@ async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_th
     await store.append_as_leader([b"a", b"b"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 0))
     await store.append_as_leader([b"c"], 1, Magic.PRODUCED, stamp=Stamp(7, 0, 2))
     before = sessions_on(store)
-    before.restore(None)  # nothing saved: the whole log replayed
+    restart(before, None)  # nothing saved: the whole log replayed
     assert before.table.producers[7].batches == [ProducedBatch(0, 1, 3)]
     before.state.committed_index = 2
     saved = before.encode()  # entries up to 2 committed
     await store.truncate(3)
     await store.append_as_leader([b"x"], 2, Magic.PRODUCED, stamp=Stamp(8, 0, 0))
     after = sessions_on(store)
-    after.restore(saved)
+    restart(after, saved)
     assert after.table.producers[7].batches == [ProducedBatch(0, 1, 2)]
     assert after.table.producers[8].batches == [ProducedBatch(0, 3, 3)]
     assert after.table.check(7, 0, 2, 1).verdict is Verdict.NEW  # entry 3 is not the first producer's

@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.api.answers import DiskStatus
+from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError
 from raftlog.api.limits import ApiLimits
 from raftlog.api.service import LogService
 from raftlog.raft.config import Peer, RaftConfig, parse_peers
+from raftlog.raft.consumers import ConsumerCommit
 from raftlog.raft.errors import RaftError
 from raftlog.raft.inmem_transport import Fate, Network
 from raftlog.raft.membership import Configuration, saved_configuration
@@ -146,6 +148,7 @@ class Member:
     store: Store | MemoryStore
     node: RaftNode | None = None
     service: LogService | None = None
+    consumers: ConsumerCommits | None = None
     last_commit: int = -1  # in this incarnation
     lost_data: bool = False  # its store's recovery found committed entries damaged or missing
     seed: tuple[Peer, ...] | None = None  # a member added later starts from the configuration the group gave it
@@ -184,6 +187,8 @@ class History:
     forwarded: int = 0  # acknowledged appends a follower's API forwarded to the leader
     sent: set[bytes] = field(default_factory=set)  # every body a client sent
     produced: int = 0  # producers' retries answered as duplicates
+    consumer_tries: dict[str, set[int]] = field(default_factory=dict)  # every position each consumer sent
+    consumers: dict[str, int] = field(default_factory=dict)  # each consumer's last position answered
 
 
 class _ErrorRecords(logging.Handler):
@@ -278,12 +283,14 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
                         rejoining=rejoining or member.lost_data,
                         configuration=saved_configuration(cp.config_index, cp.config),
-                        config_scan_from=cp.committed_index + 1, producers=cp.producers, work_clock=loop_time)
+                        config_scan_from=cp.committed_index + 1, producers=cp.producers,
+                        consumers=cp.consumers, work_clock=loop_time)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
                                     describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))
+        member.consumers = ConsumerCommits(member.service)
         member.node, member.last_commit = node, node.committed_index
-        self.network.register(node_id, Endpoint(node, member.service))
+        self.network.register(node_id, Endpoint(node, member.service, member.consumers))
         member.store.start()
         node.start()
 
@@ -427,6 +434,31 @@ class SimCluster:
         self.history.produced += answer.duplicate
         for k, body in enumerate(bodies):
             self._acked(Ack(answer.first_index + k, body, invoked, self.now(), node_id), duplicate=answer.duplicate)
+        return True
+
+    async def commit_consumer(self, node_id: str, name: str, position: int, expected: int | None) -> bool:
+        """One attempt of a consumer's commit through a member's API; False when the outcome is unknown
+        (the consumer retries). A compare-and-set that finds its own position was answered before."""
+        consumers = self.members[node_id].consumers
+        assert consumers is not None
+        self.history.consumer_tries.setdefault(name, set()).add(position)
+        try:
+            answer = await consumers.commit(name, position, expected=expected)
+        except ApiError as exc:
+            self._check_api_error(node_id, "consumer commit", exc)
+            if exc.code is not Code.CONSUMER_CONFLICT:
+                return False
+            try:
+                found = (await consumers.get(name)).position
+            except ApiError:
+                return False
+            # one writer each: only its own commit can be there, or be on its way (an earlier attempt in
+            # the leader's log, not committed yet: the consumer tries again)
+            if found not in (position, expected):
+                self.violations.append(f"consumer {name}: expected {expected}, committing {position}, "
+                                       f"the group has {found}")
+            return found == position
+        self.history.consumers[name] = answer.position
         return True
 
     async def read(self, node_id: str, index: int) -> bytes | None:
@@ -574,6 +606,9 @@ class SimCluster:
             if entry.magic == Magic.CONFIG_CHANGE:  # an operator's, not a client's
                 Configuration.decode(entry.body, index)
                 continue
+            if entry.magic == Magic.CONSUMER:
+                ConsumerCommit.decode(entry.body)
+                continue
             body = bytes(client_body(entry))
             if entry.magic not in (Magic.NORMAL, Magic.PRODUCED) or body not in self.history.sent:
                 self.violations.append(f"entry {index} ({Magic(entry.magic).name}) was written by no client")
@@ -581,6 +616,25 @@ class SimCluster:
                 self.violations.append(f"{body!r} is in the log twice, at {written[body]} and {index}")
             written.setdefault(body, index)
         self.check_sessions()
+        self.check_consumers()
+
+    def check_consumers(self) -> None:
+        """Every member of the group holds the same consumer positions, each one its consumer sent; a
+        consumer that compares and sets (its name starts with "cas") is at least where its last answered
+        commit put it (a plain commit retried may land after a later one, as in any log)."""
+        leader = self.leader()
+        assert leader is not None
+        tables = {node.config.self_id: {name: p.position for name, p in node.consumers.live().items()}
+                  for node in self.running if node.config.self_id in leader.configuration.ids}
+        first = next(iter(tables.values()))
+        for node_id, table in tables.items():
+            if table != first:
+                self.violations.append(f"consumer positions differ: {node_id} has {table}, {next(iter(tables))} "
+                                       f"has {first}")
+        for name, answered in self.history.consumers.items():
+            position = first.get(name)
+            if position not in self.history.consumer_tries[name] or (name.startswith("cas") and position < answered):
+                self.violations.append(f"consumer {name} is at {position}; its last commit answered was {answered}")
 
     def check_sessions(self) -> None:
         """Every member of the group knows each producer's epoch and last batch as the others do: a

@@ -15,6 +15,7 @@ from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
 from raftlog.raft.client_appends import ClientAppends
 from raftlog.raft.commitment import Commitment
+from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType, Role
@@ -144,6 +145,18 @@ def forgets_producers(original: Callable[..., Any]) -> Callable[..., Any]:
     return on_role_change
 
 
+def forgets_saved_consumers(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A restarted member drops the consumer positions its checkpoint saved and reads the log after
+    them only: a consumer that committed before is lost there."""
+
+    def restore(self: ConsumerPositions, saved: bytes | None) -> int:
+        start = original(self, saved)
+        self.table = {}
+        return start
+
+    return restore
+
+
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-before-quorum": (ClientAppends, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
@@ -155,4 +168,5 @@ MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "ends-ranges-at-local-commit-index": (LogService, "readable_end", ends_ranges_at_local_commit_index),
     "retries-forwarded-appends": (LogService, "append", retries_forwarded_appends),
     "forgets-producers": (RaftNode, "_on_role_change", forgets_producers),
+    "forgets-saved-consumers": (ConsumerPositions, "restore", forgets_saved_consumers),
 }

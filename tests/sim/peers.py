@@ -13,9 +13,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from raftlog.api.answers import AppendAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer
+from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
+from raftlog.raft.consumers import ConsumerCommit
 from raftlog.raft.inmem_transport import Network
 from raftlog.raft.messages import (
     Code,
@@ -38,9 +40,10 @@ class Endpoint:
     """A member's peer port: raft's calls, and the public API's calls from other members.
     An ApiError is an answer (the route's 409 body), returned rather than raised."""
 
-    def __init__(self, node: RaftNode, service: LogService) -> None:
+    def __init__(self, node: RaftNode, service: LogService, consumers: ConsumerCommits) -> None:
         self.node = node
         self.service = service
+        self.consumers = consumers
 
     async def handle_vote(self, request: VoteRequest) -> VoteResponse:
         return await self.node.handle_vote(request)
@@ -60,6 +63,14 @@ class Endpoint:
     async def handle_append(self, request: tuple[list[bytes], Sequenced | None]) -> AppendAnswer | ApiError:
         try:
             return await self.service.append_forwarded(*request)
+        except ApiError as exc:
+            return exc
+
+    async def handle_commit_consumer(self, request: tuple[ConsumerCommit, int | None]) -> ConsumerAnswer | ApiError:
+        if not self.node.state.is_leader:  # never forwarded twice
+            return ApiError(Code.NOT_LEADER, "this member is not the leader", self.node.leader_id)
+        try:
+            return await self.consumers.write(*request)
         except ApiError as exc:
             return exc
 
@@ -86,6 +97,9 @@ class SimPeers:
 
     async def read_index(self, leader_id: str) -> int:
         return await self._call(leader_id, "read_index", None)
+
+    async def commit_consumer(self, leader_id: str, commit: ConsumerCommit, expected: int | None) -> ConsumerAnswer:
+        return await self._call(leader_id, "commit_consumer", (commit, expected))
 
     async def _call(self, peer_id: str, kind: str, request: Any) -> Any:
         try:

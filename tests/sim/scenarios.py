@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raftlog.raft.config import Peer
+from raftlog.raft.consumers import ABSENT
 from raftlog.raft.errors import RaftError
 from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, Role
@@ -126,6 +127,39 @@ async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Even
             await asyncio.sleep(rng.uniform(0.005, 0.03))
 
     await asyncio.gather(*(producer(1000 + k) for k in range(count)))
+
+
+async def _consumers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
+    """Named consumers commit ever higher positions (acknowledged indices) through any member, one
+    commit at a time, each sent again until the group answers it: "cas" compares and sets each (its
+    last position expected), "plain" does not, "idle" commits once (its position must outlive every
+    restart and snapshot)."""
+    async def consumer(name: str, commits: int | None = None) -> None:
+        position, given_up_at = ABSENT, None
+        while not stop.is_set() and commits != 0:
+            acks = cluster.history.acks
+            new = max(position + 1, rng.choice(acks).index) if acks else 0
+            expected = position if name.startswith("cas") else None
+            answered = False
+            while not answered:
+                if stop.is_set():
+                    given_up_at = given_up_at or cluster.now() + CONVERGE_S / 3
+                    if cluster.now() >= given_up_at:
+                        return
+                running = cluster.running
+                if running:
+                    target = rng.choice(running).config.self_id
+                    call = cluster.call(target, cluster.commit_consumer(target, name, new, expected))
+                    if call is not None:
+                        await asyncio.wait([call])
+                        answered = not call.cancelled() and call.exception() is None and call.result() is True
+                if not answered:
+                    await asyncio.sleep(rng.uniform(0.01, 0.05))
+            position = new
+            commits = None if commits is None else commits - 1
+            await asyncio.sleep(rng.uniform(0.02, 0.08))
+
+    await asyncio.gather(consumer("cas"), consumer("plain"), consumer("idle", commits=1))
 
 
 async def _readers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event) -> None:
@@ -357,6 +391,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         clients = asyncio.create_task(_clients(cluster, rng, stop))
         readers = asyncio.create_task(_readers(cluster, random.Random(seed * 31 + 7), stop))
         producers = asyncio.create_task(_producers(cluster, random.Random(seed * 7919 + 11), stop))
+        consumers = asyncio.create_task(_consumers(cluster, random.Random(seed * 6007 + 5), stop))
         for _ in range(phases):
             kind = rng.choice(NEMESES)
             nemeses.append(kind)
@@ -378,6 +413,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         await clients
         await readers
         await producers
+        await consumers
         if membership:
             await run_until(cluster, lambda: cluster.leader() is not None, CONVERGE_S)
             _start_added(cluster)

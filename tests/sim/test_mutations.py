@@ -29,6 +29,7 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     ("ends-ranges-at-local-commit-index", 8, 3, "found nothing, but it was acknowledged"),
     ("retries-forwarded-appends", 21, 3, "is in the log twice"),
     ("forgets-producers", 10, 3, "is in the log twice"),
+    ("forgets-saved-consumers", 1, 3, "consumer positions differ"),
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,
                                    found: str) -> None:

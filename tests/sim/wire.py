@@ -11,14 +11,16 @@ peer port carries them.
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from raftlog.api import peer_pb2
-from raftlog.api.answers import AppendAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer
 from raftlog.api.peer_codec import (
     append_answer_message,
     append_answer_share,
     append_request,
+    consumer_commit_request,
     decode_message,
     decode_push,
     decode_push_response,
@@ -26,6 +28,7 @@ from raftlog.api.peer_codec import (
     encode_push,
     encode_push_response,
     forwarded_append,
+    forwarded_consumer_commit,
 )
 from raftlog.raft.messages import PushRequest, PushResponse
 
@@ -37,6 +40,10 @@ def round_trip(kind: str, message: Any) -> Any:
         return decode_push_response(encode_push_response(message))
     if kind == "append" and isinstance(message, tuple):  # (bodies, producer)
         return forwarded_append(append_request(*message))
+    if kind == "commit_consumer" and isinstance(message, tuple):  # (commit, expected)
+        return forwarded_consumer_commit(consumer_commit_request(*message).SerializeToString())
+    if isinstance(message, ConsumerAnswer):  # JSON, as the peer port carries it
+        return ConsumerAnswer.from_json(json.loads(json.dumps(message.json())))
     if isinstance(message, AppendAnswer):  # the leader's answer to a forwarded append, as the peer port maps it
         wire = append_answer_message(message).SerializeToString()
         return append_answer_share(peer_pb2.AppendResponse.FromString(wire), 0, len(message.positions))

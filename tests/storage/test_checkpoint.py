@@ -19,6 +19,7 @@ from raftlog.storage import (
     CheckpointState,
     read_checkpoint,
 )
+from raftlog.storage.checkpoint import SCHEMA_VERSION
 
 
 def _crash_after(path: Path, *steps: str) -> None:
@@ -228,7 +229,7 @@ async def test_a_checkpoint_of_schema_1_is_read_as_it_is_and_upgraded_when_a_nod
         await cp.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT version FROM schema_info").fetchone() == (3,)
+        assert db.execute("SELECT version FROM schema_info").fetchone() == (SCHEMA_VERSION,)
     finally:
         db.close()
     assert read_checkpoint(path) == CheckpointState(5, "n3", 99, 90, 100, b"members", None)
@@ -252,14 +253,14 @@ async def test_the_producer_table_is_written_with_the_progress_when_it_changed(t
     path = tmp_path / "checkpoint.db"
     cp = Checkpoint.open(path, create=True)
     table = Table()
-    cp.watch_producers(table)
+    cp.watch_tables(producers=table)
     cp.note_progress(5, 4)
     table.change(b"up to 7")
     await cp.close()
     assert read_checkpoint(path) == CheckpointState(0, None, 5, 4, producers=b"up to 7")
     cp = Checkpoint.open(path, create=False)
     table = Table()
-    cp.watch_producers(table)
+    cp.watch_tables(producers=table)
     table.change(b"rebuilt")  # a start's table: written at the first write, though the indices stay
     await cp.write_progress()
     table.change(b"up to 9")  # the table alone changed: written, beside the same indices
