@@ -111,7 +111,12 @@ class ConsumerCommits:
         return self._answer(name, found)
 
     async def list(self, linearizable: bool = True) -> list[ConsumerAnswer]:
-        return [self._answer(name, p) for name, p in (await self._table(linearizable)).items()]
+        await self._table(linearizable)
+        return self.local()
+
+    def local(self) -> list[ConsumerAnswer]:
+        """Every live consumer as this member holds it now (the metrics and the admin page)."""
+        return [self._answer(name, p) for name, p in self.service.node.consumers.live().items()]
 
     async def resume_index(self, name: str, linearizable: bool) -> int | None:
         """Where consumer `name` reads on: the index after its committed position (None: no such consumer)."""

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from starlette.types import Receive, Scope, Send
 
+from raftlog.api.answers import ConsumerAnswer
 from raftlog.raft.messages import Role
 from raftlog.raft.node import RaftNode
 
@@ -105,6 +106,10 @@ class NodeMetrics:
         Gauge("raftlog_follow_buffer_bytes", "Log bytes of follow streams' chunks not yet taken by their "
               "readers (follow_buffer_bytes_max)", registry=self.registry).set_function(follow_bytes)
 
+    def watch_consumers(self, consumers: Callable[[], list[ConsumerAnswer]]) -> None:
+        """Each named consumer's lag, in entries and bytes, read at scrape time."""
+        self.registry.register(_ConsumerCollector(consumers))
+
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self._push_latency(peer).observe(seconds)
         self._pushed_bytes(peer).inc(size)
@@ -187,6 +192,23 @@ class _StateCollector(Collector):
             inflight.add_metric([peer], follower.inflight_bytes)
         yield lag
         yield inflight
+
+
+class _ConsumerCollector(Collector):
+    def __init__(self, consumers: Callable[[], list[ConsumerAnswer]]) -> None:
+        self.consumers = consumers
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily("raftlog_consumer_lag", "Committed entries after a named consumer's position",
+                                labels=["consumer"])
+        lag_bytes = GaugeMetricFamily("raftlog_consumer_lag_bytes", "Their bytes (absent: some were cleaned away)",
+                                      labels=["consumer"])
+        for consumer in self.consumers():
+            lag.add_metric([consumer.name], consumer.lag)
+            if consumer.lag_bytes is not None:
+                lag_bytes.add_metric([consumer.name], consumer.lag_bytes)
+        yield lag
+        yield lag_bytes
 
 
 class CountRequests:

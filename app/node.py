@@ -65,13 +65,14 @@ class Node:
         self._lag_watch: asyncio.Task[None] | None = None
         self.peers.on_push = self.metrics.observe_push
         store.durability.on_flush = self.metrics.flush_seconds.observe
-        self.cleaner = CleanService(store, safe_index=self._safe_index)
+        self.cleaner = CleanService(store, safe_index=self._safe_index, floor=self.raft.consumers.floor)
         limits = settings.api_limits()
         self.request_bytes = InflightBytes(limits.max_inflight_body_bytes)  # the client, gRPC and peer ports share it
         self.service = LogService(self.raft, self.peers, limits, client_url=settings.client_url,
                                   grpc_address=settings.grpc_address, describe=self._describe,
                                   remote_members=secret is not None or settings.insecure)
         consumers = ConsumerCommits(self.service)
+        self.metrics.watch_consumers(consumers.local)
         self.handlers = EntryHandlers(self.service, self.metrics, consumers)  # REST's routes and the gRPC API's
         self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
         install_admin_page(self.public_app)

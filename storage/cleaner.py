@@ -14,7 +14,10 @@ directory's file system and:
 Whatever the pressure, it never deletes the last file, nor one holding an
 entry above the safe index the layer above supplies (what it still needs:
 the node passes its applied index, so nothing uncommitted or unapplied goes;
-a follower left behind the first kept entry gets a snapshot install).
+a follower left behind the first kept entry gets a snapshot install). With
+`consumer_retention_floor`, nor, unless forced, one holding an entry the
+slowest live named consumer has not processed (the floor the layer above
+supplies).
 """
 
 from __future__ import annotations
@@ -47,10 +50,11 @@ def files_to_delete(files: Sequence[HeadFile], now: float, reserved_s: float, sa
 
 class CleanService:
     def __init__(self, store: Store, safe_index: Callable[[], int], *,
-                 clock: Callable[[], float] = time.time,
+                 floor: Callable[[], int | None] = lambda: None, clock: Callable[[], float] = time.time,
                  disk_usage: Callable[[], float] | None = None) -> None:
         self.store = store
         self.safe_index = safe_index
+        self.floor = floor  # the last index the slowest consumer processed (None: no consumer)
         self.clock = clock
         self.disk_usage = disk_usage or store.disk_usage_ratio
         self._hours = parse_delete_when(store.config.delete_when)
@@ -71,7 +75,10 @@ class CleanService:
             return 0
         force = config.enable_disk_force_clean and ratio > config.disk_space_ratio_to_force_clean
         reserved_s = max(config.file_reserved_hours, 1) * HOUR_S
-        count = files_to_delete(self.store.head_files(), now, reserved_s, self.safe_index(), force)
+        safe = self.safe_index()
+        if config.consumer_retention_floor and not force and (floor := self.floor()) is not None:
+            safe = min(safe, floor)
+        count = files_to_delete(self.store.head_files(), now, reserved_s, safe, force)
         if count:
             await self.store.delete_head_files(count)
             self.files_deleted += count

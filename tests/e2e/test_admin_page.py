@@ -56,6 +56,12 @@ return !!button;
 """
 
 
+CONSUMERS_JS = """
+return [...document.querySelectorAll('#consumer-rows tr')].map((row) => [...row.cells]).map(
+  (cells) => [0, 1, 2, 4].map((i) => cells[i].textContent));
+"""
+
+
 def cards(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
     """What the page shows of each member (role, reachable, indices), read in one go: the page
     redraws every second, so element handles would go stale between two reads."""
@@ -92,6 +98,13 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     tail = wait.until(lambda d: (rows := d.execute_script(TAIL_JS)) and rows[0][0] >= last and rows)
     assert [last, "seen 19"] in tail and len(tail) == 20  # a screenful of the newest, newest first
     assert [index for index, _ in tail] == sorted((index for index, _ in tail), reverse=True)
+
+    # named consumers with their lag (the consumer's own commit is a control entry the tail leaves out)
+    consumer = httpx.put(f"{url}/v1/consumers/billing", json={"position": last - 5, "metadata": "nightly"})
+    assert consumer.status_code == 200, consumer.text
+    shown_consumer = ["billing", str(last - 5), str(consumer.json()["lag"]), "nightly"]
+    wait.until(lambda d: d.execute_script(CONSUMERS_JS) == [shown_consumer])
+    assert browser.execute_script(TAIL_JS)[0][0] == last
 
     # the node keeps the charts' last five minutes: a page opened now starts with them, not empty
     eventually(lambda: len(httpx.get(f"{url}/v1/cluster/history").json()["points"]) >= 5, "five chart points")

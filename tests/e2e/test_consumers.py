@@ -49,6 +49,9 @@ def test_a_committed_position_survives_failover_and_restarts_and_readers_resume_
     assert committed["index"] > first + 3 and committed["lag"] >= 2 and committed["lag_bytes"] > 0
     seen = httpx.get(f"{urls[other]}/v1/consumers/billing").json()  # linearizable: the commit is seen anywhere
     assert (seen["position"], seen["index"]) == (first + 1, committed["index"])
+    metrics = httpx.get(f"{urls[other]}/metrics").text
+    assert f'raftlog_consumer_lag{{consumer="billing"}} {float(seen["lag"])}' in metrics
+    assert f'raftlog_consumer_lag_bytes{{consumer="billing"}} {float(seen["lag_bytes"])}' in metrics
 
     page = httpx.get(f"{urls[other]}/v1/entries", params={"consumer": "billing", "limit": 10}).json()
     assert [e["body"] for e in page["entries"]] == ["c", "d"]  # on after the position; the control entry skipped

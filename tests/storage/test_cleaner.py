@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -166,3 +167,15 @@ async def test_head_files_holding_no_entry_of_the_log_can_go(store: Store) -> No
     cleaner = CleanService(store, lambda: 51, clock=time.time, disk_usage=lambda: 0.87)
     assert await cleaner.run_once() == 1
     assert (store.begin_index, store.before_begin_index, store.before_begin_term) == (51, 50, 3)
+
+
+@pytest.mark.parametrize("config", [dataclasses.replace(SMALL, consumer_retention_floor=True)])
+async def test_the_slowest_consumer_holds_retention_back_until_the_disk_forces(store: Store) -> None:
+    await _filled(store)
+    cleaner = CleanService(store, lambda: 1000, floor=lambda: 14, clock=lambda: _local(4, 4),
+                           disk_usage=lambda: usage)
+    usage = 0.5
+    assert await cleaner.run_once() == 2  # expired, but the slowest consumer has processed up to 14
+    assert store.begin_index == 12
+    usage = 0.87  # above force-clean: the disk comes first
+    assert await cleaner.run_once() == 4
