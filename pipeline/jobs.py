@@ -174,7 +174,7 @@ def audit(spark: SparkSession, data_dirs: Sequence[str], *, range_size: int = AU
     planned = [open_data_dir(d) for d in data_dirs]  # fails early on a bad directory
     committed = [d.committed_index for d in planned]
     # damage after a replica's committed index is a torn tail its node cuts on start: not a divergence
-    frames = [spark.read.format("raftlog").option("onCorrupt", "mark").load(str(d))
+    frames = [spark.read.format("raftlog").option("onCorrupt", "mark").option("control", "true").load(str(d))
               .where(F.col("corrupt").isNull() | (F.col("index") <= committed[i]))
               .select(F.lit(i).alias("replica"), "index", "term", "body_crc", "chain_crc", "corrupt")
               for i, d in enumerate(data_dirs)]

@@ -13,6 +13,7 @@ import ssl
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pyarrow as pa
@@ -62,6 +63,37 @@ def discover(urls: Sequence[str], timeout_s: float, access: Access) -> ClusterVi
                                                         if m.get("committed_index") is not None])
         return ClusterView(tuple(dict.fromkeys([*urls, *found])), status["begin_index"], committed)
     raise PipelineError("raftlog: no member answered at " + "; ".join(failures))
+
+
+def consumer_position(urls: Sequence[str], name: str, timeout_s: float, access: Access) -> int | None:
+    """Named consumer `name`'s committed position (None: it has none yet), from the first member that answers."""
+    return _consumer_call(urls, "GET", name, timeout_s, access)
+
+
+def commit_consumer(urls: Sequence[str], name: str, position: int, timeout_s: float, access: Access) -> None:
+    """Commit `position` for consumer `name` (the group keeps it in its log), through the first member that answers."""
+    _consumer_call(urls, "PUT", name, timeout_s, access, json={"position": position})
+
+
+def _consumer_call(urls: Sequence[str], method: str, name: str, timeout_s: float, access: Access,
+                   **kwargs: Any) -> int | None:
+    failures = []
+    for url in urls:
+        try:
+            response = _http(access).request(method, f"{url}/v1/consumers/{name}", timeout=timeout_s,
+                                             headers=access.headers(), **kwargs)
+            if method == "GET" and response.status_code == 404:
+                return None
+            response.raise_for_status()
+            return int(response.json()["position"])
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code < 500:  # no other member would answer otherwise
+                raise PipelineError(f"raftlog: consumer {name}: {exc.response.status_code} "
+                                    f"{_reason(exc.response)}") from None
+            failures.append(f"{url}: {exc.response.status_code} {_reason(exc.response)}")
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            failures.append(f"{url}: {exc}")
+    raise PipelineError(f"raftlog: consumer {name}: no member answered: " + "; ".join(failures))
 
 
 def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_rows: int,

@@ -13,10 +13,10 @@ DEFAULT_TIMEOUT_S = 30.0
 
 NAMES = {name.lower(): name for name in (  # Spark hands option names over in lower case
     "url", "path", "startIndex", "endIndex", "partitionSize", "numPartitions", "maxEntriesPerTrigger", "timeout",
-    "decode", "batchRows", "committedOnly", "onCorrupt", "token", "ca")}
-SHARED_OPTIONS = frozenset({"decode", "batchrows"})
+    "decode", "batchRows", "committedOnly", "onCorrupt", "token", "ca", "control", "consumer")}
+SHARED_OPTIONS = frozenset({"decode", "batchrows", "control"})
 ONLINE_OPTIONS = SHARED_OPTIONS | {"url", "startindex", "endindex", "partitionsize", "numpartitions",
-                                   "maxentriespertrigger", "timeout", "token", "ca"}
+                                   "maxentriespertrigger", "timeout", "token", "ca", "consumer"}
 OFFLINE_OPTIONS = SHARED_OPTIONS | {"path", "committedonly", "oncorrupt"}
 
 
@@ -52,6 +52,8 @@ class ReadOptions:
     batch_rows: int = DEFAULT_BATCH_ROWS
     timeout_s: float = DEFAULT_TIMEOUT_S
     access: Access = Access()  # online: the API token and the CA of HTTPS members
+    control: bool = False  # also the control entries (named consumers' commits, type consumer)
+    consumer: str | None = None  # a stream: resume after this named consumer's position, commit it per micro-batch
 
     @property
     def offline(self) -> bool:
@@ -102,7 +104,8 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         text=decode is not None,
         max_entries_per_trigger=_int(given, "maxentriespertrigger", 1),
         committed_only=_bool(given, "committedonly"), mark_corrupt=on_corrupt == "mark",
-        batch_rows=_int(given, "batchrows", 1) or DEFAULT_BATCH_ROWS,
+        batch_rows=_int(given, "batchrows", 1) or DEFAULT_BATCH_ROWS, control=_bool(given, "control"),
+        consumer=given.get("consumer") or None,
         timeout_s=_float(given, "timeout", DEFAULT_TIMEOUT_S),
         access=Access(given.get("token") or os.environ.get("RAFTLOG_TOKEN") or None,
                       given.get("ca") or os.environ.get("RAFTLOG_CA") or None) if path is None else Access())

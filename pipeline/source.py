@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -80,13 +81,22 @@ def plan_ranges(options: ReadOptions, urls: Sequence[str], start: int, end: int)
 
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The partition's entries; the control entries (named consumers' commits) only with option `control`."""
     if isinstance(partition, FilePartition):
-        return offline.read_file(partition.file, partition.data_file_size, partition.committed_index,
-                                 text=options.text, mark_corrupt=options.mark_corrupt,
-                                 committed_only=options.committed_only, batch_rows=options.batch_rows)
-    assert isinstance(partition, RangePartition)
-    return online.read_range(partition.urls, partition.first, partition.last, text=options.text,
-                             batch_rows=options.batch_rows, timeout_s=options.timeout_s, access=options.access)
+        batches = offline.read_file(partition.file, partition.data_file_size, partition.committed_index,
+                                    text=options.text, mark_corrupt=options.mark_corrupt,
+                                    committed_only=options.committed_only, batch_rows=options.batch_rows)
+    else:
+        assert isinstance(partition, RangePartition)
+        batches = online.read_range(partition.urls, partition.first, partition.last, text=options.text,
+                                    batch_rows=options.batch_rows, timeout_s=options.timeout_s,
+                                    access=options.access)
+    return batches if options.control else (_without_control(batch) for batch in batches)
+
+
+def _without_control(batch: pa.RecordBatch) -> pa.RecordBatch:
+    data = pc.fill_null(pc.not_equal(batch.column("type"), "consumer"), True)  # an unreadable entry's row stays
+    return batch.filter(data)
 
 
 class BatchReader(DataSourceReader):
@@ -141,7 +151,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: int | None = None  # Trigger.AvailableNow: nothing past this offset
 
     def initialOffset(self) -> dict:
-        return {"index": self.start}
+        """A new query (no checkpoint of its own): after its named consumer's position, if it has one."""
+        consumer = self.options.consumer
+        position = None if consumer is None else online.consumer_position(
+            self.urls, consumer, self.options.timeout_s, self.options.access)
+        return {"index": self.start if position is None else position + 1}
+
+    def commit(self, end: dict) -> None:
+        """A micro-batch is done up to `end`: its last entry is the named consumer's position (the
+        group keeps it: another query, the admin page and retention's floor see it)."""
+        consumer = self.options.consumer
+        if consumer is not None and end["index"] > 0:
+            online.commit_consumer(self.urls, consumer, end["index"] - 1, self.options.timeout_s,
+                                   self.options.access)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_entries_per_trigger

@@ -452,3 +452,34 @@ def test_a_cleaned_range_fails_at_once_with_410_and_a_cleaned_start_at_planning(
             fresh.load().writeStream.format("noop").option("checkpointLocation", str(tmp_path / "fresh")) \
                 .trigger(availableNow=True).start().awaitTermination()
         assert refused() == 1  # refused when planned, before any read
+
+
+def test_a_stream_commits_its_consumer_per_micro_batch_and_a_new_query_resumes_after_it(spark: Any,
+                                                                                        tmp_path: Path) -> None:
+    with LocalCluster(tmp_path / "cluster", 1, settings=SMALL_FILES) as cluster:
+        cluster.wait_leader()
+        url = cluster.members["n1"].client_url
+        append([url], 0, 1000)
+
+        def run(name: str) -> list[int]:
+            out = tmp_path / name
+            query = (spark.readStream.format("raftlog").option("url", url).option("consumer", "etl")
+                     .option("maxEntriesPerTrigger", "400").load()
+                     .writeStream.format("parquet").option("path", str(out / "rows"))
+                     .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).start())
+            query.awaitTermination()
+            assert query.exception() is None
+            return [r["index"] for r in spark.read.parquet(str(out / "rows")).where("type = 'normal'")
+                    .select("index").orderBy("index").collect()]
+
+        first = run("first")  # micro-batches [0, 400), [400, 800), [800, end]
+        assert first == list(range(1, 1001))  # entry 0: the first leader's NOOP
+        # Spark commits a micro-batch to its source as it starts the next one: the last waits for the next run
+        assert httpx.get(f"{url}/v1/consumers/etl", timeout=5).json()["position"] == 799
+        append([url], 1000, 500)
+        second = run("second")  # a new query, no checkpoint of its own: on after the consumer's position
+        assert second[:201] == list(range(800, 1001)) and len(second) == 701  # the last micro-batch again
+        assert second[201:] == list(range(second[201], second[201] + 500))  # then the new ones (after commits)
+        rows = spark.read.format("raftlog").option("url", url).option("control", "true").load()
+        assert rows.where("type = 'consumer'").count() >= 3  # one commit per micro-batch, kept in the log
+        assert spark.read.format("raftlog").option("url", url).load().where("type = 'consumer'").count() == 0
