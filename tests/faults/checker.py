@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raftlog.pipeline.offline import open_data_dir, read_file
-from tests.faults.workload import History, Op
+from tests.faults.workload import Consumer, History, Op
 
 COUNTS = ("lost", "misplaced", "duplicated", "failed_present", "torn_batches", "reordered", "unwritten",
-          "wrong_type", "divergent", "stale_reads", "nonmonotonic_reads", "wrong_reads")
+          "wrong_type", "divergent", "stale_reads", "nonmonotonic_reads", "wrong_reads", "consumer_skipped",
+          "consumer_repeated")
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Stored:
     term: int
     chain_crc: int
     body: bytes
-    kind: str = "normal"  # normal, noop, config_change
+    kind: str = "normal"  # normal, noop, config_change, consumer
 
 
 @dataclass
@@ -53,6 +54,8 @@ class Verdict:
     nonmonotonic_reads: int = 0  # "not found" for an index an earlier, completed read returned
     wrong_reads: int = 0  # a read that returned other bytes than the log holds
     commit_fell: int = 0
+    consumer_skipped: int = 0  # a consumer's life that began past its committed position, or left out an entry
+    consumer_repeated: int = 0  # one that began before its committed position (handed again what it had done)
     problems: list[str] = field(default_factory=list)
     suspects: list[Op] = field(default_factory=list)  # the operations the problems are about
 
@@ -86,7 +89,8 @@ def read_logs(data_dirs: dict[str, Path]) -> dict[str, MemberLog]:
     return logs
 
 
-def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str] = ()) -> Verdict:
+def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str] = (),
+          consumers: Iterable[Consumer] = ()) -> Verdict:
     verdict = Verdict()
     committed = _committed_logs(logs)
     _compare_members(committed, verdict)
@@ -94,7 +98,10 @@ def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str
     appends = [op for op in history.ops if op.kind == "append"]
     where = _where(reference)
     _check_appends(appends, where, verdict)
-    _check_unwritten(appends, reference, history.membership_changes, verdict)
+    consumers = list(consumers)
+    _check_unwritten(appends, reference, history.membership_changes, sum(c.commits_sent for c in consumers), verdict)
+    for consumer in consumers:
+        _check_consumer(consumer, reference, verdict)
     _check_order(appends, verdict)
     by_index = {e.index: e for e in reference}
     reads = [op for op in history.ops if op.is_read and op.outcome == "ok"]
@@ -163,9 +170,9 @@ def _check_appends(appends: list[Op], where: dict[bytes, list[int]], verdict: Ve
                          f"({describe(op)})", op)
 
 
-def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, verdict: Verdict) -> None:
-    """Every entry is a NOOP (with no body), a CONFIG_CHANGE entry of a membership change asked for, or a
-    NORMAL entry with a body some client sent."""
+def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, commits: int, verdict: Verdict) -> None:
+    """Every entry is a NOOP (with no body), a CONFIG_CHANGE entry of a membership change asked for, a
+    CONSUMER entry of a commit sent, or a NORMAL entry with a body some client sent."""
     sent = {body for op in appends for body in op.bodies}
     for e in log:
         if e.kind == "noop":
@@ -174,12 +181,46 @@ def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, verdict
                 verdict.note(f"NOOP entry {e.index} has a body {e.body[:40]!r}")
         elif e.kind == "config_change" and changes > 0:
             changes -= 1
+        elif e.kind == "consumer" and commits > 0:
+            commits -= 1
         elif e.kind != "normal":
             verdict.wrong_type += 1
             verdict.note(f"entry {e.index} is a {e.kind} entry, and no membership change was asked for it")
         elif e.body not in sent:
             verdict.unwritten += 1
             verdict.note(f"entry {e.index} holds {e.body[:40]!r}, which no client sent")
+
+
+def _check_consumer(consumer: Consumer, log: list[Stored], verdict: Verdict) -> None:
+    """Each life of the consumer began right after a position committed before it began (the latest
+    acknowledged, or one sent later whose outcome was unknown), and was handed every data entry from
+    there on, in order, as the log holds them (its control entries left out)."""
+    data = [e for e in log if e.kind != "consumer"]  # what a reader of data is handed (NOOPs too)
+    indices = [e.index for e in data]
+    sent: list[int] = [-1]  # positions earlier lives committed or may have: -1, nothing yet
+    acknowledged = -1
+    for n, life in enumerate(consumer.lives):
+        for problem in life.problems:
+            verdict.note(problem)
+        if life.delivered:
+            first = bisect.bisect_left(indices, life.delivered[0][0])
+            expected = data[first:first + len(life.delivered)]
+            if [(e.index, e.body) for e in expected] != life.delivered:
+                verdict.consumer_skipped += 1
+                gap = next(k for k, (e, d) in enumerate(zip([*expected, None], life.delivered, strict=False))
+                           if e is None or (e.index, e.body) != d)
+                verdict.note(f"{consumer.name} life {n}: handed {life.delivered[gap][0]} where the log's next data "
+                             f"entry is {expected[gap].index if gap < len(expected) else 'none'}")
+            resumed_after = indices[first - 1] if first else -1  # the data entry before its first
+            starts = {q for q in sent if q >= acknowledged}
+            if not any(resumed_after <= q < life.delivered[0][0] for q in starts):
+                early = life.delivered[0][0] <= acknowledged
+                verdict.consumer_repeated += early
+                verdict.consumer_skipped += not early
+                verdict.note(f"{consumer.name} life {n} began at {life.delivered[0][0]}; the position committed "
+                             f"before it: {acknowledged} (or one of {sorted(starts)})")
+        sent += [*life.committed, *life.unknown]
+        acknowledged = max([acknowledged, *life.committed])
 
 
 def _check_order(appends: list[Op], verdict: Verdict) -> None:

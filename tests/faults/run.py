@@ -32,7 +32,7 @@ from raftlog.pipeline.options import PipelineError
 from tests.faults.checker import COUNTS, MemberLog, Verdict, check, history_around, read_availability, read_logs
 from tests.faults.harness import FaultCluster
 from tests.faults.nemesis import KINDS, Damage, Nemesis
-from tests.faults.workload import GrpcWriter, History, Observer, Reader, Writer
+from tests.faults.workload import Consumer, GrpcWriter, History, Observer, Reader, Writer
 
 # 64 KiB data files: a run writes many, so damage lands both where recovery rescans and below; a scrub
 # every second finds a flipped bit in the older files
@@ -61,8 +61,9 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             addresses = {m: member.grpc_address for m, member in cluster.members.items()}
             last = writers - 1
             grpc_writer = [GrpcWriter(f"g{last}", addresses, history, seed * 100 + last)] if writers else []
+            consumer = Consumer("c0", urls, history, seed * 100 + 90)
             clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(last)] + grpc_writer
-                       + [Reader(f"r{i}", urls, history, seed * 100 + 50 + i) for i in range(readers)])
+                       + [Reader(f"r{i}", urls, history, seed * 100 + 50 + i) for i in range(readers)] + [consumer])
             observer = Observer(cluster)
             for thread in [*clients, observer]:
                 thread.start()
@@ -86,10 +87,13 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             logs, unreadable = _read_final_logs(cluster)
             sessions = [v for client in clients if isinstance(client, Writer) for v in client.violations]
             verdict = check(history, logs, [*unplanted, *observer.violations, *liveness, *crashes, *unreadable,
-                                            *nemesis.problems, *sessions])
+                                            *nemesis.problems, *sessions], [consumer])
             for problem in vacuous(verdict.acked, _reads_answered(history), kinds, nemesis.effective):
                 verdict.note(problem)
             summary = _summary(seed, seconds, nodes, history, nemesis, verdict, liveness)
+            summary["consumer_lives"] = len(consumer.lives)
+            summary["consumer_commits"] = sum(len(life.committed) for life in consumer.lives)
+            summary["consumer_entries"] = sum(len(life.delivered) for life in consumer.lives)
             summary["mutant"] = mutant
             summary["planted"] = sum(map(len, cluster.pids.values())) if mutant and not unplanted else 0
             if kinds != KINDS:
@@ -237,6 +241,10 @@ def print_summary(summary: dict[str, Any], out: Any = sys.stdout) -> None:
           f"entries acknowledged {summary['acked']:,}, unknown {summary['unknown']:,}, "
           f"refused {summary['failed']:,}; appends sent again in their session {summary['retried']:,}, "
           f"duplicated entries {summary['duplicated']:,}", file=out)
+    print(f"consumer: {summary['consumer_lives']} lives (each killed, then resumed after the committed position), "
+          f"{summary['consumer_commits']:,} commits, {summary['consumer_entries']:,} entries handed; skipped "
+          f"{summary['consumer_skipped']}, handed again before the committed position {summary['consumer_repeated']}",
+          file=out)
     print("faults (took effect/applied): " + ", ".join(
         f"{k} {summary['effective'].get(k, 0)}/{v}" for k, v in summary["faults"].items()), file=out)
     print(f"failovers {summary['failovers']}: median {summary['failover_ms_p50']} ms, worst "

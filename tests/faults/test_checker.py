@@ -19,7 +19,7 @@ from tests.faults.checker import MemberLog, Stored, check, history_around, read_
 from tests.faults.harness import STOPPED, process_state
 from tests.faults.nemesis import REPAIR_SAID, Damage, election_of_its_own, said_of
 from tests.faults.run import _schedule, scan_log, vacuous
-from tests.faults.workload import FaultWindow, History, Observer, Op
+from tests.faults.workload import Consumer, FaultWindow, History, Life, Observer, Op
 
 
 def log_of(*bodies: bytes, kinds: dict[int, str] | None = None) -> MemberLog:
@@ -300,3 +300,26 @@ def test_a_kind_that_cannot_apply_any_more_gives_its_turn_to_the_next() -> None:
     nemesis = Spent()
     assert _schedule(nemesis, ["replace_member", "kill_leader"], random.Random(1), 0, lambda _: None) == []  # type: ignore[arg-type]
     assert nemesis.applied == ["kill_leader"]
+
+
+def test_a_consumer_life_that_skips_or_repeats_past_its_committed_position_is_seen() -> None:
+    log = log_of(b"", b"a", b"b", b"commit 2", b"c", b"d", b"e", kinds={3: "consumer"})
+    appends = [append(b, "ok", i, 0.0) for i, b in ((1, b"a"), (2, b"b"), (4, b"c"), (5, b"d"), (6, b"e"))]
+
+    def consumer(*lives: Life) -> Consumer:
+        c = Consumer("c0", {}, History(), 1)
+        c.lives = list(lives)
+        return c
+
+    first = Life(0.0, [(0, b""), (1, b"a"), (2, b"b"), (4, b"c")], committed=[2])  # killed after handing 4
+    resumed = Life(1.0, [(4, b"c"), (5, b"d"), (6, b"e")], committed=[6])  # after 2: 4 again, as promised
+    assert check(history(*appends), same(log), consumers=[consumer(first, resumed)]).ok
+    early = Life(1.0, [(2, b"b"), (4, b"c")])  # before its committed position
+    assert check(history(*appends), same(log), consumers=[consumer(first, early)]).consumer_repeated == 1
+    late = Life(1.0, [(5, b"d"), (6, b"e")])  # past it: entry 4 never handed to anyone after its commit
+    assert check(history(*appends), same(log), consumers=[consumer(first, late)]).consumer_skipped == 1
+    gap = Life(1.0, [(4, b"c"), (6, b"e")])
+    assert check(history(*appends), same(log), consumers=[consumer(first, gap)]).consumer_skipped == 1
+    unknown = Life(0.0, [(0, b""), (1, b"a"), (2, b"b"), (4, b"c")], committed=[1], unknown=[4])
+    landed = Life(1.0, [(5, b"d"), (6, b"e")])  # the commit of 4 with no answer went in after all: fine
+    assert check(history(*appends), same(log), consumers=[consumer(unknown, landed)]).ok

@@ -23,6 +23,7 @@ def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, kinds:
     assert summary["acked"] > 100, "the workload made too little progress to judge"
     assert sum(v["ok"] for v in summary["read_availability"].values()) > 100, "too few reads answered to judge"
     assert summary["effective"] == summary["faults"], "a fault did nothing (its reason is among the violations)"
+    assert summary["consumer_lives"] >= 3 and summary["consumer_commits"] > 10, "the consumer did too little to judge"
     assert not summary["violations"], f"replay: {summary['replay']}"
 
 

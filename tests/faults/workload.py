@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import httpx
@@ -182,8 +183,8 @@ def send_read(http: httpx.Client, url: str, op: Op) -> None:
                 op.code = _code(response)
         else:
             accept = "application/json" if op.kind == "page" else "application/x-ndjson"
-            response = http.get(f"{url}/v1/entries", params={"start": op.index, "limit": op.limit},
-                                headers={"accept": accept})
+            response = http.get(f"{url}/v1/entries", params={"start": op.index, "limit": op.limit, "control": "true"},
+                                headers={"accept": accept})  # the whole log: a consumer's commits too
             if response.status_code == 200:
                 lines = (response.json()["entries"] if op.kind == "page"
                          else [json.loads(line) for line in response.text.splitlines() if line])
@@ -310,6 +311,102 @@ class Reader(Client):
                 self.history.add(op)
                 if op.outcome != "ok":
                     self.stopping.wait(0.05)
+
+
+@dataclass
+class Life:
+    """One incarnation of a named consumer: what it was handed, and the commits it sent."""
+
+    started: float
+    delivered: list[tuple[int, bytes]] = field(default_factory=list)  # (index, body), in order
+    committed: list[int] = field(default_factory=list)  # positions the group acknowledged, in order
+    unknown: list[int] = field(default_factory=list)  # positions sent whose outcome is unknown
+    problems: list[str] = field(default_factory=list)  # a compare-and-set found a position no life sent
+
+
+class Consumer(Client):
+    """A named consumer: it reads the log's data entries in order, through any member, commits its
+    position every COMMIT_EVERY_S (a compare-and-set on the position it knows) and is killed every
+    few seconds without committing what it processed since; each new life resumes with `consumer=`
+    after the committed position. A compare-and-set refused (an earlier commit landed late) ends a
+    life, as a consumer that lost its place restarts. The checker holds each life to having started
+    right after a position committed before it, and to having been handed every data entry from
+    there on, in order."""
+
+    NAME = "orders"
+    COMMIT_EVERY_S = 0.3
+
+    def __init__(self, name: str, urls: dict[str, str], history: History, seed: int) -> None:
+        super().__init__(name, urls, history, seed)
+        self.lives: list[Life] = []
+
+    @property
+    def commits_sent(self) -> int:
+        return sum(len(life.committed) + len(life.unknown) for life in self.lives)
+
+    def run(self) -> None:
+        with httpx.Client(timeout=TIMEOUT_S) as http:
+            while not self.stopping.is_set():
+                life = Life(time.monotonic())
+                self.lives.append(life)
+                self.live(http, life, time.monotonic() + self.random.uniform(1.0, 4.0))
+
+    def live(self, http: httpx.Client, life: Life, death: float) -> None:
+        known = self.position(http)  # what the group holds as this life begins (-1: none)
+        next_index: int | None = None  # None: on after the committed position (consumer=)
+        last_commit = time.monotonic()
+        while known is not None and not self.stopping.is_set() and time.monotonic() < death:
+            params = {"consumer": self.NAME} if next_index is None else {"start": next_index}
+            page = self.call(http, "GET", "/v1/entries", params={**params, "limit": 50, "wait_ms": 200})
+            if page is None:
+                continue
+            life.delivered += [(e["index"], _body(e)) for e in page["entries"]]
+            next_index = page["next"]
+            if next_index - 1 > known and time.monotonic() - last_commit >= self.COMMIT_EVERY_S:
+                known = self.commit(http, life, next_index - 1, known)
+                last_commit = time.monotonic()
+
+    def position(self, http: httpx.Client) -> int | None:
+        while not self.stopping.is_set():
+            url = self.urls[self.random.choice(list(self.urls))]
+            try:
+                response = http.get(f"{url}/v1/consumers/{self.NAME}")
+            except httpx.HTTPError:
+                continue
+            if response.status_code in (200, 404):
+                return response.json()["position"] if response.status_code == 200 else -1
+            self.stopping.wait(0.05)
+        return None
+
+    def call(self, http: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+        url = self.urls[self.random.choice(list(self.urls))]
+        try:
+            response = http.request(method, f"{url}{path}", **kwargs)
+            if response.status_code == 200:
+                return response.json()
+        except (httpx.HTTPError, ValueError):
+            pass
+        self.stopping.wait(0.05)
+        return None
+
+    def commit(self, http: httpx.Client, life: Life, position: int, known: int) -> int | None:
+        """Commit `position` over `known`; the position this life knows after it (None: the life ends)."""
+        url = self.urls[self.random.choice(list(self.urls))]
+        try:
+            response = http.put(f"{url}/v1/consumers/{self.NAME}", json={"position": position, "expected": known})
+        except httpx.HTTPError:
+            life.unknown.append(position)
+            return known
+        if response.status_code == 200:
+            life.committed.append(position)
+            return position
+        if _code(response) != "CONSUMER_CONFLICT":
+            life.unknown.append(position)
+            return known
+        found = self.position(http)  # an earlier commit, of this life or of one before, landed late
+        if found is not None and not any(found in (*other.committed, *other.unknown) for other in self.lives):
+            life.problems.append(f"{self.name}: the group holds position {found}, which no life committed")
+        return None
 
 
 class Observer(threading.Thread):
