@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = {"storage": 0, "raft": 1, "pipeline": 1, "api": 2, "app": 3}  # the pipeline: storage's codecs only
+LAYERS = {"storage": 0, "raft": 1, "pipeline": 1, "api": 2, "app": 3,  # the pipeline: storage's codecs only
+          "client": 3}  # the client: the API's wire formats
 LINES_MAX = 500
 GENERATED = ("_pb2.py", "_pb2_grpc.py")
 

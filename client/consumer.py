@@ -1,0 +1,224 @@
+"""A named consumer: the log's data entries in order, from its committed position on, following the log.
+
+It starts after the position the group holds for its name (`start` when it
+has none), reads one follow stream of the stored format at a time from one
+member (the cheapest form to serve and to decode), and when that member
+fails or stops, goes on from the next index through another. Its position is
+the index of the last entry it handed out and was asked past (an entry is
+processed once the next one is asked for, as Kafka's auto-commit counts
+them); it is committed every `auto_commit_interval_s`, on `close`, or by
+hand with `commit()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from raftlog.client.connection import BACKOFF_S, Connection, RaftlogError
+from raftlog.storage.codec import HEADER_SIZE, Magic, client_body, iter_entries, stamp_of
+
+ENTRIES = "application/vnd.raftlog.entries"
+TYPES = {Magic.NORMAL: "normal", Magic.PRODUCED: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    index: int
+    term: int
+    pos: int
+    type: str  # normal, noop (a new leader's first entry), config_change
+    body: bytes
+    producer: tuple[int, int, int] | None = None  # the producer session's id, epoch and sequence, if any
+
+
+class AsyncConsumer:
+    """Use as `async with AsyncConsumer(connection, "billing") as consumer: async for record in consumer:`.
+    `auto_commit_interval_s` None: commit by hand only."""
+
+    def __init__(self, connection: Connection, name: str, *, start: int = 0,
+                 auto_commit_interval_s: float | None = 5.0) -> None:
+        self.connection = connection
+        self.name = name
+        self.start = start
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.position: int | None = None  # the last entry processed (None: none yet)
+        self.committed: int | None = None  # the position last committed
+        self._next: int | None = None  # the index to read next
+        self._records: deque[Record] = deque()
+        self._handed: int | None = None  # the last index handed out
+        self._last_commit = 0.0
+        self._stream: AsyncIterator[bytes] | None = None
+        self._response: httpx.Response | None = None
+        self._buffer = bytearray()
+        self.reconnects = 0
+
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.resume()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def resume(self) -> int:
+        """Where reading starts: after the committed position (the group's, for this name)."""
+        try:
+            found = (await self.connection.retried("GET", f"/v1/consumers/{self.name}")).json()
+            self.committed = self.position = found["position"]
+            self._next = found["position"] + 1
+        except RaftlogError as exc:
+            if exc.code != "CONSUMER_NOT_FOUND":
+                raise
+            self._next = self.start
+        self._last_commit = asyncio.get_running_loop().time()
+        return self._next
+
+    def __aiter__(self) -> AsyncConsumer:
+        return self
+
+    async def __anext__(self) -> Record:
+        if self._handed is not None:
+            self.position = self._handed  # asked past it: processed
+        if self.auto_commit_interval_s is not None and self.position != self.committed and \
+                asyncio.get_running_loop().time() - self._last_commit >= self.auto_commit_interval_s:
+            await self.commit()
+        if not self._records:
+            self._records.extend(await self.poll())
+        record = self._records.popleft()
+        self._handed = record.index
+        return record
+
+    async def poll(self) -> list[Record]:
+        """The next entries the stream brings (at least one), skipping control entries."""
+        if self._next is None:
+            await self.resume()
+        attempt = 0
+        while True:
+            try:
+                if self._stream is None:
+                    await self._open()
+                assert self._stream is not None
+                chunk = await anext(self._stream)
+            except (httpx.HTTPError, RaftlogError, StopAsyncIteration):  # the member failed or stopped
+                await self._close_stream()
+                self.reconnects += 1
+                await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
+                attempt += 1
+                continue
+            records = self._decode(chunk)
+            if records is not None:
+                return records
+
+    def _decode(self, chunk: bytes) -> list[Record] | None:
+        """The whole entries the stream has brought so far; None while none is whole."""
+        buffer = self._buffer
+        buffer += chunk
+        end = 0
+        while end + HEADER_SIZE <= len(buffer):
+            size = int.from_bytes(buffer[end + 4:end + 8], "big")
+            if end + size > len(buffer):
+                break
+            end += size
+        if end == 0:
+            return None
+        entries = iter_entries(bytes(buffer[:end]))
+        del buffer[:end]
+        assert self._next is not None
+        self._next = entries[-1].index + 1
+        records = []
+        for entry in entries:
+            if entry.magic == Magic.CONSUMER:  # a control entry: not data
+                continue
+            stamp = stamp_of(entry)
+            records.append(Record(entry.index, entry.term, entry.pos, TYPES.get(entry.magic, "normal"),
+                                  bytes(client_body(entry)), None if stamp is None else tuple(stamp)))
+        return records or None
+
+    async def _open(self) -> None:
+        connection = self.connection
+        url = connection.member()
+        request = connection.http.build_request("GET", f"{url}/v1/entries", headers={"accept": ENTRIES},
+                                                params={"start": self._next, "follow": "true"}, timeout=None)
+        response = await connection.http.send(request, stream=True)
+        if response.status_code != 200:
+            await response.aread()
+            await response.aclose()
+            connection.skip(url)
+            raise RaftlogError("HTTP", response.text[:200], response.status_code)
+        self._response, self._stream = response, response.aiter_raw()
+        self._buffer.clear()
+
+    async def _close_stream(self) -> None:
+        if self._response is not None:
+            await self._response.aclose()
+            self.connection.skip(str(self._response.url).split("/v1/")[0])
+        self._response = self._stream = None
+
+    async def commit(self, position: int | None = None) -> None:
+        """Commit `position` (default: the last entry processed) as this consumer's, in the group's log."""
+        position = self.position if position is None else position
+        if position is None:
+            return
+        await self.connection.retried("PUT", f"/v1/consumers/{self.name}", json={"position": position})
+        self.committed = position
+        self._last_commit = asyncio.get_running_loop().time()
+
+    async def close(self) -> None:
+        """Commit what was processed (with auto-commit on), and stop reading."""
+        try:
+            if self.auto_commit_interval_s is not None and self.position != self.committed:
+                await self.commit()
+        finally:
+            await self._close_stream()
+
+
+class Consumer:
+    """The consumer for synchronous code: an AsyncConsumer in a thread of its own. Iterate it, or
+    `poll()` for the next entries at once."""
+
+    def __init__(self, members: list[str], name: str, *, token: str | None = None, ca: str | None = None,
+                 **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="raftlog-consumer", daemon=True)
+        self._thread.start()
+        self.connection = Connection(members, token=token, ca=ca)
+        self._consumer = AsyncConsumer(self.connection, name, **options)
+        self._run(self._consumer.resume())
+
+    @property
+    def position(self) -> int | None:
+        return self._consumer.position
+
+    def poll(self) -> list[Record]:
+        return self._run(self._consumer.poll())
+
+    def __iter__(self) -> Iterator[Record]:
+        while True:
+            yield self._run(anext(self._consumer))
+
+    def commit(self, position: int | None = None) -> None:
+        self._run(self._consumer.commit(position))
+
+    def close(self) -> None:
+        try:
+            self._run(self._consumer.close())
+            self._run(self.connection.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
