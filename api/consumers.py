@@ -110,7 +110,7 @@ class ConsumerCommits:
             raise ApiError(Code.CONSUMER_NOT_FOUND, f"no consumer {name!r}", self.service.node.leader_id)
         return self._answer(name, found)
 
-    async def list(self, linearizable: bool = True) -> list[ConsumerAnswer]:
+    async def list_all(self, linearizable: bool = True) -> list[ConsumerAnswer]:
         await self._table(linearizable)
         return self.local()
 

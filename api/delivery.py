@@ -65,9 +65,9 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
         return ModelResponse(ConsumerOut.of(await handlers.consumers.get(name, consistency == "linearizable")))
 
     @app.get("/v1/consumers", tags=["consumers"], summary="Every consumer's committed position",
-             responses={200: {"model": ConsumerList, "description": "By name"}, **errors(502, 503, 504)})
+             responses={200: {"model": ConsumerList, "description": "By name"}, **errors(400, 502, 503, 504)})
     async def list_consumers(consistency: Consistency = CONSISTENCY) -> JSONResponse:
-        answers = await handlers.consumers.list(consistency == "linearizable")
+        answers = await handlers.consumers.list_all(consistency == "linearizable")
         return ModelResponse(ConsumerList(consumers=[ConsumerOut.of(a) for a in answers]))
 
     @app.delete("/v1/consumers/{name}", status_code=204, tags=["consumers"], summary="Remove a consumer",

@@ -231,7 +231,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
     async def ListConsumers(self, request: pb.ListConsumersRequest,
                             context: grpc.aio.ServicerContext) -> pb.ConsumerList:
-        answers = await self._answer(context, self.handlers.consumers.list(request.consistency == pb.LINEARIZABLE))
+        answers = await self._answer(context, self.handlers.consumers.list_all(request.consistency == pb.LINEARIZABLE))
         return pb.ConsumerList(consumers=[_consumer(answer) for answer in answers])
 
     async def DeleteConsumer(self, request: pb.DeleteConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:

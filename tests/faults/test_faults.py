@@ -15,7 +15,7 @@ from tests.faults.run import print_summary, run
 @pytest.mark.parametrize(("seed", "nodes", "kinds"), [(1, 3, KINDS[0::2]), (2, 5, KINDS[1::2])])
 def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, kinds: list[str]) -> None:
     lines: list[str] = []
-    summary = run(seed, 30, nodes, kinds=kinds, log=lines.append)
+    summary = run(seed, 20, nodes, kinds=kinds, log=lines.append)
     print("\n".join(lines))
     print_summary(summary)
     for member, tail in summary.get("node_logs", {}).items():

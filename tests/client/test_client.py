@@ -1,0 +1,139 @@
+"""raftlog.client against real 3-member clusters: a producer's entries are in the log once each and in
+order through a leader's death; its buffer is bounded; a fenced session fails its entries; a consumer
+resumes after its committed position and goes on when the member it reads from dies."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+
+from raftlog.app.launcher import LocalCluster
+from raftlog.client import AsyncConsumer, AsyncProducer, Connection, Consumer, Producer, RaftlogError
+from tests.processes import ClusterFactory
+
+
+def data_bodies(url: str, start: int = 0) -> list[bytes]:
+    """Every data entry's body in the committed log, in order (as any reader sees it)."""
+    bodies: list[bytes] = []
+    while True:
+        page = httpx.get(f"{url}/v1/entries", params={"start": start, "limit": 1000}, timeout=10).json()
+        bodies += [e["body"].encode() for e in page["entries"] if e["type"] == "normal"]
+        if page["next"] > page["committed_index"]:
+            return bodies
+        start = page["next"]
+
+
+def urls(cluster: LocalCluster) -> list[str]:
+    return [m.client_url for m in cluster.members.values()]
+
+
+def test_a_producer_appends_each_entry_once_and_in_order_through_a_leader_kill(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    bodies = [f"entry {i}".encode() for i in range(20_000)]
+
+    async def produce() -> tuple[list[int], int]:
+        async with Connection(urls(cluster)) as connection, \
+                AsyncProducer(connection, linger_ms=2, batch_entries=250) as producer:
+            pending = []
+            for i, body in enumerate(bodies):
+                pending.append(await producer.send(body))
+                if i == 5_000:  # batches in flight, the connection at the leader: kill it
+                    await asyncio.to_thread(cluster.kill_member, leader)
+            await producer.flush()
+            return [(await p).index for p in pending], producer.retried
+
+    indices, retried = asyncio.run(produce())
+    assert indices == sorted(indices) and len(set(indices)) == len(bodies)  # in order, each its own entry
+    survivor = next(url for m, url in zip(cluster.members, urls(cluster), strict=True) if m != leader)
+    assert data_bodies(survivor) == bodies  # once each, none lost, none twice
+    assert retried > 0  # the kill left batches without an answer: sent again, answered once
+
+
+def test_the_buffer_is_bounded_and_a_fenced_session_fails_its_entries(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    cluster.wait_leader()
+
+    async def run() -> None:
+        async with Connection(urls(cluster)) as connection:
+            producer = await AsyncProducer(connection, linger_ms=50, batch_entries=50, buffer_entries=100).start()
+            most = 0
+            for i in range(1_000):
+                await producer.send(b"%d" % i)
+                most = max(most, producer._buffered)
+            assert most == 100  # full at times, never past it: send waited for room
+            await producer.flush()
+            newer = await AsyncProducer(connection, producer_id=producer.producer_id).start()  # the next epoch
+            await (await newer.send(b"from the newer epoch"))
+            fenced = await producer.send(b"from the fenced one")
+            await producer.flush()
+            with pytest.raises(RaftlogError) as refused:
+                await fenced
+            assert refused.value.code == "PRODUCER_FENCED"
+            with pytest.raises(RaftlogError):
+                await producer.send(b"after it")  # the session cannot go on
+            await newer.close()
+
+    asyncio.run(run())
+
+
+def test_a_consumer_resumes_after_its_position_and_goes_on_when_its_member_dies(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    cluster.wait_leader()
+    written = [f"m{i}".encode() for i in range(3_000)]
+
+    def write(bodies: list[bytes]) -> None:
+        with Producer([m.client_url for m in cluster.members.values() if m.running], linger_ms=1) as producer:
+            pending = producer.send_many(bodies)
+            producer.flush()
+            assert pending[-1].result().index > pending[0].result().index
+
+    async def consume(count: int, kill: bool) -> tuple[list[bytes], int | None, int]:
+        async with Connection(urls(cluster)) as connection:
+            consumer = AsyncConsumer(connection, "audit", auto_commit_interval_s=None)
+            await consumer.resume()
+            got: list[bytes] = []
+            async for record in consumer:
+                if record.type == "normal":
+                    got.append(record.body)
+                if kill and len(got) == 1_000:  # all it was handed so far: its member dies, then more comes
+                    reading = str(consumer._response.url) if consumer._response is not None else ""
+                    member = next(m for m, url in zip(cluster.members, urls(cluster), strict=True)
+                                  if reading.startswith(url))
+                    await asyncio.to_thread(cluster.kill_member, member)
+                    await asyncio.to_thread(write, written[1_000:2_000])
+                if len(got) == count:
+                    break
+            await consumer.commit()
+            await consumer.close()
+            return got, consumer.position, consumer.reconnects
+
+    write(written[:1_000])
+    first, position, reconnects = asyncio.run(consume(1_500, kill=True))
+    assert first == written[:1_500] and reconnects >= 1  # none lost, none twice, through another member
+    write(written[2_000:])
+    rest, _, _ = asyncio.run(consume(1_501, kill=False))
+    assert rest == written[1_499:]  # after the committed position: the last entry handed was not processed yet
+    survivor = next(u for m, u in zip(cluster.members, urls(cluster), strict=True) if cluster.members[m].running)
+    assert httpx.get(f"{survivor}/v1/consumers/audit", timeout=10).json()["position"] >= position
+
+
+def test_the_synchronous_consumer_reads_what_the_producer_wrote(make_cluster: ClusterFactory) -> None:
+    cluster = make_cluster(3)
+    cluster.wait_leader()
+    with Producer(urls(cluster)) as producer:
+        producer.send_many([b"x", b"y", b"z"])
+        producer.flush()
+    seen: list[bytes] = []
+    done = threading.Event()
+    with Consumer(urls(cluster), "sync", auto_commit_interval_s=None) as consumer:
+        for record in consumer:
+            seen += [record.body] if record.type == "normal" else []
+            if len(seen) == 3:
+                done.set()
+                break
+        consumer.commit()
+    assert done.is_set() and seen == [b"x", b"y", b"z"]
