@@ -14,22 +14,22 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
 from raftlog.client.connection import BACKOFF_S, Connection, RaftlogError
-from raftlog.storage.codec import HEADER_SIZE, Magic, client_body, iter_entries, stamp_of
+from raftlog.storage.codec import HEADER, HEADER_SIZE, SEQUENCE_BITS, STAMP, STAMP_SIZE, Magic
 
 ENTRIES = "application/vnd.raftlog.entries"
-TYPES = {Magic.NORMAL: "normal", Magic.PRODUCED: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
+TYPES = {Magic.NORMAL: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
+SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     index: int
     term: int
     pos: int
@@ -76,7 +76,7 @@ class AsyncConsumer:
             if exc.code != "CONSUMER_NOT_FOUND":
                 raise
             self._next = self.start
-        self._last_commit = asyncio.get_running_loop().time()
+        self._last_commit = time.monotonic()
         return self._next
 
     def __aiter__(self) -> AsyncConsumer:
@@ -86,7 +86,7 @@ class AsyncConsumer:
         if self._handed is not None:
             self.position = self._handed  # asked past it: processed
         if self.auto_commit_interval_s is not None and self.position != self.committed and \
-                asyncio.get_running_loop().time() - self._last_commit >= self.auto_commit_interval_s:
+                time.monotonic() - self._last_commit >= self.auto_commit_interval_s:
             await self.commit()
         if not self._records:
             self._records.extend(await self.poll())
@@ -116,28 +116,28 @@ class AsyncConsumer:
                 return records
 
     def _decode(self, chunk: bytes) -> list[Record] | None:
-        """The whole entries the stream has brought so far; None while none is whole."""
+        """The whole entries the stream has brought so far, control entries left out (DLedger's stored
+        format: storage.codec; the stream's CRCs were checked by the member that read it); None while
+        none is whole."""
         buffer = self._buffer
         buffer += chunk
-        end = 0
-        while end + HEADER_SIZE <= len(buffer):
-            size = int.from_bytes(buffer[end + 4:end + 8], "big")
-            if end + size > len(buffer):
+        data, end, size = bytes(buffer), 0, 0
+        records: list[Record] = []
+        append, unpack_header, unpack_stamp, produced = records.append, HEADER.unpack_from, STAMP.unpack_from, \
+            Magic.PRODUCED
+        while end + HEADER_SIZE <= len(data):
+            magic, size, index, term, pos, *_rest = unpack_header(data, end)
+            if end + size > len(data):
                 break
+            if magic == produced:
+                producer_id, rest = unpack_stamp(data, end + HEADER_SIZE)
+                append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + STAMP_SIZE:end + size],
+                              (producer_id, rest >> SEQUENCE_BITS, rest & SEQUENCE_MASK)))
+            elif magic != Magic.CONSUMER:  # a control entry: not data
+                append(Record(index, term, pos, TYPES.get(magic, "other"), data[end + HEADER_SIZE:end + size]))
             end += size
-        if end == 0:
-            return None
-        entries = iter_entries(bytes(buffer[:end]))
+            self._next = index + 1
         del buffer[:end]
-        assert self._next is not None
-        self._next = entries[-1].index + 1
-        records = []
-        for entry in entries:
-            if entry.magic == Magic.CONSUMER:  # a control entry: not data
-                continue
-            stamp = stamp_of(entry)
-            records.append(Record(entry.index, entry.term, entry.pos, TYPES.get(entry.magic, "normal"),
-                                  bytes(client_body(entry)), None if stamp is None else tuple(stamp)))
         return records or None
 
     async def _open(self) -> None:
@@ -167,7 +167,7 @@ class AsyncConsumer:
             return
         await self.connection.retried("PUT", f"/v1/consumers/{self.name}", json={"position": position})
         self.committed = position
-        self._last_commit = asyncio.get_running_loop().time()
+        self._last_commit = time.monotonic()
 
     async def close(self) -> None:
         """Commit what was processed (with auto-commit on), and stop reading."""
