@@ -99,6 +99,7 @@ TARGETS: dict[str, tuple[tuple[str, Bound], ...]] = {  # figure: its conditions,
     "restart_s_1gib": (("<", 2.0),),
     "session_cpu_overhead_single_64conn": (("<=", 0.10),),  # issue 31: what producer sessions cost
     "session_cpu_overhead_batch_1000": (("<=", 0.05),),
+    "client_producer_eps": ((">=", 200_000),),  # issue 31: raftlog.client's Producer from one Python process
 }
 
 Log = Callable[[str], None]
@@ -641,6 +642,9 @@ def main() -> None:
             log("2b. producer sessions against the same appends without (bench/delivery_bench.py)")
             from delivery_bench import idempotence  # it imports this module's helpers
             sessions = idempotence(raftlog, args.seconds, args.rounds, log)
+            log("2c. the Python client from one process: a producer and a consumer (bench/client_bench.py)")
+            from client_bench import client_figures
+            client = client_figures(raftlog, 1_000_000 if not args.quick else 200_000, args.rounds, log)
             log("3. reads")
             read = reads(raftlog, etcd, args.seconds, args.rounds, log)
             log("4. failover")
@@ -660,7 +664,9 @@ def main() -> None:
                               "session_cpu_overhead_single_64conn":
                                   sessions["single appends, 64 connections"]["cpu_overhead"],
                               "session_cpu_overhead_batch_1000":
-                                  sessions["batches of 1000, 16 connections"]["cpu_overhead"]}
+                                  sessions["batches of 1000, 16 connections"]["cpu_overhead"],
+                              "client": client, "client_producer_eps": client["produce (httpx)"]["eps"],
+                              "client_consumer_eps": client["follow (httpx, named consumer)"]["eps"]}
     result["targets_met"] = {name: meets(name, result) for name in TARGETS}
     paths = charts(result, RESULTS)
     (RESULTS / "compare.json").write_text(json.dumps(result, indent=1))
