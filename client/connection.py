@@ -74,7 +74,7 @@ class Connection:
             self._failed(url)
             raise RaftlogError("NETWORK_ERROR", f"no answer from {url}: {exc!r}", 0) from None
         if response.status_code >= 400:
-            error = _error(response)
+            error = error_of(response)
             if error.status in RETRY_LATER:
                 self._failed(url)
             if error.leader is not None:
@@ -129,7 +129,8 @@ class Connection:
             return
 
 
-def _error(response: httpx.Response) -> RaftlogError:
+def error_of(response: httpx.Response) -> RaftlogError:
+    """The error an answer of 400 or above carries (api.md's shape)."""
     try:
         error = response.json()["error"]
         return RaftlogError(error["code"], error["message"], response.status_code, error.get("leader"))

@@ -16,21 +16,22 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 
-from raftlog.client.connection import BACKOFF_S, Connection, RaftlogError
+from raftlog.client.connection import BACKOFF_S, Connection, RaftlogError, error_of
 from raftlog.storage.codec import HEADER, HEADER_SIZE, SEQUENCE_BITS, STAMP, STAMP_SIZE, Magic
 
+T = TypeVar("T")
 ENTRIES = "application/vnd.raftlog.entries"
 TYPES = {Magic.NORMAL: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
 SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
 
 
 class Record(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # the entry's, over tuple.index
     term: int
     pos: int
     type: str  # normal, noop (a new leader's first entry), config_change
@@ -105,7 +106,9 @@ class AsyncConsumer:
                     await self._open()
                 assert self._stream is not None
                 chunk = await anext(self._stream)
-            except (httpx.HTTPError, RaftlogError, StopAsyncIteration):  # the member failed or stopped
+            except (httpx.HTTPError, RaftlogError, StopAsyncIteration) as exc:  # the member failed or stopped
+                if isinstance(exc, RaftlogError) and 400 <= exc.status < 500:  # cleaned away, or not allowed:
+                    raise  # no member would answer otherwise
                 await self._close_stream()
                 self.reconnects += 1
                 await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
@@ -150,7 +153,7 @@ class AsyncConsumer:
             await response.aread()
             await response.aclose()
             connection.skip(url)
-            raise RaftlogError("HTTP", response.text[:200], response.status_code)
+            raise error_of(response)
         self._response, self._stream = response, response.aiter_raw()
         self._buffer.clear()
 
@@ -220,5 +223,5 @@ class Consumer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self, coroutine: Any) -> Any:
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()

@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.client.connection import BACKOFF_S, RETRY_LATER, Connection, RaftlogError
 
+T = TypeVar("T")
 MAX_IN_FLIGHT = 5  # producer_batches_kept's default: a member answers a retry of any of the last 5 batches
 
 
@@ -290,5 +291,5 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _run(self, coroutine: Any) -> Any:
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
