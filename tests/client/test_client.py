@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
-from raftlog.app.launcher import LocalCluster
+from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from raftlog.client import AsyncConsumer, AsyncProducer, Connection, Consumer, Producer, RaftlogError
+from tests.pki import Pki
 from tests.processes import ClusterFactory
 
 
@@ -137,3 +139,31 @@ def test_the_synchronous_consumer_reads_what_the_producer_wrote(make_cluster: Cl
                 break
         consumer.commit()
     assert done.is_set() and seen == [b"x", b"y", b"z"]
+
+
+def test_the_client_speaks_https_with_tokens(tmp_path: Path) -> None:
+    pki = Pki(tmp_path / "pki", "client")
+    settings = {**SMALL_FILES, "client_tls_cert": pki.cert, "client_tls_key": pki.key,
+                "tokens": "reader:reader-token-for-the-client,writer:writer-token-for-the-client"}
+    with LocalCluster(tmp_path / "cluster", 3, verify=pki.client_context(), settings=settings) as cluster:
+        cluster.wait_leader()
+        members = urls(cluster)
+        assert all(url.startswith("https://") for url in members)
+
+        async def run() -> None:
+            async with Connection(members, ca=str(pki.ca_file)) as anonymous:
+                with pytest.raises(RaftlogError) as refused:
+                    await AsyncProducer(anonymous).start()
+                assert refused.value.code == "UNAUTHENTICATED"
+            async with Connection(members, token="writer-token-for-the-client", ca=str(pki.ca_file)) as writer, \
+                    AsyncProducer(writer) as producer:
+                appended = await (await producer.send(b"over TLS"))
+            async with Connection(members, token="reader-token-for-the-client", ca=str(pki.ca_file)) as reader, \
+                    AsyncConsumer(reader, "tls", auto_commit_interval_s=None) as consumer:
+                async for record in consumer:
+                    if record.index == appended.index:
+                        assert record.body == b"over TLS"
+                        break
+                await consumer.commit()  # a consumer's commit is a reader's to make
+
+        asyncio.run(run())
