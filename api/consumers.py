@@ -61,7 +61,8 @@ class ConsumerCommits:
         return await asyncio.shield(combined.answer)
 
     async def delete(self, name: str, expected: int | None = None) -> ConsumerAnswer:
-        """Remove consumer `name` (CONSUMER_NOT_FOUND if there is none); its last position as answered."""
+        """Remove consumer `name` (CONSUMER_NOT_FOUND if there is none); answered with position -1 and the
+        removal's entry."""
         if (problem := commit_problem(name, 0, "")) is not None:
             raise bad_request(problem)
         return await self.write(ConsumerCommit(name, -1), expected)
