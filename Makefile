@@ -29,7 +29,7 @@ test: $(STAMP) $(CHROMEDRIVER)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# the simulation over many seeds (make test runs 30, 10 and 15 of them): three and five members, membership changes
+# the simulation over many seeds (make test runs 24, 6 and 15 of them): three and five members, membership changes
 sim: $(STAMP)
 	$(BIN)/python -m tests.sim --seeds 500
 	$(BIN)/python -m tests.sim --seeds 200 --voters 5

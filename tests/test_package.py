@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("storage", "raft", "api", "app", "pipeline")  # raftlog.storage, raftlog.raft, ...
+FOLDERS = ("storage", "raft", "api", "app", "pipeline", "client")  # raftlog.storage, raftlog.raft, ...
 
 
 def test_the_wheel_installs_raftlog_alone(tmp_path: Path) -> None:
