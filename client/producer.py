@@ -9,6 +9,9 @@ the same entries with the same sequence, through any member, until the group
 answers: the session makes the retry safe (a batch that went in is answered
 with its original entries, `duplicate` set). A batch refused as out of order
 (a batch before it had not arrived) waits for that one and is sent again.
+The session's first batch goes alone: a member takes any sequence from a
+producer it has no record of, so a later batch arriving first would leave the
+earlier ones out of order for good.
 Entries not yet answered are bounded by `buffer_entries`: `send` waits for
 room (back-pressure). `flush` waits for every entry sent so far, `close`
 too, and then ends the session's sender.
@@ -28,6 +31,7 @@ from raftlog.client.connection import BACKOFF_S, RETRY_LATER, Connection, Raftlo
 
 T = TypeVar("T")
 MAX_IN_FLIGHT = 5  # producer_batches_kept's default: a member answers a retry of any of the last 5 batches
+OUT_OF_ORDER_MAX = 50  # refusals of the first batch in flight, none before it, until the session is given up
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +117,7 @@ class AsyncProducer:
         self._deliveries: set[asyncio.Task[None]] = set()
         self._sender: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None  # the session cannot go on (fenced, refused)
+        self._established = False  # a batch was answered: the group has a record of the session
 
     async def start(self) -> AsyncProducer:
         """Take the producer session (POST /v1/producers) and start sending."""
@@ -194,7 +199,7 @@ class AsyncProducer:
     async def _send_batches(self) -> None:
         assert self._wake is not None
         while True:
-            while self._sealed and len(self._in_flight) < self.max_in_flight:
+            while self._sealed and len(self._in_flight) < (self.max_in_flight if self._established else 1):
                 batch = self._sealed.popleft()
                 self._in_flight.append(batch)
                 delivery = asyncio.create_task(self._deliver(batch))
@@ -204,10 +209,21 @@ class AsyncProducer:
             await self._wake.wait()
 
     async def _deliver(self, batch: _Batch) -> None:
+        """The batch, sent until answered; whatever ends it, its entries are answered (never left waiting)."""
+        try:
+            await self._send_until_answered(batch)
+        except Exception as exc:  # an answer it cannot read, or a bug: the session cannot go on
+            self._failure = exc
+            raise
+        finally:
+            if not batch.done.is_set():
+                self._settle(batch, error=self._failure or RaftlogError("CLOSED", "the producer was closed", 0))
+
+    async def _send_until_answered(self, batch: _Batch) -> None:
         content = encode_bodies(batch.bodies)
         headers = {"content-type": BATCH_CONTENT_TYPE, "x-raftlog-producer-id": str(self.producer_id),
                    "x-raftlog-producer-epoch": str(self.epoch), "x-raftlog-sequence": str(batch.sequence)}
-        attempt = 0
+        attempt = out_of_order = 0
         while True:
             if self._failure is not None:
                 return self._settle(batch, error=self._failure)
@@ -215,6 +231,10 @@ class AsyncProducer:
                 response = await self.connection.call("POST", "/v1/entries/batch", content=content, headers=headers)
             except RaftlogError as exc:
                 if exc.code == "OUT_OF_ORDER_SEQUENCE":  # a batch before it has not arrived yet
+                    out_of_order += batch is self._in_flight[0]
+                    if out_of_order > OUT_OF_ORDER_MAX:  # none before it is on its way: the group lost the
+                        self._failure = exc  # session's record (an idle producer forgotten): it cannot go on
+                        return self._settle(batch, error=exc)
                     await self._before_answered(batch)
                 elif exc.status not in (0, *RETRY_LATER):  # fenced, or refused: the session cannot go on
                     self._failure = exc
@@ -239,6 +259,7 @@ class AsyncProducer:
     def _settle(self, batch: _Batch, *, answer: dict[str, Any] | None = None,
                 error: BaseException | None = None) -> None:
         batch.answer, batch.error = answer, error
+        self._established = self._established or answer is not None
         batch.done.set()
         batch.future.set_result(None)
         self._in_flight.remove(batch)

@@ -99,8 +99,9 @@ def test_a_consumer_resumes_after_its_position_and_goes_on_when_its_member_dies(
             await consumer.resume()
             got: list[bytes] = []
             async for record in consumer:
-                if record.type == "normal":
-                    got.append(record.body)
+                if record.type != "normal":
+                    continue  # a new leader's NOOP
+                got.append(record.body)
                 if kill and len(got) == 1_000:  # all it was handed so far: its member dies, then more comes
                     reading = str(consumer._response.url) if consumer._response is not None else ""
                     member = next(m for m, url in zip(cluster.members, urls(cluster), strict=True)
