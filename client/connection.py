@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 import httpx
 
+T = TypeVar("T")
 RETRY_LATER = frozenset({502, 503, 504})  # the group has no answer now: ask again (another member, later)
 BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
@@ -136,3 +138,21 @@ def error_of(response: httpx.Response) -> RaftlogError:
         return RaftlogError(error["code"], error["message"], response.status_code, error.get("leader"))
     except (ValueError, KeyError, TypeError):
         return RaftlogError("HTTP", response.text[:200], response.status_code)
+
+
+class LoopThread:
+    """An event loop in a thread of its own: the synchronous Producer's and Consumer's."""
+
+    def __init__(self, name: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """`coroutine`'s result, run in the loop; from any other thread."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()

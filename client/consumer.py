@@ -13,18 +13,16 @@ hand with `commit()`.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, NamedTuple
 
 import httpx
 
-from raftlog.client.connection import BACKOFF_S, Connection, RaftlogError, error_of
+from raftlog.client.connection import BACKOFF_S, Connection, LoopThread, RaftlogError, error_of
 from raftlog.storage.codec import HEADER, HEADER_SIZE, SEQUENCE_BITS, STAMP, STAMP_SIZE, Magic
 
-T = TypeVar("T")
 ENTRIES = "application/vnd.raftlog.entries"
 TYPES = {Magic.NORMAL: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
 SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
@@ -187,41 +185,34 @@ class Consumer:
 
     def __init__(self, members: list[str], name: str, *, token: str | None = None, ca: str | None = None,
                  **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="raftlog-consumer", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("raftlog-consumer")
         self.connection = Connection(members, token=token, ca=ca)
         self._consumer = AsyncConsumer(self.connection, name, **options)
-        self._run(self._consumer.resume())
+        self._loop.run(self._consumer.resume())
 
     @property
     def position(self) -> int | None:
         return self._consumer.position
 
     def poll(self) -> list[Record]:
-        return self._run(self._consumer.poll())
+        return self._loop.run(self._consumer.poll())
 
     def __iter__(self) -> Iterator[Record]:
         while True:
-            yield self._run(anext(self._consumer))
+            yield self._loop.run(anext(self._consumer))
 
     def commit(self, position: int | None = None) -> None:
-        self._run(self._consumer.commit(position))
+        self._loop.run(self._consumer.commit(position))
 
     def close(self) -> None:
         try:
-            self._run(self._consumer.close())
-            self._run(self.connection.close())
+            self._loop.run(self._consumer.close())
+            self._loop.run(self.connection.close())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._loop.stop()
 
     def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()

@@ -22,14 +22,13 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
-from raftlog.client.connection import BACKOFF_S, RETRY_LATER, Connection, RaftlogError
+from raftlog.client.connection import BACKOFF_S, RETRY_LATER, Connection, LoopThread, RaftlogError
 
-T = TypeVar("T")
 MAX_IN_FLIGHT = 5  # producer_batches_kept's default: a member answers a retry of any of the last 5 batches
 OUT_OF_ORDER_MAX = 50  # refusals of the first batch in flight, none before it, until the session is given up
 
@@ -275,42 +274,35 @@ class Producer:
 
     def __init__(self, members: list[str], *, token: str | None = None, ca: str | None = None,
                  **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="raftlog-producer", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("raftlog-producer")
         self.connection = Connection(members, token=token, ca=ca)
         self._producer = AsyncProducer(self.connection, **options)
-        self._run(self._producer.start())
+        self._loop.run(self._producer.start())
 
     @property
     def producer_id(self) -> int | None:
         return self._producer.producer_id
 
     def send(self, body: bytes) -> Pending:
-        return self._run(self._producer.send(body))
+        return self._loop.run(self._producer.send(body))
 
     def send_many(self, bodies: list[bytes]) -> list[Pending]:
         async def send_all() -> list[Pending]:
             return [await self._producer.send(body) for body in bodies]
-        return self._run(send_all())
+        return self._loop.run(send_all())
 
     def flush(self) -> None:
-        self._run(self._producer.flush())
+        self._loop.run(self._producer.flush())
 
     def close(self) -> None:
         try:
-            self._run(self._producer.close())
-            self._run(self.connection.close())
+            self._loop.run(self._producer.close())
+            self._loop.run(self.connection.close())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._loop.stop()
 
     def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
