@@ -13,9 +13,10 @@ import asyncio
 import contextlib
 import random
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from raftlog.raft.config import Peer
 from raftlog.raft.consumers import ABSENT
@@ -98,31 +99,40 @@ async def _clients(cluster: SimCluster, rng: random.Random, stop: asyncio.Event)
     await _finished(tasks)
 
 
+async def _until_answered(cluster: SimCluster, rng: random.Random, stop: asyncio.Event, given_up: list[float],
+                          attempt: Callable[[str], Coroutine[Any, Any, bool]]) -> bool:
+    """One client's call, sent through any member until one answers True (a crash of its member
+    cancels it: unknown, sent again); False once stopped CONVERGE_S / 3 without an answer
+    (`given_up`: that moment, once set, for all the client's calls)."""
+    while True:
+        if stop.is_set():
+            given_up[0] = given_up[0] or cluster.now() + CONVERGE_S / 3
+            if cluster.now() >= given_up[0]:
+                return False
+        running = cluster.running
+        if running:
+            target = rng.choice(running).config.self_id
+            call = cluster.call(target, attempt(target))
+            if call is not None:
+                await asyncio.wait([call])
+                if not call.cancelled() and call.exception() is None and call.result() is True:
+                    return True
+        await asyncio.sleep(rng.uniform(0.01, 0.05))
+
+
 async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event, count: int = 2) -> None:
     """Producers with sessions, one append in flight each, through any member's API: an append whose
     outcome is unknown is sent again, the same body with the same sequence, until the group answers
     (after the faults end too, for a while): the final log must hold each body once."""
     async def producer(producer_id: int) -> None:
-        sequence, given_up_at = 0, None
+        sequence, given_up = 0, [0.0]
         while not stop.is_set():
             bodies = [f"seed{cluster.seed}-producer{producer_id}-{sequence + k}".encode()
                       for k in range(rng.randint(1, 3))]
-            invoked, answered = cluster.now(), False
-            while not answered:
-                if stop.is_set():
-                    given_up_at = given_up_at or cluster.now() + CONVERGE_S / 3
-                    if cluster.now() >= given_up_at:
-                        return
-                running = cluster.running
-                if running:
-                    target = rng.choice(running).config.self_id
-                    call = cluster.call(target, cluster.produce(target, Sequenced(producer_id, 0, sequence), bodies,
-                                                                invoked))
-                    if call is not None:  # a crash of its member cancels it: unknown, sent again
-                        await asyncio.wait([call])
-                        answered = not call.cancelled() and call.exception() is None and call.result() is True
-                if not answered:
-                    await asyncio.sleep(rng.uniform(0.01, 0.05))
+            invoked = cluster.now()
+            if not await _until_answered(cluster, rng, stop, given_up, lambda target: cluster.produce(
+                    target, Sequenced(producer_id, 0, sequence), bodies, invoked)):
+                return
             sequence += len(bodies)
             await asyncio.sleep(rng.uniform(0.005, 0.03))
 
@@ -135,26 +145,14 @@ async def _consumers(cluster: SimCluster, rng: random.Random, stop: asyncio.Even
     last position expected), "plain" does not, "idle" commits once (its position must outlive every
     restart and snapshot)."""
     async def consumer(name: str, commits: int | None = None) -> None:
-        position, given_up_at = ABSENT, None
+        position, given_up = ABSENT, [0.0]
         while not stop.is_set() and commits != 0:
             acks = cluster.history.acks
             new = max(position + 1, rng.choice(acks).index) if acks else 0
             expected = position if name.startswith("cas") else None
-            answered = False
-            while not answered:
-                if stop.is_set():
-                    given_up_at = given_up_at or cluster.now() + CONVERGE_S / 3
-                    if cluster.now() >= given_up_at:
-                        return
-                running = cluster.running
-                if running:
-                    target = rng.choice(running).config.self_id
-                    call = cluster.call(target, cluster.commit_consumer(target, name, new, expected))
-                    if call is not None:
-                        await asyncio.wait([call])
-                        answered = not call.cancelled() and call.exception() is None and call.result() is True
-                if not answered:
-                    await asyncio.sleep(rng.uniform(0.01, 0.05))
+            if not await _until_answered(cluster, rng, stop, given_up, lambda target: cluster.commit_consumer(
+                    target, name, new, expected)):
+                return
             position = new
             commits = None if commits is None else commits - 1
             await asyncio.sleep(rng.uniform(0.02, 0.08))
