@@ -130,8 +130,9 @@ async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Even
             bodies = [f"seed{cluster.seed}-producer{producer_id}-{sequence + k}".encode()
                       for k in range(rng.randint(1, 3))]
             invoked = cluster.now()
-            if not await _until_answered(cluster, rng, stop, given_up, lambda target: cluster.produce(
-                    target, Sequenced(producer_id, 0, sequence), bodies, invoked)):
+            session = Sequenced(producer_id, 0, sequence)
+            if not await _until_answered(cluster, rng, stop, given_up, lambda target, s=session, b=bodies, i=invoked:
+                                         cluster.produce(target, s, b, i)):
                 return
             sequence += len(bodies)
             await asyncio.sleep(rng.uniform(0.005, 0.03))
@@ -150,8 +151,8 @@ async def _consumers(cluster: SimCluster, rng: random.Random, stop: asyncio.Even
             acks = cluster.history.acks
             new = max(position + 1, rng.choice(acks).index) if acks else 0
             expected = position if name.startswith("cas") else None
-            if not await _until_answered(cluster, rng, stop, given_up, lambda target: cluster.commit_consumer(
-                    target, name, new, expected)):
+            if not await _until_answered(cluster, rng, stop, given_up, lambda target, n=new, e=expected:
+                                         cluster.commit_consumer(target, name, n, e)):
                 return
             position = new
             commits = None if commits is None else commits - 1
