@@ -36,15 +36,18 @@ class StateMachine(Protocol):
 class LogTable(Protocol):
     """A table kept in step with the log (raft.producers, raft.consumers), as a start rebuilds it."""
 
+    magics: frozenset[int]  # the entries it is made of: a start reads no others
+
     def restore(self, saved: bytes | None) -> int: ...  # the first index `replayed` must see
 
     def replayed(self, entry: Entry) -> None: ...
 
 
 def restore_tables(self_id: str, store: LogStore, *tables: tuple[LogTable, bytes | None]) -> None:
-    """On start: each table as the checkpoint saved it, then the log after them, read once."""
+    """On start: each table as the checkpoint saved it, then the entries of the log after them that the
+    tables are made of, each read once."""
     start = min(table.restore(saved) for table, saved in tables)
-    for index in range(max(start, store.begin_index), store.end_index + 1):
+    for index in store.indices_of(frozenset().union(*(table.magics for table, _ in tables)), start):
         try:
             entry = store.get(index)
         except StorageError as exc:  # damaged: the scrub repairs it; its producer may see one duplicate

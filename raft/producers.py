@@ -9,8 +9,9 @@ from its own log. The leader consults it before it appends a batch:
   entries, not written again;
 - a batch that starts past the next sequence is out of order, and one from an epoch below the
   producer's is fenced: both are refused;
-- anything else is new, and starts where the producer left off (a new producer or a new epoch
-  starts anywhere).
+- anything else is new: it starts where the producer left off, a new epoch of a producer starts at
+  sequence 0 (as Kafka's does), and a producer with no record starts anywhere (its record may have
+  been forgotten, by the bounds below; Kafka's unknown producer is taken the same way).
 
 A batch is a run of a producer's entries back to back in the log and in sequence (one append, or
 several with nothing between them). The table is bounded: the last `batches_kept` batches of each
@@ -33,7 +34,7 @@ from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import Entry, ProducedRun, stamp_of
+from raftlog.storage.codec import Entry, Magic, ProducedRun, stamp_of
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
@@ -115,8 +116,10 @@ class ProducerTable:
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> Checked:
         """What to do with a batch of `count` entries from `first_seq` (nothing is recorded)."""
         state = self.producers.get(producer_id)
-        if state is None or epoch > state.epoch:
+        if state is None:
             return NEW_BATCH
+        if epoch > state.epoch:
+            return NEW_BATCH if first_seq == 0 else Checked(Verdict.OUT_OF_ORDER, expected_seq=0)
         if epoch < state.epoch:
             return Checked(Verdict.FENCED, epoch=state.epoch)
         next_seq = state.last.last_seq + 1
@@ -206,6 +209,8 @@ class ProducerTable:
 class ProducerSessions:
     """The producer table kept in step with this member's log: the leader's appends, a follower's,
     truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
+
+    magics = frozenset((Magic.PRODUCED,))  # what a start replays
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config

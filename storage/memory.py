@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_batch
 from raftlog.storage.checkpoint import TableSource, check_vote
@@ -182,6 +182,12 @@ class MemoryStore:
         if index == self.before_begin_index:
             return self.before_begin_term
         return self.get(index).term
+
+    def indices_of(self, magics: Collection[int], start: int) -> Iterator[int]:
+        first = max(start, self.begin_index)
+        for i, raw in enumerate(self._entries[first - self.begin_index:]):
+            if int.from_bytes(raw[:4], "big") in magics:
+                yield first + i
 
     def first_index_of_term(self, term: int, before_index: int) -> int | None:
         for index in range(self.begin_index, min(before_index, self.end_index) + 1):

@@ -9,7 +9,9 @@ encoded or validated itself, are cut by their index records alone (the follower 
 from __future__ import annotations
 
 import contextlib
+import re
 import zlib
+from collections.abc import Collection, Iterator
 from typing import Protocol
 
 from raftlog.storage.codec import (
@@ -172,6 +174,23 @@ class LogReader:
             return self.log.before_begin_term
         check_in_log(index, self.log.begin_index, self.log.end_index)
         return self.record(index)[4]
+
+    def indices_of(self, magics: Collection[int], start: int) -> Iterator[int]:
+        """The indices from `start` on whose index records name one of `magics`, found by scanning
+        the index files' type bytes alone: no entry is read (a start that rebuilds its tables reads
+        only the entries they are made of)."""
+        wanted = re.compile(b"[" + re.escape(bytes(sorted(magics))) + b"]")
+        index, end = max(start, self.log.begin_index), self.log.end_index
+        while index <= end:
+            pos = index * INDEX_RECORD_SIZE
+            seg = self.index.find(pos)
+            offset = pos - seg.start
+            count = min(end + 1 - index, (self.index.file_size - offset) // INDEX_RECORD_SIZE, 1 << 20)
+            # a record's magic is a big-endian i32 whose low byte holds the type (types are below 256)
+            types = seg.view[offset + 3:offset + count * INDEX_RECORD_SIZE:INDEX_RECORD_SIZE].tobytes()
+            for found in wanted.finditer(types):
+                yield index + found.start()
+            index += count
 
     def first_index_of_term(self, term: int, before_index: int) -> int | None:
         """The first kept index at or below `before_index` whose term is `term`, or None.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -333,6 +333,9 @@ class Store:
 
     def first_index_of_term(self, term: int, before_index: int) -> int | None:
         return self.reader.first_index_of_term(term, before_index)
+
+    def indices_of(self, magics: Collection[int], start: int) -> Iterator[int]:
+        return self.reader.indices_of(magics, start)
 
     async def repair(self, index: int, raw: bytes) -> None:
         """Overwrite the damaged entry at `index` with `raw`, a replica's stored copy of it.

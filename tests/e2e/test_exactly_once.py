@@ -94,7 +94,9 @@ def test_a_new_epoch_fences_the_producer_before_it(make_cluster: ClusterFactory)
     assert answered(cluster, leader, old, 0, ["old-0"])["duplicate"] is False
     new = httpx.post(f"{url}/v1/producers", json={"id": old["id"]}, timeout=10.0).json()
     assert new == {"id": old["id"], "epoch": 1}
-    assert answered(cluster, leader, new, 0, ["new-0"])["duplicate"] is False  # a new epoch starts anywhere
+    ahead = produce(url, new, 5, ["new-5"])  # a new epoch starts at sequence 0
+    assert ahead.status_code == 409 and ahead.json()["error"]["code"] == "OUT_OF_ORDER_SEQUENCE"
+    assert answered(cluster, leader, new, 0, ["new-0"])["duplicate"] is False
     fenced = produce(url, old, 1, ["old-1"])
     assert fenced.status_code == 409 and fenced.json()["error"]["code"] == "PRODUCER_FENCED"
     bad = produce(url, {"id": -1, "epoch": 0}, 0, ["x"])

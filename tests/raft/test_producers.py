@@ -31,8 +31,11 @@ def test_a_gap_in_the_sequences_is_out_of_order_and_an_older_epoch_is_fenced() -
     assert gap.verdict is Verdict.OUT_OF_ORDER and gap.expected_seq == 3
     fenced = table.check(7, 1, 3, 1)
     assert fenced.verdict is Verdict.FENCED and fenced.epoch == 2
-    assert table.check(7, 3, 100, 1).verdict is Verdict.NEW  # a new epoch starts anywhere
-    table.record(7, 3, 100, 13, 13, 13)
+    ahead = table.check(7, 3, 100, 1)  # a new epoch starts at 0: its second batch may not go first
+    assert ahead.verdict is Verdict.OUT_OF_ORDER and ahead.expected_seq == 0
+    assert table.check(7, 3, 0, 1).verdict is Verdict.NEW
+    assert table.check(8, 0, 100, 1).verdict is Verdict.NEW  # a producer with no record starts anywhere
+    table.record(7, 3, 0, 13, 13, 13)
     assert table.check(7, 2, 3, 1).verdict is Verdict.FENCED
 
 

@@ -171,6 +171,29 @@ async def test_follower_append_names_the_configuration_and_produced_entries_it_t
     assert bytes(client_body(store.get(7))) == b"f" and stamp_of(store.get(7)) == Stamp(7, 1, 1)
 
 
+async def test_the_index_names_the_entries_of_a_type_without_reading_them(store: Store) -> None:
+    """What a start replays into its tables is found from the index records alone, across index files
+    (ten records each here), from any start; the memory store answers alike."""
+    memory = MemoryStore(SMALL)
+    for s in (store, memory):
+        for i in range(35):
+            if i % 7 == 3:
+                await s.append_as_leader([b"p"], term=1, magic=Magic.PRODUCED, stamp=Stamp(1, 0, i))
+            elif i % 11 == 5:
+                await s.append_as_leader([b"{}"], term=1, magic=Magic.CONFIG_CHANGE)
+            elif i == 29:
+                await s.append_as_leader([b"c"], term=1, magic=Magic.CONSUMER)
+            else:
+                await s.append_as_leader([body(i)], term=1)
+    expected = [i for i in range(35) if i % 7 == 3 or i == 29]
+    for s in (store, memory):
+        wanted = {Magic.PRODUCED, Magic.CONSUMER}
+        assert list(s.indices_of(wanted, 0)) == expected
+        assert list(s.indices_of(wanted, 11)) == [i for i in expected if i >= 11]
+        assert list(s.indices_of({Magic.CONFIG_CHANGE}, 0)) == [5, 16, 27]
+        assert list(s.indices_of({Magic.NOOP}, 0)) == []
+
+
 async def test_follower_rejects_entries_that_do_not_continue_the_log(store: Store) -> None:
     entries = _leader_bytes(4)
     with pytest.raises(AppendRejectedError, match="index 1, expected 0"):
