@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cluster_bench import wrk, wrk_batches  # this folder's siblings: run as `python bench/ab.py`
-from compare import BODY, ETCD_TXN_OPS_MAX, committed_index, cpu_s, machine, rate
+from cluster_bench import BODY, wrk, wrk_batches  # this folder's siblings: run as `python bench/ab.py`
+from compare import ETCD_TXN_OPS_MAX
 from etcd_cluster import EtcdCluster, b64
+from measure import committed_index, cpu_s, machine, rate
 
 from raftlog.app.launcher import LocalCluster
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from compare import cpu_s, machine  # this folder's siblings: run as `python bench/client_bench.py`
+from measure import cpu_s, machine  # this folder's siblings: run as `python bench/client_bench.py`
 
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc

@@ -47,7 +47,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,20 +58,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from client_bench import client_figures
 from cluster_bench import (  # this folder's siblings: run as `python bench/compare.py`
+    BODY,
     drive,
     raftlog_batch,
     wrk,
     wrk_batches,
 )
+from delivery_bench import idempotence
 from etcd_cluster import EtcdCluster, b64
+from measure import machine, median, metered, raftlog_metered, rate
 from pysyncobj_cluster import max_rate
 
 from raftlog.app.launcher import LocalCluster
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-BODY = b"x" * 100
 CONNECTIONS = (1, 16, 64, 256)
 BATCHES = (100, 1000)
 BATCH_CLIENTS = 16
@@ -82,7 +84,6 @@ FAILOVER_LOAD_CONNECTIONS = 16
 RSS_SAMPLES = 10
 
 FORWARDED_CONNECTIONS = 64  # appends sent to a follower
-CLOCK_TICKS_S = os.sysconf("SC_CLK_TCK")  # /proc/<pid>/stat counts CPU time in these
 
 Bound = float | str  # a number, or the name of another figure (etcd's)
 TARGETS: dict[str, tuple[tuple[str, Bound], ...]] = {  # figure: its conditions, from issue 29
@@ -105,10 +106,6 @@ TARGETS: dict[str, tuple[tuple[str, Bound], ...]] = {  # figure: its conditions,
 Log = Callable[[str], None]
 T = TypeVar("T")
 PERCENTILES = ("p50", "p90", "p99", "p999")
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 # -- clusters ------------------------------------------------------------------------------
@@ -140,38 +137,7 @@ def etcd_urls(cluster: EtcdCluster) -> tuple[str, str]:
     return cluster.members[leader].client_url, cluster.members[follower].client_url
 
 
-# -- CPU per entry -------------------------------------------------------------------------
-
-
-def cpu_s(pids: list[int]) -> float:
-    """CPU seconds (user + system, all threads) the processes have used so far, from /proc/<pid>/stat."""
-    ticks = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime and stime: fields 14 and 15 in proc(5)
-    return ticks / CLOCK_TICKS_S
-
-
-def metered(pids: list[int], run: Callable[[], T]) -> tuple[T, float]:
-    """run()'s result, and the CPU seconds the processes used while it ran."""
-    before = cpu_s(pids)
-    result = run()
-    return result, cpu_s(pids) - before
-
-
-def committed_index(url: str) -> int:
-    return int(httpx.get(f"{url}/v1/cluster", timeout=10.0).json()["committed_index"])
-
-
-def raftlog_metered(cluster: LocalCluster, leader_url: str, run: Callable[[], T]) -> tuple[T, float]:
-    """run()'s result, and the CPU µs the three members used per entry committed while it ran
-    (the leader's committed index, read before and after, outside the metered time)."""
-    pids = [m.process.pid for m in cluster.members.values() if m.process is not None]
-    first = committed_index(leader_url)
-    result, cpu = metered(pids, run)
-    entries = committed_index(leader_url) - first
-    assert entries > 0, "nothing committed during a metered phase"
-    return result, cpu * 1e6 / entries
+# -- etcd's CPU per entry --------------------------------------------------------------------
 
 
 def etcd_metered(cluster: EtcdCluster, run: Callable[[], T], entries: Callable[[T], int]) -> tuple[T, float]:
@@ -181,10 +147,6 @@ def etcd_metered(cluster: EtcdCluster, run: Callable[[], T], entries: Callable[[
 
 
 # -- 1. single appends ---------------------------------------------------------------------
-
-
-def rate(report: dict[str, float]) -> float:
-    return report["requests"] / report["duration_us"] * 1e6
 
 
 def single_summary(reports: list[dict[str, float]]) -> dict[str, float]:
@@ -599,12 +561,6 @@ def check_installed() -> None:
                          "etcd-server and the bench extra")
 
 
-def machine() -> str:
-    """lscpu's model line: figures from a slower machine are not a slower raftlog."""
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-
-
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -640,10 +596,8 @@ def main() -> None:
             log("2. batch appends")
             batch, batch_cpu = batch_appends(raftlog, etcd, args.seconds, args.rounds, log)
             log("2b. producer sessions against the same appends without (bench/delivery_bench.py)")
-            from delivery_bench import idempotence  # it imports this module's helpers
             sessions = idempotence(raftlog, args.seconds, args.rounds, log)
             log("2c. the Python client from one process: a producer and a consumer (bench/client_bench.py)")
-            from client_bench import client_figures
             client = client_figures(raftlog, 1_000_000 if not args.quick else 200_000, args.rounds, log)
             log("3. reads")
             read = reads(raftlog, etcd, args.seconds, args.rounds, log)

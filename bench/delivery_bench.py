@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 from cluster_bench import BODY, wrk  # this folder's siblings: run as `python bench/delivery_bench.py`
-from compare import committed_index, cpu_s, machine
+from measure import committed_index, cpu_s, machine
 
 from raftlog.api.bodies import encode_bodies
 from raftlog.app.launcher import LocalCluster

@@ -42,7 +42,7 @@ from cluster_bench import (  # this folder's siblings: run as `python bench/gate
     raftlog_batch,
     wrk,
 )
-from compare import cpu_s, median, raftlog_metered, rate
+from measure import cpu_s, median, raftlog_metered, rate
 
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
