@@ -84,7 +84,7 @@ class ConsumerPosition(NamedTuple):
 class ConsumerPositions:
     """The table, as of `folded_index`, and the consumer entries after it that the log holds."""
 
-    magics = frozenset((Magic.CONSUMER,))  # what a start replays
+    magics: frozenset[int] = frozenset((Magic.CONSUMER,))  # what a start replays
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config

@@ -210,7 +210,7 @@ class ProducerSessions:
     """The producer table kept in step with this member's log: the leader's appends, a follower's,
     truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
 
-    magics = frozenset((Magic.PRODUCED,))  # what a start replays
+    magics: frozenset[int] = frozenset((Magic.PRODUCED,))  # what a start replays
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
