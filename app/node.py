@@ -148,11 +148,14 @@ class Node:
         self._lag_watch = asyncio.create_task(self.metrics.watch_loop_lag(), name="loop-lag")
 
     async def stop(self) -> None:
-        """Stop consensus first, then write the last progress and close the files."""
+        """Stop consensus first, then write the last progress and close the files. The checkpoint goes
+        before the log: its tables may read the log to take its last committed entries in."""
         if self._lag_watch is not None:
             self._lag_watch.cancel()
         await self.raft.stop()
         await self.cleaner.stop()
         await self.peers.close()
-        await self.store.close()
-        await self.checkpoint.close()
+        try:
+            await self.checkpoint.close()
+        finally:
+            await self.store.close()

@@ -35,6 +35,26 @@ def append(url: str, *bodies: str) -> dict[str, Any]:
     return response.json()
 
 
+def test_a_member_stopped_before_it_read_a_committed_position_keeps_it(make_cluster: ClusterFactory) -> None:
+    """A follower takes committed consumer entries into its table when something reads the table, or
+    when its checkpoint is written; one stopped before either wrote them on its way out, reading its
+    log after closing it (the fault suite saw the traceback)."""
+    cluster = make_cluster(3, checkpoint_interval_ms=600_000)  # no periodic write: the stop's is the one
+    leader = cluster.wait_leader()
+    follower = next(m for m in cluster.members if m != leader)
+    committed = retried(cluster, leader, "PUT", "/v1/consumers/late", json={"position": 0, "metadata": "m"})
+    cluster_status = f"{cluster.members[follower].client_url}/v1/cluster"
+    eventually(lambda: httpx.get(cluster_status, timeout=10.0).json()["committed_index"] >= committed["index"] or None,
+               "the follower holds the commit")
+    assert cluster.stop_member(follower) == 0
+    log = cluster.members[follower].log_path.read_text()
+    assert "Traceback" not in log, log
+    cluster.start_member(follower)
+    cluster.wait_healthy(follower)
+    local = retried(cluster, follower, "GET", "/v1/consumers/late", params={"consistency": "local"})
+    assert (local["position"], local["metadata"], local["index"]) == (0, "m", committed["index"])
+
+
 def test_a_committed_position_survives_failover_and_restarts_and_readers_resume_after_it(
         make_cluster: ClusterFactory) -> None:
     cluster = make_cluster(3)

@@ -183,7 +183,9 @@ def scan_log(member_id: str, text: bytes, observer: Observer, damage: list[Damag
         first, *rest = record.splitlines()
         if (PROBLEM.search(first) or b"Traceback" in record) and not any(
                 fault.explains(member_id, offset, first) for fault in damage or ()):
-            said = first + (b" ... " + rest[-1].strip() if rest else b"")  # the exception, if any
+            # the line, then where its exception was raised and the exception, if it has one
+            frames = [line.strip() for line in rest if line.strip().startswith(b"File ")]
+            said = b" ... ".join([first, *frames[-1:], *(line.strip() for line in rest[-1:])])
             problems.append(f"{member_id} logged: {said.decode(errors='replace')[:600]}")
     return problems
 

@@ -211,9 +211,9 @@ INFO:     Shutting down
     problems = scan_log("n1", text, observer, [Damage("n1", 0, 7, 7)])  # a bit flipped in entry 7
     assert problems == [
         "n1 logged: 2026-11-25 06:00:00,003 ERROR raftlog.raft.node: n1: task <coroutine> died ... "
-        "AssertionError: the commit index never falls",
+        'File "raft/node.py", line 357, in _apply_loop ... AssertionError: the commit index never falls',
         "n1 logged: 2026-11-25 06:00:00,004 INFO raftlog.raft: n1 is follower in term 4 (leader n2) ... "
-        "RuntimeError: died at exit"]
+        'File "app/cli.py", line 1, in main ... RuntimeError: died at exit']
     assert observer.violations == ["two leaders in term 3: ['n1', 'n2']"]
 
 
