@@ -27,6 +27,7 @@ from raftlog.api.grpc_api import LogServicer
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_stream import H2PushStream
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.storage.codec import client_body
 from tests.sim.mutants import MUTANTS, retries_forwarded_appends
 
 ENV = "RAFTLOG_TEST_MUTANT"
@@ -78,7 +79,8 @@ def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., A
         async def past_commit(request: Request) -> Response:
             service = self.handlers.service
             if service.node.committed_index < index <= service.store.end_index:
-                return Response(bytes(service.store.get(index).body), media_type="application/octet-stream")
+                body = client_body(service.store.get(index))  # as a committed one is read: without a stamp
+                return Response(bytes(body), media_type="application/octet-stream")
             return await handling(request)
 
         return template, past_commit
