@@ -179,6 +179,8 @@ class LogReader:
         """The indices from `start` on whose index records name one of `magics`, found by scanning
         the index files' type bytes alone: no entry is read (a start that rebuilds its tables reads
         only the entries they are made of)."""
+        if not magics:
+            return
         wanted = re.compile(b"[" + re.escape(bytes(sorted(magics))) + b"]")
         index, end = max(start, self.log.begin_index), self.log.end_index
         while index <= end:
