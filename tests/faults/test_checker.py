@@ -178,6 +178,39 @@ def test_two_leaders_in_one_term_are_a_violation() -> None:
     assert observer.violations == ["two leaders in term 3: ['n1', 'n2']"]
 
 
+def test_a_follower_that_holds_less_than_it_acknowledged_to_its_leader_is_a_violation() -> None:
+    """Only a process that lived through the leader's match index rising is held to it, and only by a
+    status read after that rise: a restarted one may hold less, and learns it from the leader's compare."""
+    follower = type("P", (), {"pid": 20})()
+    observer = Observer(_Cluster({"n1": type("P", (), {"pid": 10})(), "n2": follower}))  # type: ignore[arg-type]
+    observer.born.update({10: 0.0, 20: 0.5})
+
+    def leader_says(match: int, at: float) -> None:
+        status = {"role": "leader", "term": 3, "committed_index": 0, "end_index": 20,
+                  "members": [{"id": "n1", "match_index": 20}, {"id": "n2", "match_index": match}]}
+        observer.judge("n1", 10, status, at, at + 0.1)
+
+    def follower_says(end: int, at: float) -> None:
+        observer.judge("n2", follower.pid, {"role": "follower", "term": 3, "committed_index": 0, "end_index": end},
+                       at, at + 0.1)
+
+    leader_says(5, at=1.0)
+    leader_says(9, at=2.0)  # n2 (pid 20, seen at 0.5) acknowledged 9 after 1.0
+    follower_says(7, at=2.05)  # asked before the leader's answer: it may have been read before the ack
+    assert not observer.violations
+    follower.pid = 21  # restarted with its tail cut
+    observer.born[21] = 2.5
+    leader_says(12, at=3.0)  # the leader has not compared yet: no process of n2 is held to 12
+    follower_says(4, at=3.5)
+    assert not observer.violations
+    follower.pid = 20
+    follower_says(9, at=3.6)
+    assert not observer.violations
+    follower_says(7, at=3.7)
+    follower_says(6, at=3.8)
+    assert observer.violations == ["n2 (pid 20) acknowledged entries up to 9 in term 3, and its log ends at 7"]
+
+
 async def test_the_final_logs_are_read_from_the_data_files(tmp_path: Path) -> None:
     """The offline reader, not the node's API, with each entry's type."""
     store = Store.open(tmp_path / "n1", StoreConfig(data_file_size=4096, index_file_size=32 * 64))

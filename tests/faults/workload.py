@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import threading
 import time
@@ -411,7 +412,14 @@ class Consumer(Client):
 
 class Observer(threading.Thread):
     """Polls every member's status: a commit index must never fall within one run of a process, a term
-    has at most one leader, and a member exits only when a fault stopped it."""
+    has at most one leader, a member exits only when a fault stopped it, and a follower holds what its
+    leader says it acknowledged.
+
+    The last is told from the leader's match index for a follower: when it rose between two looks while
+    one follower process lived through both, that process acknowledged the entries, and its log must
+    hold them for as long as it stays in that term. (A restarted process may hold less than its
+    predecessor acknowledged: tail_cut does that on purpose, and the leader learns it by comparing.)
+    """
 
     def __init__(self, cluster: FaultCluster, interval_s: float = 0.2) -> None:
         super().__init__(name="observer", daemon=True)
@@ -422,6 +430,10 @@ class Observer(threading.Thread):
         self.leaders: dict[int, set[str]] = {}  # term -> every member seen leading it
         self._seen: dict[tuple[str, int], int] = {}  # (member, pid) -> highest commit index seen
         self._exits: set[int] = set()  # pids whose exit was reported
+        self.born: dict[int, float] = {}  # pid -> when the observer first saw that process
+        self._said: dict[tuple[int, int, str], tuple[int, float]] = {}  # (leader pid, term, follower) -> match, asked
+        self._acked: dict[tuple[int, int], tuple[int, float]] = {}  # (follower pid, term) -> index it holds, since
+        self._short: set[tuple[int, int]] = set()  # (follower pid, term) already reported holding less
 
     def run(self) -> None:
         with httpx.Client(timeout=0.5) as http:
@@ -431,7 +443,10 @@ class Observer(threading.Thread):
     def look(self, http: httpx.Client) -> None:
         for member_id, member in list(self.cluster.members.items()):  # a spare may join meanwhile
             process = member.process
-            if process is None or member_id in self.cluster.paused:
+            if process is None:
+                continue
+            self.born.setdefault(process.pid, time.monotonic())
+            if member_id in self.cluster.paused:
                 continue
             if (code := process.poll()) is not None:
                 if member_id not in self.cluster.stopping and process.pid not in self._exits:
@@ -439,18 +454,45 @@ class Observer(threading.Thread):
                     self.violations.append(f"{member_id} (pid {process.pid}) exited with code {code}, "
                                            "though no fault stopped it")
                 continue
+            asked = time.monotonic()
             try:
                 status = http.get(f"{member.client_url}/v1/cluster").json()
-                committed, term = status["committed_index"], status["term"]
-            except (httpx.HTTPError, ValueError, KeyError):
+                self.judge(member_id, process.pid, status, asked, time.monotonic())
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
                 continue
-            if status.get("role") == "leader":
-                self.saw(term, member_id)
-            key = (member_id, process.pid)
-            if committed < self._seen.get(key, -1):
-                self.violations.append(f"{member_id} (pid {process.pid}): commit index fell from "
-                                       f"{self._seen[key]} to {committed}")
-            self._seen[key] = max(committed, self._seen.get(key, -1))
+
+    def judge(self, member_id: str, pid: int, status: dict[str, Any], asked: float, answered: float) -> None:
+        """Check one member's status, read between `asked` and `answered` (monotonic seconds)."""
+        committed, term = status["committed_index"], status["term"]
+        if status.get("role") == "leader":
+            self.saw(term, member_id)
+            self._leader_said(member_id, pid, term, status["members"], asked, answered)
+        key = (member_id, pid)
+        if committed < self._seen.get(key, -1):
+            self.violations.append(f"{member_id} (pid {pid}): commit index fell from "
+                                   f"{self._seen[key]} to {committed}")
+        self._seen[key] = max(committed, self._seen.get(key, -1))
+        acked, since = self._acked.get((pid, term), (-1, math.inf))
+        if since < asked and status["end_index"] < acked and (pid, term) not in self._short:
+            self._short.add((pid, term))
+            self.violations.append(f"{member_id} (pid {pid}) acknowledged entries up to {acked} in term {term}, "
+                                   f"and its log ends at {status['end_index']}")
+
+    def _leader_said(self, leader: str, pid: int, term: int, members: list[dict[str, Any]], asked: float,
+                     answered: float) -> None:
+        """Note each follower process that acknowledged entries to this leader since the last look."""
+        for peer in members:
+            follower, match = peer["id"], peer.get("match_index")
+            member = self.cluster.members.get(follower)
+            if follower == leader or match is None or member is None or member.process is None:
+                continue
+            before, before_asked = self._said.get((pid, term, follower), (math.inf, -math.inf))
+            self._said[(pid, term, follower)] = (match, asked)
+            follower_pid = member.process.pid
+            if before < match and self.born.get(follower_pid, math.inf) < before_asked:
+                held, _ = self._acked.get((follower_pid, term), (-1, 0.0))
+                if match > held:
+                    self._acked[(follower_pid, term)] = (match, answered)
 
     def saw(self, term: int, leader: str) -> None:
         """Record that `leader` said it leads `term`; a second one for a term is a violation."""
