@@ -12,7 +12,9 @@ rounds, and a change of CPU per entry is the figure that judges it (issue 29): t
 three members (utime + stime, /proc/<pid>/stat) while the load runs, over the entries committed.
 Targets (issue 31): at most +10% CPU per entry for single appends at 64 connections, at most +5% in
 batches of 1000. --unsaturated adds single appends from 16 connections (no target): the leader's share of
-the CPU shows where its core is the bottleneck. `bench/compare.py` runs the same phase (2b) beside its etcd figures.
+the CPU shows where its core is the bottleneck. "paired" is the median of each round's ratio (a session
+run over the plain run beside it), which the machine's drift over a run moves less than the ratio of the
+two medians. `bench/compare.py` runs the same phase (2b) beside its etcd figures.
 """
 
 from __future__ import annotations
@@ -100,8 +102,10 @@ def idempotence(cluster: LocalCluster, seconds: int, rounds: int, log: Callable[
         medians = {kind: {key: statistics.median(r[key] for r in reports) for key in reports[0]}
                    for kind, reports in runs.items()}
         overhead = medians["session"]["cpu_us"] / medians["plain"]["cpu_us"] - 1
+        paired = statistics.median(s["cpu_us"] / p["cpu_us"] - 1 for s, p in zip(runs["session"], runs["plain"],
+                                                                                        strict=True))
         target = TARGETS.get(name)
-        figures[name] = {**medians, "cpu_overhead": overhead, "target": target,
+        figures[name] = {**medians, "cpu_overhead": overhead, "paired_overhead": paired, "target": target,
                          "met": None if target is None else overhead <= target}
     return figures
 
@@ -109,13 +113,14 @@ def idempotence(cluster: LocalCluster, seconds: int, rounds: int, log: Callable[
 def print_table(figures: dict[str, Any], header: str) -> None:
     print(header)
     print(f"{'workload':<40}{'entries/s':>12}{'µs CPU/entry':>14}{'leader':>9}{'p99 ms':>9}{'CPU +':>9}"
-          f"{'target':>9}  met")
+          f"{'paired':>9}{'target':>9}  met")
     for name, figure in figures.items():
         for kind in ("plain", "session"):
             m = figure[kind]
             met = "" if figure["target"] is None else \
                 f"{figure['target']:>+9.0%}  {'yes' if figure['met'] else 'NO'}"
-            extra = f"{figure['cpu_overhead']:>+9.1%}{met}" if kind == "session" else ""
+            extra = (f"{figure['cpu_overhead']:>+9.1%}{figure['paired_overhead']:>+9.1%}{met}"
+                     if kind == "session" else "")
             print(f"{name + ', ' + kind:<40}{m['eps']:>12,.0f}{m['cpu_us']:>14,.2f}{m['leader_cpu_us']:>9,.2f}"
                   f"{m['p99_ms']:>9,.2f}{extra}")
 

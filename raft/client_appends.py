@@ -36,7 +36,7 @@ from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration
 from raftlog.raft.producers import ProducerSessions, Sequenced, Verdict
 from raftlog.raft.waiting import Wakeup
-from raftlog.storage.codec import Magic, Stamp
+from raftlog.storage.codec import Magic
 from raftlog.storage.protocol import LogStore
 
 
@@ -135,9 +135,8 @@ class ClientAppends:
                 original = self._original(producer, len(bodies))
                 if original is not None:
                     return original, None
-                stamp = Stamp(producer.producer_id, producer.epoch, producer.sequence)
-                result = await self.store.append_as_leader(bodies, term, Magic.PRODUCED, stamp=stamp)
-                self.sessions.appended([(*stamp, result.first_index, result.first_index + len(bodies) - 1)])
+                result = await self.store.append_as_leader(bodies, term, Magic.PRODUCED, stamp=producer)
+                self.sessions.appended_one(*producer, result.first_index, result.first_index + len(bodies) - 1)
             if magic == Magic.CONFIG_CHANGE:  # in force from now on, committed or not
                 self._configuration_appended(Configuration.decode(bodies[0], result.first_index))
             elif magic == Magic.CONSUMER:

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import Entry, Magic, ProducedRun, stamp_of
+from raftlog.storage.codec import Entry, Magic, ProducedRun, Stamp, stamp_of
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
@@ -53,12 +53,7 @@ def out_of_range(producer: Sequenced, count: int) -> str | None:
     return None
 
 
-class Sequenced(NamedTuple):  # a tuple: one is made for every producer's append
-    """What a producer says of its batch: who it is, and its first entry's sequence."""
-
-    producer_id: int
-    epoch: int
-    sequence: int
+Sequenced = Stamp  # what a producer says of its batch: who it is, and its first entry's sequence (its stamp)
 
 
 class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on the leader and each follower
@@ -71,6 +66,9 @@ class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on th
     @property
     def last_seq(self) -> int:
         return self.first_seq + self.last_index - self.first_index
+
+
+new_batch = tuple.__new__  # ProducedBatch's own __new__ is a Python call; a leader makes one for every append
 
 
 @dataclass(slots=True)
@@ -118,11 +116,12 @@ class ProducerTable:
         state = self.producers.get(producer_id)
         if state is None:
             return NEW_BATCH
-        if epoch > state.epoch:
+        if epoch != state.epoch:
+            if epoch < state.epoch:
+                return Checked(Verdict.FENCED, epoch=state.epoch)
             return NEW_BATCH if first_seq == 0 else Checked(Verdict.OUT_OF_ORDER, expected_seq=0)
-        if epoch < state.epoch:
-            return Checked(Verdict.FENCED, epoch=state.epoch)
-        next_seq = state.last.last_seq + 1
+        last_first_seq, last_first, last_last = state.batches[-1]  # its last batch (the common case: right after it)
+        next_seq = last_first_seq + last_last - last_first + 1
         if first_seq == next_seq:
             return NEW_BATCH
         if first_seq < next_seq:
@@ -153,10 +152,10 @@ class ProducerTable:
             if last_seq_first + last_last - last_first + 1 == first_seq and last_last + 1 == first_index:
                 batches[-1] = ProducedBatch(last_seq_first, last_first, last_index)  # one run: appends back
                 return  # to back, or a batch a push cut in two; nothing else changes
-        batches.append(ProducedBatch(first_seq, first_index, last_index))
-        if len(batches) > self.batches_kept:
-            while len(batches) > self.batches_kept and batches[0].last_index <= committed_index:
-                del batches[0]
+        batches.append(new_batch(ProducedBatch, (first_seq, first_index, last_index)))
+        kept = self.batches_kept
+        while len(batches) > kept and batches[0].last_index <= committed_index:
+            del batches[0]
         if len(producers) > self.producers_max or self.end_index - self.idle_entries > 0:
             self._evict(committed_index)
 
@@ -228,6 +227,11 @@ class ProducerSessions:
         committed = self.state.committed_index
         for producer_id, epoch, first_seq, first_index, last_index in runs:
             self.table.record(producer_id, epoch, first_seq, first_index, last_index, committed)
+        self.changes += 1
+
+    def appended_one(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int) -> None:
+        """One producer's entries first_index..last_index joined the log (a leader's append)."""
+        self.table.record(producer_id, epoch, first_seq, first_index, last_index, self.state.committed_index)
         self.changes += 1
 
     def truncated(self, from_index: int) -> None:
