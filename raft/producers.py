@@ -68,9 +68,6 @@ class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on th
         return self.first_seq + self.last_index - self.first_index
 
 
-new_batch = tuple.__new__  # ProducedBatch's own __new__ is a Python call; a leader makes one for every append
-
-
 @dataclass(slots=True)
 class ProducerState:
     epoch: int
@@ -152,7 +149,7 @@ class ProducerTable:
             if last_seq_first + last_last - last_first + 1 == first_seq and last_last + 1 == first_index:
                 batches[-1] = ProducedBatch(last_seq_first, last_first, last_index)  # one run: appends back
                 return  # to back, or a batch a push cut in two; nothing else changes
-        batches.append(new_batch(ProducedBatch, (first_seq, first_index, last_index)))
+        batches.append(ProducedBatch(first_seq, first_index, last_index))
         kept = self.batches_kept
         while len(batches) > kept and batches[0].last_index <= committed_index:
             del batches[0]
@@ -224,10 +221,8 @@ class ProducerSessions:
 
     def appended(self, runs: Iterable[ProducedRun]) -> None:
         """PRODUCED entries joined the log, in log order."""
-        committed = self.state.committed_index
-        for producer_id, epoch, first_seq, first_index, last_index in runs:
-            self.table.record(producer_id, epoch, first_seq, first_index, last_index, committed)
-        self.changes += 1
+        for run in runs:
+            self.appended_one(*run)
 
     def appended_one(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int) -> None:
         """One producer's entries first_index..last_index joined the log (a leader's append)."""
