@@ -22,14 +22,15 @@ CHROMEDRIVER := /usr/bin/chromedriver
 $(CHROMEDRIVER):
 	apt-get update && apt-get install -y chromium chromium-driver
 
+# on both cores, each test file on one worker: a file's module-scoped cluster or Spark session starts once
 test: $(STAMP) $(CHROMEDRIVER)
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# the simulation over many seeds (make test runs 24, 6 and 15 of them): three and five members, membership changes
+# the simulation over many seeds (make test runs 12, 3 and 8 of them): three and five members, membership changes
 sim: $(STAMP)
 	$(BIN)/python -m tests.sim --seeds 500
 	$(BIN)/python -m tests.sim --seeds 200 --voters 5

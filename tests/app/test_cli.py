@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from raftlog.api.auth import Role
+from raftlog.app.cli import main
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.settings import SettingsError, load_settings
 from tests.pki import Pki
@@ -64,10 +65,12 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"waiting-pushes-max": "-1"}, "waiting_pushes_max must be positive"),
     ({"max-take-leadership-vote-interval-ms": "10"}, "max_take_leadership_vote_interval_ms must be at least"),
 ])
-def test_bad_settings_fail_at_start_with_one_line(tmp_path: Path, overrides: dict[str, str], message: str) -> None:
-    result = raftlog(*serve_args(tmp_path, **overrides))
-    assert result.returncode == 2
-    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+def test_bad_settings_fail_at_start_with_one_line(tmp_path: Path, overrides: dict[str, str], message: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The command's main in this process; the TOML test below runs it as a process of its own."""
+    assert main(serve_args(tmp_path, **overrides)) == 2
+    stderr = capsys.readouterr().err
+    assert message in stderr and stderr.count("\n") == 1, stderr
 
 
 def test_beyond_loopback_a_secret_and_tokens_or_insecure_are_needed(tmp_path: Path,

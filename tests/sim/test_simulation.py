@@ -22,8 +22,8 @@ from tests.sim.scenarios import Outcome, outage, run_failover, run_scenario
 from tests.sim.vloop import run_virtual
 
 # make test's share of seeds; `make sim` runs hundreds more of each kind
-THREE = range(1, 25)
-FIVE = range(1001, 1007)
+THREE = range(1, 13)
+FIVE = range(1001, 1004)
 
 
 @pytest.mark.parametrize("seed", THREE)
@@ -41,7 +41,7 @@ def test_five_members(seed: int) -> None:
     assert outcome.committed > 0 and outcome.acked > 0, "five members made no progress"
 
 
-MEMBERSHIP = range(2001, 2016)
+MEMBERSHIP = range(2001, 2009)
 
 
 @functools.cache
@@ -63,7 +63,7 @@ def test_membership_changes_beside_the_faults(seed: int) -> None:
 def test_membership_schedules_make_every_kind_of_change() -> None:
     """The schedules above are not vacuous: between them, members are added, promoted and removed."""
     made = [c.split()[0] for seed in MEMBERSHIP for c in membership_run(seed).changes]
-    assert {"add", "promote", "remove"} <= set(made) and len(made) >= 24, made
+    assert {"add", "promote", "remove"} <= set(made) and len(made) >= 1.5 * len(MEMBERSHIP), made
 
 
 FAILOVER_MEDIAN_S = 0.36  # docs/benchmarks.md's figure, from `python -m tests.sim --failover --seeds 200`, is below
@@ -76,7 +76,7 @@ def test_a_killed_leader_is_replaced_within_the_failover_bound() -> None:
     assert max(times) <= FAILOVER_WORST_S, times
 
 
-OUTAGE_SEEDS = range(1, 31)
+OUTAGE_SEEDS = range(1, 16)
 
 
 @pytest.mark.parametrize("disk", ["memory", "file"])
