@@ -14,7 +14,9 @@ Targets (issue 31): at most +10% CPU per entry for single appends at 64 connecti
 batches of 1000. --unsaturated adds single appends from 16 connections (no target): the leader's share of
 the CPU shows where its core is the bottleneck. "paired" is the median of each round's ratio (a session
 run over the plain run beside it), which the machine's drift over a run moves less than the ratio of the
-two medians. `bench/compare.py` runs the same phase (2b) beside its etcd figures.
+two medians. `bench/compare.py` runs the same phase (2b) beside its etcd figures. --bytes-control adds,
+in the batches' turns, plain batches whose bodies are a stamp longer (116 bytes, a session entry's size):
+what the stamp's bytes alone cost, beside what the session costs.
 """
 
 from __future__ import annotations
@@ -37,13 +39,16 @@ from measure import committed_index, cpu_s, machine
 
 from raftlog.api.bodies import encode_bodies
 from raftlog.app.launcher import LocalCluster
+from raftlog.storage.codec import STAMP_SIZE
 
 WORKLOADS = {"single appends, 64 connections": (64, 1), "batches of 1000, 16 connections": (16, 1000)}
 TARGETS = {"single appends, 64 connections": 0.10, "batches of 1000, 16 connections": 0.05}  # CPU overhead at most
 UNSATURATED = {"single appends, 16 connections": (16, 1)}  # --unsaturated: where the leader has time to spare
+CONTROL, CONTROL_BODY = "plain, +16 B", BODY + bytes(STAMP_SIZE)  # --bytes-control: as long as a session entry
 
 
-def produce(leader: str, connections: int, entries: int, seconds: int, session: bool) -> dict[str, float]:
+def produce(leader: str, connections: int, entries: int, seconds: int, session: bool,
+            body: bytes = BODY) -> dict[str, float]:
     """One wrk run: `connections` producers (or plain clients), `entries` bodies per request."""
     env = {"WRK_ENTRIES": str(entries), "WRK_PRODUCER_BASE": str(random.randrange(1 << 40))}  # new producers
     if not session:
@@ -51,7 +56,7 @@ def produce(leader: str, connections: int, entries: int, seconds: int, session: 
     url = f"{leader}/v1/entries"
     with tempfile.NamedTemporaryFile(prefix="raftlog-batch-") as batch:
         if entries > 1:
-            batch.write(encode_bodies([BODY] * entries))
+            batch.write(encode_bodies([body] * entries))
             batch.flush()
             env["WRK_BATCH_FILE"], url = batch.name, f"{url}/batch"
         return wrk(url, "wrk_produce.lua", seconds, env, connections=connections, threads=connections)
@@ -79,18 +84,20 @@ def settled_leader(cluster: LocalCluster) -> str:
 
 
 def idempotence(cluster: LocalCluster, seconds: int, rounds: int, log: Callable[[str], None],
-                workloads: dict[str, tuple[int, int]] = WORKLOADS) -> dict[str, Any]:
+                workloads: dict[str, tuple[int, int]] = WORKLOADS, bytes_control: bool = False) -> dict[str, Any]:
     """Each workload with and without sessions, taking turns; medians, and the CPU overhead."""
     leader = settled_leader(cluster)
     figures: dict[str, Any] = {}
     for name, (connections, entries) in workloads.items():
-        runs: dict[str, list[dict[str, float]]] = {"plain": [], "session": []}
+        kinds = ["plain", "session"] + ([CONTROL] if bytes_control and entries > 1 else [])
+        runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
         for round_ in range(rounds):
-            for kind in ("plain", "session") if round_ % 2 == 0 else ("session", "plain"):
+            for kind in kinds[round_ % len(kinds):] + kinds[:round_ % len(kinds)]:  # each kind first in turn
+                body = CONTROL_BODY if kind == CONTROL else BODY
                 for _attempt in range(3):  # a run the group changed leaders in is not a measure: again
                     try:
                         report = metered(cluster, leader, partial(produce, leader, connections, entries, seconds,
-                                                                  kind == "session"))
+                                                                  kind == "session", body))
                         break
                     except RuntimeError as exc:
                         log(f"  {name}, {kind}: refused appends, run again: {str(exc).splitlines()[-1]}")
@@ -101,27 +108,37 @@ def idempotence(cluster: LocalCluster, seconds: int, rounds: int, log: Callable[
                 log(f"  {name}, {kind}: {report['eps']:,.0f} entries/s, {report['cpu_us']:,.2f} µs CPU per entry")
         medians = {kind: {key: statistics.median(r[key] for r in reports) for key in reports[0]}
                    for kind, reports in runs.items()}
-        overhead = medians["session"]["cpu_us"] / medians["plain"]["cpu_us"] - 1
-        paired = statistics.median(s["cpu_us"] / p["cpu_us"] - 1 for s, p in zip(runs["session"], runs["plain"],
-                                                                                        strict=True))
+        overhead, paired = (_overhead(runs, "session", key) for key in ("median", "paired"))
         target = TARGETS.get(name)
         figures[name] = {**medians, "cpu_overhead": overhead, "paired_overhead": paired, "target": target,
                          "met": None if target is None else overhead <= target}
+        if CONTROL in runs:
+            figures[name]["bytes_overhead"], figures[name]["bytes_paired_overhead"] = (
+                _overhead(runs, CONTROL, key) for key in ("median", "paired"))
     return figures
+
+
+def _overhead(runs: dict[str, list[dict[str, float]]], kind: str, how: str) -> float:
+    """CPU per entry of `kind` over plain's: the ratio of the medians, or the median of each round's ratio."""
+    if how == "median":
+        return statistics.median(r["cpu_us"] for r in runs[kind]) / statistics.median(
+            r["cpu_us"] for r in runs["plain"]) - 1
+    return statistics.median(k["cpu_us"] / p["cpu_us"] - 1 for k, p in zip(runs[kind], runs["plain"], strict=True))
 
 
 def print_table(figures: dict[str, Any], header: str) -> None:
     print(header)
-    print(f"{'workload':<40}{'entries/s':>12}{'µs CPU/entry':>14}{'leader':>9}{'p99 ms':>9}{'CPU +':>9}"
+    print(f"{'workload':<46}{'entries/s':>12}{'µs CPU/entry':>14}{'leader':>9}{'p99 ms':>9}{'CPU +':>9}"
           f"{'paired':>9}{'target':>9}  met")
     for name, figure in figures.items():
-        for kind in ("plain", "session"):
+        for kind in [k for k in figure if k.startswith(("plain", "session"))]:
             m = figure[kind]
             met = "" if figure["target"] is None else \
                 f"{figure['target']:>+9.0%}  {'yes' if figure['met'] else 'NO'}"
-            extra = (f"{figure['cpu_overhead']:>+9.1%}{figure['paired_overhead']:>+9.1%}{met}"
-                     if kind == "session" else "")
-            print(f"{name + ', ' + kind:<40}{m['eps']:>12,.0f}{m['cpu_us']:>14,.2f}{m['leader_cpu_us']:>9,.2f}"
+            extra = (f"{figure['cpu_overhead']:>+9.1%}{figure['paired_overhead']:>+9.1%}{met}" if kind == "session"
+                     else f"{figure['bytes_overhead']:>+9.1%}{figure['bytes_paired_overhead']:>+9.1%}"
+                     if kind != "plain" else "")
+            print(f"{name + ', ' + kind:<46}{m['eps']:>12,.0f}{m['cpu_us']:>14,.2f}{m['leader_cpu_us']:>9,.2f}"
                   f"{m['p99_ms']:>9,.2f}{extra}")
 
 
@@ -131,6 +148,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--unsaturated", action="store_true",
                         help="also single appends from 16 connections, where the leader has time to spare")
+    parser.add_argument("--bytes-control", action="store_true",
+                        help="also plain batches of bodies 16 bytes longer: what the stamp's bytes alone cost")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -143,7 +162,7 @@ def main() -> None:
     try:
         with LocalCluster(root, 3) as cluster:
             figures = idempotence(cluster, args.seconds, args.rounds, log,
-                                  {**WORKLOADS, **UNSATURATED} if args.unsaturated else WORKLOADS)
+                                  {**WORKLOADS, **UNSATURATED} if args.unsaturated else WORKLOADS, args.bytes_control)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = {"machine": machine(), "seconds": args.seconds, "rounds": args.rounds, "idempotence": figures}

@@ -24,14 +24,15 @@ def wheel_layout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def mypy(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                           "--cache-dir", str(ROOT / ".mypy_cache"), *args],
-                          cwd=wheel_layout(tmp_path), capture_output=True, text=True)
+def mypy(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """mypy with pyproject.toml's settings, on the modules `args` name under `cwd`."""
+    return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), *args],
+                          cwd=cwd, capture_output=True, text=True)
 
 
 def test_every_folder_type_checks_and_storage_raft_and_the_client_strictly(tmp_path: Path) -> None:
-    out = mypy(tmp_path, *[arg for folder in FOLDERS for arg in ("-p", f"raftlog.{folder}")])
+    out = mypy(wheel_layout(tmp_path), "--cache-dir", str(ROOT / ".mypy_cache"),
+               *[arg for folder in FOLDERS for arg in ("-p", f"raftlog.{folder}")])
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -41,7 +42,6 @@ def test_the_strict_checks_reach_the_strict_folders_only(tmp_path: Path) -> None
     for folder in ("", "storage", "raft", "client", "api"):
         (tmp_path / "raftlog" / folder).mkdir(exist_ok=True)
         (tmp_path / "raftlog" / folder / "__init__.py").write_text("def untyped(x):\n    return x\n")
-    out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                          "--no-incremental", "-p", "raftlog"], cwd=tmp_path, capture_output=True, text=True)
+    out = mypy(tmp_path, "--no-incremental", "-p", "raftlog")
     flagged = {line.split(":")[0] for line in out.stdout.splitlines() if "missing a type annotation" in line}
     assert flagged == {f"raftlog/{folder}/__init__.py" for folder in ("storage", "raft", "client")}, out.stdout
