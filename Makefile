@@ -36,7 +36,7 @@ sim: $(STAMP)
 	$(BIN)/python -m tests.sim --seeds 200 --voters 5
 	$(BIN)/python -m tests.sim --seeds 200 --membership
 
-# Schemathesis against openapi.yaml on live clusters, at length (make test tries 20 cases per operation and mode)
+# Schemathesis against openapi.yaml on live clusters, at length (make test tries 10 cases per operation and mode)
 EXAMPLES ?= 100
 schema: $(STAMP)
 	RAFTLOG_SCHEMA_EXAMPLES=$(EXAMPLES) $(BIN)/pytest tests/e2e/test_schema.py

@@ -52,8 +52,11 @@ def _run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"raftlog: the pipeline needs the spark extra (pip install 'raftlog[spark]'): {exc}", file=sys.stderr)
         return 2
+    from pyspark.sql import SparkSession
+
     from raftlog.pipeline.options import PipelineError
 
+    started = SparkSession.getActiveSession() is None  # else the caller's session (main() called in one): kept
     spark = jobs.session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -62,7 +65,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"raftlog: {exc}", file=sys.stderr)
         return 2
     finally:
-        spark.stop()
+        if started:
+            spark.stop()
 
 
 def _export(args: argparse.Namespace, jobs: Any, spark: Any) -> int:

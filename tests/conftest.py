@@ -7,10 +7,15 @@ import pytest
 
 import raftlog.api  # noqa: F401
 
+LONG = ("spark", "faults")  # the markers of the files that take minutes: a Spark session, fault runs
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Two tests of one id are one test to pytest-xdist, which runs only one of them (make test's
-    workers): refuse the run rather than drop tests without a word."""
+    """The files that take minutes go first, so that make test's two workers each start on one and
+    share out the short files after them, rather than one worker running a long file alone at the end.
+    Two tests of one id are one test to pytest-xdist, which runs only one of them: refuse the run
+    rather than drop tests without a word."""
     shared = [nodeid for nodeid, count in Counter(item.nodeid for item in items).items() if count > 1]
     if shared:
         raise pytest.UsageError(f"{len(shared)} test ids name more than one test, e.g. {shared[0]}")
+    items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in LONG))  # stable: in file order

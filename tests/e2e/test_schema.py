@@ -28,8 +28,8 @@ from tests.processes import eventually
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "admin-token-for-schemathesis"
 AS_ADMIN = {"authorization": f"Bearer {ADMIN}"}
-# per operation and mode: twenty in make test, as many as asked by `make schema` (RAFTLOG_SCHEMA_EXAMPLES)
-EXAMPLES = int(os.environ.get("RAFTLOG_SCHEMA_EXAMPLES", "20"))
+# per operation and mode: ten in make test, as many as asked by `make schema` (RAFTLOG_SCHEMA_EXAMPLES)
+EXAMPLES = int(os.environ.get("RAFTLOG_SCHEMA_EXAMPLES", "10"))
 # long-polls that wait at most a second: longer wait_ms values are refused (400, documented)
 SETTINGS = {**SMALL_FILES, "long_poll_max_ms": 1000}
 

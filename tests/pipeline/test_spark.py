@@ -9,8 +9,6 @@ import re
 import shutil
 import socket
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from raftlog.app.cli import main
 from raftlog.app.launcher import SMALL_FILES, LocalCluster, free_ports
 from raftlog.pipeline import jobs
 from raftlog.pipeline.options import parse_options
@@ -169,8 +168,8 @@ def test_the_offline_reader_on_a_copied_data_dir_matches_the_online_read(spark: 
     assert rows_of(offline) == rows_of(online)
 
 
-def test_audit_agrees_on_healthy_replicas_and_finds_a_planted_divergence(spark: Any, loaded: Loaded,
-                                                                          tmp_path: Path) -> None:
+def test_audit_agrees_on_healthy_replicas_and_finds_a_planted_divergence(spark: Any, loaded: Loaded, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     copies = copy_data_dirs(loaded, tmp_path)
     healthy = jobs.audit(spark, [str(c) for c in copies], range_size=1000)
     committed = min(r.committed_index for r in healthy.replicas)
@@ -183,11 +182,13 @@ def test_audit_agrees_on_healthy_replicas_and_finds_a_planted_divergence(spark: 
     with open(data_file, "r+b") as f:
         f.seek(pos % SMALL_DATA_FILE + HEADER_SIZE + 7)
         f.write(b"!")
-    out = subprocess.run([sys.executable, "-m", "raftlog.app.cli", "pipeline", "--master", "local[1]", "--json",
-                          "audit", *[arg for c in copies for arg in ("--data-dir", str(c))], "--range-size", "1000"],
-                         capture_output=True, text=True, timeout=300, env=spark_env())
-    assert out.returncode == 1, out.stderr[-2000:]
-    report = json.loads(out.stdout)
+    capsys.readouterr()
+    code = main(["pipeline", "--json", "audit", *[arg for c in copies for arg in ("--data-dir", str(c))],
+                 "--range-size", "1000"])  # in this session: the command keeps a session it did not start
+    out = capsys.readouterr()
+    assert code == 1, out.err[-2000:]
+    assert spark.range(3).count() == 3  # the test's session still runs
+    report = json.loads(out.out)
     assert not report["agree"] and report["first_divergence"] == planted
     assert report["shared_committed"] == planted - 1
     assert [g["agree"] for g in report["ranges"]].count(False) == 1
@@ -195,10 +196,6 @@ def test_audit_agrees_on_healthy_replicas_and_finds_a_planted_divergence(spark: 
 
 
 SMALL_DATA_FILE = 1 << 20  # SMALL_FILES' data_file_size
-
-
-def spark_env() -> dict[str, str]:
-    return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
 
 
 def test_export_to_parquet_is_incremental_with_json_fields_as_columns(spark: Any, loaded: Loaded,
