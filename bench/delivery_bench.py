@@ -130,14 +130,13 @@ def print_table(figures: dict[str, Any], header: str) -> None:
     print(header)
     print(f"{'workload':<46}{'entries/s':>12}{'µs CPU/entry':>14}{'leader':>9}{'p99 ms':>9}{'CPU +':>9}"
           f"{'paired':>9}{'target':>9}  met")
+    overheads = {"session": ("cpu_overhead", "paired_overhead"), CONTROL: ("bytes_overhead", "bytes_paired_overhead")}
     for name, figure in figures.items():
-        for kind in [k for k in figure if k.startswith(("plain", "session"))]:
+        for kind in ("plain", *(k for k in overheads if k in figure)):
             m = figure[kind]
-            met = "" if figure["target"] is None else \
+            met = "" if figure["target"] is None or kind != "session" else \
                 f"{figure['target']:>+9.0%}  {'yes' if figure['met'] else 'NO'}"
-            extra = (f"{figure['cpu_overhead']:>+9.1%}{figure['paired_overhead']:>+9.1%}{met}" if kind == "session"
-                     else f"{figure['bytes_overhead']:>+9.1%}{figure['bytes_paired_overhead']:>+9.1%}"
-                     if kind != "plain" else "")
+            extra = "".join(f"{figure[key]:>+9.1%}" for key in overheads.get(kind, ())) + met
             print(f"{name + ', ' + kind:<46}{m['eps']:>12,.0f}{m['cpu_us']:>14,.2f}{m['leader_cpu_us']:>9,.2f}"
                   f"{m['p99_ms']:>9,.2f}{extra}")
 
