@@ -32,6 +32,9 @@ PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
 PORTS_FROM = 20000  # test clusters' ports: from here up to the ephemeral range
+# this process's part of that range, (k, n): the k-th of n, for n processes that start clusters side by side
+# (make test's workers): a port one has probed free may not be bound yet while the other probes it
+PORTS_PART = (0, 1)
 
 
 @dataclass
@@ -71,10 +74,12 @@ def free_ports(count: int) -> list[int]:
     """
     with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
         ephemeral_low = int(ranges.read().split()[0])
+    part, parts = PORTS_PART
+    width = (ephemeral_low - PORTS_FROM) // parts
     rng = random.Random()
     ports: list[int] = []
     while len(ports) < count:
-        port = rng.randrange(PORTS_FROM, ephemeral_low)
+        port = rng.randrange(PORTS_FROM + part * width, PORTS_FROM + (part + 1) * width)
         if port in _handed_out:
             continue
         with socket.socket() as probe:

@@ -6,8 +6,16 @@ from collections import Counter
 import pytest
 
 import raftlog.api  # noqa: F401
+from raftlog.app import launcher
 
 LONG = ("spark", "faults")  # the markers of the files that take minutes: a Spark session, fault runs
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each of pytest-xdist's workers picks its clusters' ports from a part of the range of its own."""
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:
+        launcher.PORTS_PART = (int(worker["workerid"].removeprefix("gw")), int(worker["workercount"]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

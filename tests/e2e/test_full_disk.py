@@ -140,8 +140,8 @@ def test_a_member_whose_disk_is_full_during_an_election_takes_part_again_once_sp
     try:
         eventually(lambda: says_full(cluster.members[full].client_url, True), f"{full} to say its disk is full")
         logged = len(cluster.members[full].log_path.read_text())
+        term = status(cluster.members[other].client_url)["term"]  # before: `other` may stand at once
         cluster.kill_member(old_leader)  # the term and vote of the next election cannot be written on `full`
-        term = status(cluster.members[other].client_url)["term"]
 
         def asked() -> bool:
             """`other` stood: in a new term, or again in its term (DLedger revotes first), asking `full`
