@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, SEQUENCE_BITS, STAMP_SIZE, Buffer, Magic, check_next
 
@@ -68,7 +67,30 @@ HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("
 HEADER_BYTES = np.arange(HEADER_SIZE)
 STAMP_DTYPE = np.dtype([("producer_id", ">u8"), ("rest", ">u8")])  # rest: epoch << 48 | sequence
 STAMP_BYTES = HEADER_SIZE + np.arange(STAMP_SIZE)  # from the entry's start
-TYPE_DICTIONARY = pa.array([TYPE_NAMES.get(m) for m in range(max(TYPE_NAMES) + 1)], pa.string())
+
+
+# Arrow arrays are built from their buffers, never with pa.array or pa.scalar: those import pandas (half a second of
+# CPU in each of Spark's Python workers, which start fresh)
+def _arrow(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A numeric column, null where `valid` is False."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [_bitmap(valid), pa.py_buffer(values)])
+
+
+def _bitmap(valid: np.ndarray | None) -> pa.Buffer | None:
+    return None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _strings(values: list[str | None]) -> pa.Array:
+    valid = np.array([v is not None for v in values], bool)
+    encoded = [(v or "").encode() for v in values]
+    offsets = np.zeros(len(values) + 1, np.int32)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    return pa.Array.from_buffers(pa.string(), len(values), [_bitmap(valid), pa.py_buffer(offsets),
+                                                            pa.py_buffer(b"".join(encoded))])
+
+
+TYPE_DICTIONARY = _strings([TYPE_NAMES.get(m) for m in range(max(TYPE_NAMES) + 1)])
 
 
 class Decoder:
@@ -183,23 +205,25 @@ class Decoder:
         if value_offsets[-1] >= 1 << 31:
             raise ValueError("a record batch holds at most 2 GiB of bodies; cut batches smaller")
         data = np.concatenate(bodies) if bodies else np.zeros(0, np.uint8)
-        body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets.astype(np.int32)),
+        known = None  # of an unreadable entry, nothing is known but its index
+        if self._unreadable is not None:
+            known = np.ones(n, bool)
+            known[-1] = False
+        body = pa.Array.from_buffers(pa.binary(), n, [_bitmap(known), pa.py_buffer(value_offsets.astype(np.int32)),
                                                       pa.py_buffer(data)])
-        kinds = TYPE_DICTIONARY.take(pa.array(header["magic"].astype(np.int32)))
-        columns = [pa.array(header["index"].astype(np.int64)), pa.array(header["term"].astype(np.int64)),
-                   pa.array(header["pos"].astype(np.int64)), kinds, pa.array(header["channel"].astype(np.int32)),
-                   body, pa.array(header["body_crc"].astype(np.int32)), pa.array(header["chain"].astype(np.int32)),
+        columns = [_arrow(header["index"].astype(np.int64)), _arrow(header["term"].astype(np.int64), known),
+                   _arrow(header["pos"].astype(np.int64), known),
+                   TYPE_DICTIONARY.take(_arrow(header["magic"].astype(np.int32), known)),
+                   _arrow(header["channel"].astype(np.int32), known), body,
+                   _arrow(header["body_crc"].astype(np.int32), known), _arrow(header["chain"].astype(np.int32), known),
                    *_stamp_columns(produced, np.concatenate(stamps) if stamps else np.zeros(0, STAMP_DTYPE))]
-        if self._unreadable is not None:  # nothing is known of that entry but its index
-            valid = pa.array([True] * (n - 1) + [False])
-            columns[1:] = [pc.if_else(valid, c, pa.scalar(None, c.type)) for c in columns[1:]]
         if self.text:
             columns.append(_utf8(columns[5]))
         if self.mark_corrupt:
             reasons = [self._corrupt.get(i) for i in range(self._rows)]
             if self._unreadable is not None:
                 reasons.append(self._unreadable[1])
-            columns.append(pa.array(reasons, pa.string()))
+            columns.append(_strings(reasons))
         self.clear()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
@@ -212,7 +236,7 @@ def _stamp_columns(produced: np.ndarray, stamps: np.ndarray) -> list[pa.Array]:
                       rest & np.uint64((1 << SEQUENCE_BITS) - 1)):
         values = np.zeros(len(produced), np.int64)
         values[produced] = values_of.astype(np.int64)
-        columns.append(pa.array(values, mask=~produced))
+        columns.append(_arrow(values, produced))
     return columns
 
 
@@ -227,4 +251,4 @@ def _utf8(body: pa.Array) -> pa.Array:
                 texts.append(None if value is None else value.decode("utf-8"))
             except UnicodeDecodeError:
                 texts.append(None)
-        return pa.array(texts, pa.string())
+        return _strings(texts)

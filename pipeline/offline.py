@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 
 from raftlog.pipeline.entries import CorruptDataError, Decoder, Stop
 from raftlog.pipeline.options import PipelineError
-from raftlog.storage import read_checkpoint
 from raftlog.storage.codec import (
     BLANK_END,
     CUT_END,
@@ -85,6 +84,8 @@ def open_data_dir(path: str) -> DataDir:
         raise PipelineError(f"raftlog: {root} is not a raftlog data directory (no data/ folder)")
     committed = -1
     if (root / CHECKPOINT_FILE).exists():
+        from raftlog.storage.checkpoint import read_checkpoint  # SQLAlchemy, here alone: not in every worker
+
         try:
             committed = read_checkpoint(root / CHECKPOINT_FILE).committed_index
         except Exception as exc:

@@ -46,3 +46,21 @@ def test_nothing_imports_the_folders_by_their_own_names() -> None:
             offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {name}" for name in names
                           if name.split(".")[0] in FOLDERS]
     assert offenders == []
+
+
+def test_every_name_of_the_storage_package_resolves_from_the_module_the_type_checker_reads() -> None:
+    """raftlog.storage imports its names on first use; a name whose home is wrong fails here, not in a node."""
+    import raftlog.storage
+
+    for name in raftlog.storage.__all__:
+        value = getattr(raftlog.storage, name)
+        assert value.__module__.startswith("raftlog.storage."), name
+
+
+def test_the_spark_source_imports_neither_sqlalchemy_nor_pandas() -> None:
+    """Spark starts a fresh Python process for each reading worker and plan: those two would cost a second
+    of CPU in each."""
+    probe = ("import sys, raftlog.pipeline.source\n"
+             "print(sorted(m for m in ('sqlalchemy', 'pandas', 'raftlog.storage.store') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
