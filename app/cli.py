@@ -23,12 +23,13 @@ import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from raftlog.app.settings import Settings, SettingsError, load_settings
 from raftlog.pipeline.cli import add_commands as add_pipeline_commands
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8001"
 CLUSTER_CLIENT_PORT = 8001
@@ -239,6 +240,8 @@ class ClientError(Exception):
 
 def _request(args: argparse.Namespace, method: str, url: str, headers: dict[str, str] | None = None,
              **kwargs: Any) -> httpx.Response:
+    import httpx  # the client commands' alone: a node does not pay for it at start
+
     headers = {**(headers or {}), **({"authorization": f"Bearer {args.token}"} if args.token else {})}
     verify = ssl.create_default_context(cafile=str(args.ca)) if args.ca else True
     try:

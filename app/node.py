@@ -23,7 +23,6 @@ from raftlog.api.peer_server import PeerService
 from raftlog.api.public import create_public_app, serve_public
 from raftlog.api.service import LogService
 from raftlog.app.admin import install_admin_page
-from raftlog.app.join import join_group
 from raftlog.app.settings import NodeSettings
 from raftlog.raft.membership import Configuration, describe_members, saved_configuration
 from raftlog.raft.node import RaftNode, trusted_commit_end
@@ -95,6 +94,8 @@ class Node:
         checkpoint = Checkpoint.open(data_dir / CHECKPOINT_FILE, create=fresh,
                                      interval_ms=settings.checkpoint_interval_ms)
         if settings.join is not None and checkpoint.state.config_index < 0:  # a first start: no configuration yet
+            from raftlog.app.join import join_group  # httpx: a node that does not join does not import it
+
             try:
                 joined = await join_group(settings)
                 await checkpoint.save_config(joined.index, joined.encode())
