@@ -9,10 +9,15 @@ import pytest
 from tests.faults.nemesis import KINDS
 from tests.faults.run import print_summary, run
 
+# five members for the faults of the network's shape (a minority of two, a ring), three for the rest: those wait
+# for their evidence (a scrub, a full disk, a member replaced), and five members would double their CPU
+SHAPES = ["halves", "ring", "one_way", "isolate_leader", "kill_random", "pause_leader"]
+REST = [kind for kind in KINDS if kind not in SHAPES]
+
 
 @pytest.mark.faults
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("seed", "nodes", "kinds"), [(1, 3, KINDS[0::2]), (2, 5, KINDS[1::2])])
+@pytest.mark.parametrize(("seed", "nodes", "kinds"), [(1, 3, REST), (2, 5, SHAPES)])
 def test_nothing_acknowledged_is_lost_under_faults(seed: int, nodes: int, kinds: list[str]) -> None:
     lines: list[str] = []
     summary = run(seed, 20, nodes, kinds=kinds, log=lines.append)
