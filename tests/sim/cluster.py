@@ -20,6 +20,7 @@ ERROR log record and every exception nobody handled.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import random
 import shutil
@@ -183,6 +184,12 @@ class History:
     leaders: dict[int, str] = field(default_factory=dict)  # term -> leader
     acks: list[Ack] = field(default_factory=list)  # every one, in order of completion
     reads: list[Read] = field(default_factory=list)  # those that answered an entry or "not found"
+    # the checkers' indexes over them (a seed has thousands): by index, and the highest index acknowledged by
+    # each point of the acks in completion order
+    acks_at: dict[int, list[Ack]] = field(default_factory=dict)
+    completions: list[float] = field(default_factory=list)
+    highest: list[Ack] = field(default_factory=list)
+    found_at: dict[int, list[Read]] = field(default_factory=dict)  # the reads that returned an entry
     failed_reads: int = 0
     forwarded: int = 0  # acknowledged appends a follower's API forwarded to the leader
     sent: set[bytes] = field(default_factory=set)  # every body a client sent
@@ -501,33 +508,40 @@ class SimCluster:
     def _acked(self, ack: Ack, duplicate: bool = False) -> None:
         """`duplicate`: a producer's retry answered with its original entry, which may have been
         acknowledged before (`invoked` is then the first attempt's)."""
-        for other in self.history.acks:
-            if other.index == ack.index and duplicate and other.body == ack.body:
-                continue
-            if other.index == ack.index:
+        history = self.history
+        for other in history.acks_at.get(ack.index, ()):
+            if not (duplicate and other.body == ack.body):
                 self.violations.append(f"two acknowledgements at index {ack.index}: {other.body!r} "
                                        f"(via {other.via}) and {ack.body!r} (via {ack.via})")
-            elif other.completed <= ack.invoked and other.index > ack.index:
-                self.violations.append(f"{ack.body!r} was invoked after {other.body!r} was acknowledged at "
-                                       f"{other.index}, but landed before it, at {ack.index}")
-        self.history.acks.append(ack)
+        before = bisect.bisect_right(history.completions, ack.invoked)  # acknowledged before it was invoked
+        if before and history.highest[before - 1].index > ack.index:
+            other = history.highest[before - 1]
+            self.violations.append(f"{ack.body!r} was invoked after {other.body!r} was acknowledged at "
+                                   f"{other.index}, but landed before it, at {ack.index}")
+        history.acks.append(ack)
+        history.acks_at.setdefault(ack.index, []).append(ack)
+        history.completions.append(ack.completed)  # the virtual clock's: never falls
+        history.highest.append(ack if not history.highest or ack.index > history.highest[-1].index
+                               else history.highest[-1])
 
     def _read(self, read: Read) -> None:
         history = self.history
+        acked = history.acks_at.get(read.index, ())
         if read.body is None:
-            for ack in history.acks:
-                if ack.index == read.index and ack.completed <= read.invoked:
+            for ack in acked:
+                if ack.completed <= read.invoked:
                     self.violations.append(f"read of {read.index} on {read.via} found nothing, but it was "
                                            f"acknowledged (via {ack.via}) before the read began")
-            for seen in history.reads:
-                if seen.index == read.index and seen.body is not None and seen.completed <= read.invoked:
+            for seen in history.found_at.get(read.index, ()):
+                if seen.completed <= read.invoked:
                     self.violations.append(f"read of {read.index} on {read.via} found nothing, but an earlier "
                                            f"read (on {seen.via}) had returned it")
         else:
-            for ack in history.acks:
-                if ack.index == read.index and ack.body != read.body:
+            for ack in acked:
+                if ack.body != read.body:
                     self.violations.append(f"read of {read.index} on {read.via} returned {read.body!r}, "
                                            f"acknowledged was {ack.body!r}")
+            history.found_at.setdefault(read.index, []).append(read)
         history.reads.append(read)
 
     # -- checkers ---------------------------------------------------------------------------
