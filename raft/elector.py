@@ -193,14 +193,15 @@ class LeaderElector:
         keep its vote for itself, and all would wait a vote interval to ask again. The first to ask
         usually gets the others' votes.
 
-        A member that voted for another in this term (the leader it lost, most often) cannot have its own
-        vote in it: its first round is in the next term. (DLedger asks in the current term first, and
-        there that round always fails.)"""
+        Its first round is in the next term, as in Raft; DLedger asks in the current term first, which is
+        safe only while the voters never change. A term's leader may change the membership more than once
+        (add a member, then remove another), and a majority of the new voters need not hold one voter of
+        the majority that elected it: members that never voted in the term could elect a second leader
+        in it, whose entries would carry the same index and term as the first one's."""
         self.state.change_to_candidate(self.state.current_term)
         self.next_time_to_request_vote = self.clock() + self._ms(
             self.rng.uniform(0, self.config.min_vote_interval_ms))
-        if self.state.voted_for not in (None, self.config.self_id):
-            self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
+        self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT
 
     # -- candidate ---------------------------------------------------------------------
 

@@ -226,3 +226,37 @@ async def test_a_member_that_cannot_hear_the_leader_cannot_depose_it_while_the_o
         assert not cluster.violations
     finally:
         await cluster.stop()
+
+
+@simulate
+async def test_a_follower_that_lost_its_leader_stands_in_the_next_term_though_it_never_voted_in_it() -> None:
+    """A leader may change the voters more than once in its term: here the follower that elected it is
+    removed, and a learner is added and promoted. The two voters left never voted in the term, so if the
+    one that lost the leader asked in its own term first (DLedger's order), they could make a second leader
+    in it, whose entries would carry the same index and term as the first one's (seed 42 did)."""
+    tried = 0
+    for seed in range(40, 60):  # the seeds whose election left one follower with the term from a heartbeat alone
+        cluster = SimCluster(seed=seed)
+        try:
+            leader = await stable(cluster)
+            term, leader_id = leader.term, leader.config.self_id
+            votes = {n.config.self_id: n.state.voted_for for n in cluster.running if n is not leader}
+            heard = [member for member, vote in votes.items() if vote is None]
+            elected = [member for member, vote in votes.items() if vote == leader_id]
+            if not (heard and elected):
+                continue
+            tried += 1
+            cluster.add_member("n3", await leader.change_membership(add=learner("n3")))
+            assert await heard_from(cluster, leader, "n3")
+            await leader.change_membership(promote="n3")
+            removed = await leader.change_membership(remove=elected[0])
+            assert sorted(removed.voters) == sorted([leader_id, heard[0], "n3"]) and leader.term == term
+            await cluster.crash(elected[0])
+            await cluster.crash(leader_id)
+            assert await run_until(cluster, lambda c=cluster: c.leader() is not None, 10.0)
+            new_leader = cluster.leader()
+            assert new_leader is not None and new_leader.term > term, f"seed {seed}"
+            assert not cluster.violations, f"seed {seed}: {cluster.violations}"
+        finally:
+            await cluster.stop()
+    assert tried >= 3, "too few seeds left a follower that knew the term from a heartbeat alone"
