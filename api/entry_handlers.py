@@ -120,13 +120,13 @@ class EntryHandlers:
             headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
                        "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
                        "X-Raftlog-Body-Crc": str(client_body_crc(entry))}
-            stamp = stamp_of(entry)
+            stamp = stamp_of(entry, self.service.store.get)
             if stamp is not None:
                 headers.update({"X-Raftlog-Producer-Id": str(stamp.producer_id),
                                 "X-Raftlog-Producer-Epoch": str(stamp.epoch),
                                 "X-Raftlog-Sequence": str(stamp.sequence)})
             return Response(bytes(client_body(entry)), media_type=OCTETS, headers=headers)
-        return JSONResponse(entry_json(entry))
+        return JSONResponse(entry_json(entry, stamp_of(entry, self.service.store.get)))
 
 
 class ModelResponse(JSONResponse):

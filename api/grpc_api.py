@@ -40,7 +40,7 @@ from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
 from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import consume
-from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
+from raftlog.storage.codec import Entry, Magic, Stamp, Stamps, client_body, client_body_crc, iter_entries, stamp_of
 
 log = logging.getLogger("raftlog.api.grpc")
 
@@ -69,7 +69,7 @@ BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
                            grpc.StatusCode.FAILED_PRECONDITION)}  # OUT_OF_ORDER_SEQUENCE: ABORTED, as its 409
 ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
                                         Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL,
-                                        Magic.CONSUMER: pb.CONSUMER}
+                                        Magic.CONSUMER: pb.CONSUMER, Magic.CONTINUED: pb.NORMAL}
 T = TypeVar("T")
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
@@ -166,7 +166,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
                 index = await service.index_at_pos(request.pos, linearizable)
             return await service.get(index, linearizable)
 
-        return _entry(await self._answer(context, get()))
+        entry = await self._answer(context, get())
+        return _entry(entry, stamp_of(entry, service.store.get))
 
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> None:
         """Entries written one by one with context.write, each within follow_stall_ms: a reader
@@ -191,11 +192,12 @@ class LogServicer(log_pb2_grpc.LogServicer):
                                   follow=request.follow, budget=service.follow_budget)
         if request.follow:
             await context.send_initial_metadata(())  # the client knows the tail is open before an entry comes
+        stamps = Stamps(service.store.get)
         try:
             async for chunk in chunks:
                 for entry in shown((e for view in chunk or () for e in iter_entries(view)), request.include_control):
                     async with asyncio.timeout(limits.follow_stall_ms / 1000):
-                        await context.write(_entry(entry))
+                        await context.write(_entry(entry, stamps(entry)))
         except ApiError as exc:
             await _abort(context, exc)
         except TimeoutError:
@@ -468,8 +470,7 @@ def _expected(request: pb.CommitConsumerRequest | pb.DeleteConsumerRequest) -> i
     return request.expected if request.HasField("expected") else None
 
 
-def _entry(entry: Entry) -> pb.Entry:
-    stamp = stamp_of(entry)
+def _entry(entry: Entry, stamp: Stamp | None) -> pb.Entry:
     return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, type=ENTRY_TYPES[entry.magic],
                     body=bytes(client_body(entry)), body_crc=client_body_crc(entry),
                     producer=None if stamp is None else pb.Producer(id=stamp.producer_id, epoch=stamp.epoch,

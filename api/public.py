@@ -56,7 +56,7 @@ from raftlog.api.schemas import (
 from raftlog.api.service import entry_json, shown
 from raftlog.raft.messages import Code
 from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
-from raftlog.storage.codec import iter_entries
+from raftlog.storage.codec import Stamps, iter_entries
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
@@ -251,12 +251,14 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                                       budget=service.follow_budget, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
             headers = {"X-Raftlog-Committed-Index": str(end), "Cache-Control": "no-store",
                        "X-Accel-Buffering": "no"}  # a proxy (nginx) passes each entry on as it comes
-            return LogStream(_rendered(chunks, stream, control), media_type=stream, headers=headers)
+            return LogStream(_rendered(chunks, stream, control, Stamps(service.store.get)), media_type=stream,
+                             headers=headers)
         page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
         entries, committed = await service.read(start, page, linearizable)
         if not entries and wait_ms and await service.await_entry(start, wait_ms / 1000):
             entries, committed = await service.read(start, page, linearizable=False)
-        return JSONResponse({"entries": [entry_json(e) for e in shown(entries, control)],
+        stamps = Stamps(service.store.get)
+        return JSONResponse({"entries": [entry_json(e, stamps(e)) for e in shown(entries, control)],
                              "next": start + len(entries), "committed_index": committed})
 
     install_delivery_routes(app, handlers, errors)
@@ -437,7 +439,7 @@ def _error_response(status: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
-async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, control: bool
+async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, control: bool, stamps: Stamps
                     ) -> AsyncIterator[bytes]:
     """A stream's bytes. An error after the 200 (the next entry was cleaned away under a slow reader)
     ends an NDJSON stream with an error line and an event stream with an `error` event; the stored
@@ -448,9 +450,9 @@ async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, c
                 if kind == SSE:
                     yield b": keepalive\n\n"
             elif kind == NDJSON:
-                yield _ndjson(chunk, control)
+                yield _ndjson(chunk, control, stamps)
             elif kind == SSE:
-                yield _events(chunk, control)
+                yield _events(chunk, control, stamps)
             else:
                 yield b"".join(chunk)
     except ApiError as exc:
@@ -460,14 +462,14 @@ async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, c
         yield error + b"\n" if kind == NDJSON else b"event: error\ndata: " + error + b"\n\n"
 
 
-def _ndjson(chunks: list[memoryview], control: bool) -> bytes:
-    return b"".join(json.dumps(entry_json(e)).encode() + b"\n"
+def _ndjson(chunks: list[memoryview], control: bool, stamps: Stamps) -> bytes:
+    return b"".join(json.dumps(entry_json(e, stamps(e))).encode() + b"\n"
                     for e in shown((e for chunk in chunks for e in iter_entries(chunk)), control))
 
 
-def _events(chunks: list[memoryview], control: bool) -> bytes:
+def _events(chunks: list[memoryview], control: bool, stamps: Stamps) -> bytes:
     """Server-sent events, one per entry: its index as the event id, the entry as JSON."""
-    return b"".join(b"id: %d\ndata: %s\n\n" % (e.index, json.dumps(entry_json(e)).encode())
+    return b"".join(b"id: %d\ndata: %s\n\n" % (e.index, json.dumps(entry_json(e, stamps(e))).encode())
                     for e in shown((e for chunk in chunks for e in iter_entries(chunk)), control))
 
 

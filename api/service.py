@@ -36,7 +36,7 @@ from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
 from raftlog.raft.producers import EPOCH_MAX, Sequenced, out_of_range
 from raftlog.raft.waiting import consume, wait_event
-from raftlog.storage.codec import Entry, Magic, client_body, client_body_crc, iter_entries, stamp_of
+from raftlog.storage.codec import DATA_MAGICS, Entry, Magic, Stamp, client_body, client_body_crc, iter_entries
 from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
@@ -463,9 +463,9 @@ def shown(entries: Iterable[Entry], control: bool) -> Iterator[Entry]:
     return iter(entries) if control else (entry for entry in entries if entry.magic != Magic.CONSUMER)
 
 
-def entry_json(entry: Entry) -> dict[str, Any]:
+def entry_json(entry: Entry, stamp: Stamp | None) -> dict[str, Any]:
     """An entry for JSON readers: UTF-8 text when the body is valid UTF-8, else base64; the body as
-    its client sent it, and the producer session that appended it, if one did."""
+    its client sent it, and the producer session that appended it (`stamp`: codec.Stamps), if one did."""
     body = bytes(client_body(entry))
     try:
         text, encoding = body.decode("utf-8"), "utf-8"
@@ -473,7 +473,6 @@ def entry_json(entry: Entry) -> dict[str, Any]:
         text, encoding = base64.b64encode(body).decode("ascii"), "base64"
     fields = {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": entry_type(entry),
               "body": text, "encoding": encoding, "body_crc": client_body_crc(entry)}
-    stamp = stamp_of(entry)
     if stamp is not None:
         fields["producer"] = {"id": stamp.producer_id, "epoch": stamp.epoch, "sequence": stamp.sequence}
     return fields
@@ -481,7 +480,7 @@ def entry_json(entry: Entry) -> dict[str, Any]:
 
 def entry_type(entry: Entry) -> str:
     """Its type as readers see it: a producer's entry is a normal one."""
-    return "normal" if entry.magic == Magic.PRODUCED else Magic(entry.magic).name.lower()
+    return "normal" if entry.magic in DATA_MAGICS else Magic(entry.magic).name.lower()
 
 
 def _age_ms(now: float, then: float | None) -> int | None:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from raftlog.client.connection import BACKOFF_S, Connection, LoopThread, RaftlogError, error_of
-from raftlog.storage.codec import HEADER, HEADER_SIZE, SEQUENCE_BITS, STAMP, STAMP_SIZE, Magic
+from raftlog.storage.codec import DISTANCE, DISTANCE_SIZE, HEADER, HEADER_SIZE, SEQUENCE_BITS, STAMP, STAMP_SIZE, Magic
 
 ENTRIES = "application/vnd.raftlog.entries"
 TYPES = {Magic.NORMAL: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
@@ -56,6 +56,8 @@ class AsyncConsumer:
         self._stream: AsyncIterator[bytes] | None = None
         self._response: httpx.Response | None = None
         self._buffer = bytearray()
+        self._head: tuple[int, tuple[int, int, int]] | None = None  # the last producer's batch head decoded
+        self._orphans: list[tuple[int, int]] = []  # (record, head index): continuations the stream began inside
         self.reconnects = 0
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -114,6 +116,8 @@ class AsyncConsumer:
                 continue
             records = self._decode(chunk)
             if records is not None:
+                if self._orphans:
+                    await self._stamp_orphans(records)
                 return records
 
     def _decode(self, chunk: bytes) -> list[Record] | None:
@@ -124,22 +128,46 @@ class AsyncConsumer:
         buffer += chunk
         data, end, size = bytes(buffer), 0, 0
         records: list[Record] = []
-        append, unpack_header, unpack_stamp, produced = records.append, HEADER.unpack_from, STAMP.unpack_from, \
-            Magic.PRODUCED
+        append, unpack_header, unpack_stamp, produced, continued = records.append, HEADER.unpack_from, \
+            STAMP.unpack_from, Magic.PRODUCED, Magic.CONTINUED
         while end + HEADER_SIZE <= len(data):
             magic, size, index, term, pos, *_rest = unpack_header(data, end)
             if end + size > len(data):
                 break
             if magic == produced:
                 producer_id, rest = unpack_stamp(data, end + HEADER_SIZE)
+                self._head = (index, (producer_id, rest >> SEQUENCE_BITS, rest & SEQUENCE_MASK))
                 append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + STAMP_SIZE:end + size],
-                              (producer_id, rest >> SEQUENCE_BITS, rest & SEQUENCE_MASK)))
+                              self._head[1]))
+            elif magic == continued:  # the head's stamp, its sequence plus the distance back to it
+                distance = DISTANCE.unpack_from(data, end + HEADER_SIZE)[0]
+                head = self._head
+                if head is None or head[0] != index - distance:
+                    self._orphans.append((len(records), index - distance))
+                append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + DISTANCE_SIZE:end + size],
+                              None if head is None or head[0] != index - distance
+                              else (head[1][0], head[1][1], head[1][2] + distance)))
             elif magic != Magic.CONSUMER:  # a control entry: not data
                 append(Record(index, term, pos, TYPES.get(magic, "other"), data[end + HEADER_SIZE:end + size]))
             end += size
             self._next = index + 1
         del buffer[:end]
         return records or None
+
+    async def _stamp_orphans(self, records: list[Record]) -> None:
+        """Stamp the continuations of a batch whose head came before the stream began: the head's
+        stamp, read once (by index, as its headers give it)."""
+        for at, head_index in self._orphans:
+            if self._head is None or self._head[0] != head_index:
+                found = await self.connection.retried("GET", f"/v1/entries/{head_index}",
+                                                      headers={"accept": "application/octet-stream"})
+                said = found.headers
+                self._head = (head_index, (int(said["x-raftlog-producer-id"]), int(said["x-raftlog-producer-epoch"]),
+                                           int(said["x-raftlog-sequence"])))
+            record = records[at]
+            producer_id, epoch, sequence = self._head[1]
+            records[at] = record._replace(producer=(producer_id, epoch, sequence + record.index - head_index))
+        self._orphans.clear()
 
     async def _open(self) -> None:
         connection = self.connection

@@ -9,14 +9,27 @@ the headers into columns and the bodies into one Arrow data buffer.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from raftlog.storage.codec import CRC_FAULTS, ENDS, HEADER_SIZE, SEQUENCE_BITS, STAMP_SIZE, Buffer, Magic, check_next
+from raftlog.storage.codec import (
+    CRC_FAULTS,
+    DATA_MAGICS,
+    DISTANCE_SIZE,
+    ENDS,
+    HEADER_SIZE,
+    SEQUENCE_BITS,
+    STAMP_SIZE,
+    Buffer,
+    Magic,
+    Stamp,
+    check_next,
+)
 
-TYPE_NAMES = {int(m): "normal" if m == Magic.PRODUCED else m.name.lower() for m in Magic}  # as readers see them
+TYPE_NAMES = {int(m): "normal" if m in DATA_MAGICS else m.name.lower() for m in Magic}  # as readers see them
 
 
 BASE_FIELDS = [
@@ -67,6 +80,8 @@ HEADER_DTYPE = np.dtype([("magic", ">i4"), ("size", ">i4"), ("index", ">i8"), ("
 HEADER_BYTES = np.arange(HEADER_SIZE)
 STAMP_DTYPE = np.dtype([("producer_id", ">u8"), ("rest", ">u8")])  # rest: epoch << 48 | sequence
 STAMP_BYTES = HEADER_SIZE + np.arange(STAMP_SIZE)  # from the entry's start
+DISTANCE_BYTES = HEADER_SIZE + np.arange(DISTANCE_SIZE)  # a CONTINUED entry's, from its start
+HEAD_DTYPE = np.dtype([("index", np.int64), ("producer_id", ">u8"), ("rest", ">u8")])  # a batch's head and its stamp
 
 
 # Arrow arrays are built from their buffers, never with pa.array or pa.scalar: those import pandas (half a second of
@@ -105,8 +120,12 @@ class Decoder:
     """
 
     def __init__(self, first_index: int, prev_chain: int | None, *, text: bool = False,
-                 mark_corrupt: bool = False, file_size: int = 0) -> None:
+                 mark_corrupt: bool = False, file_size: int = 0,
+                 head_stamp: Callable[[int], Stamp] | None = None) -> None:
         self.next_index = first_index
+        self.head_stamp = head_stamp  # the stamp of a head before the first entry fed (None: there is none)
+        self._head = np.zeros(1, HEAD_DTYPE)  # the last head of a producer's batch cut, for those continuing it
+        self._head["index"] = -1
         self.file_size = file_size  # of the data files fed (0: positions are not checked)
         self.prev_chain = prev_chain
         self.prev_term = -1  # terms never fall along the log
@@ -173,26 +192,72 @@ class Decoder:
         self.next_index, self.prev_chain, self.prev_term = expected, prev_chain, prev_term
         return offset, stop
 
+    def _stamps(self, header: np.ndarray, prefix: np.ndarray, damaged: np.ndarray) -> np.ndarray:
+        """Each row's stamp (zeros where it has none): a head's own, and a continuation's its head's with
+        the distance added to the sequence, the head found among the rows, before them, or by `head_stamp`."""
+        stamps = prefix.copy()
+        index = header["index"].astype(np.int64)
+        heads = header["magic"] == Magic.PRODUCED
+        known = np.zeros(1 + int(heads.sum()), HEAD_DTYPE)  # ascending: the last head cut, then the rows'
+        known[0] = self._head[0]
+        known["index"][1:], known["producer_id"][1:], known["rest"][1:] = \
+            index[heads], prefix["producer_id"][heads], prefix["rest"][heads]
+        continued = np.flatnonzero(header["magic"] == Magic.CONTINUED)
+        continued = continued[~np.isin(continued, damaged)]  # a damaged entry's distance is not to be followed
+        if len(continued):
+            distance = prefix["rest"][continued].astype(np.int64)
+            wanted = index[continued] - distance
+            at = np.minimum(np.searchsorted(known["index"], wanted), len(known) - 1)
+            missing = np.unique(wanted[known["index"][at] != wanted])
+            if len(missing):  # the reading began inside their batches
+                found = np.zeros(len(missing), HEAD_DTYPE)
+                for row, head_index in enumerate(missing.tolist()):
+                    found[row] = (head_index, *self._head_stamp(head_index).pack_ints())
+                known = np.sort(np.concatenate([known, found]), order="index")
+                at = np.searchsorted(known["index"], wanted)
+            stamps["producer_id"][continued] = known["producer_id"][at]
+            stamps["rest"][continued] = known["rest"][at] + distance.astype(np.uint64)
+        self._head = known[-1:].copy()
+        return stamps
+
+    def _head_stamp(self, index: int) -> Stamp:
+        if self.head_stamp is None:
+            raise CorruptDataError("the entries read", index, "the head of a batch continued here is not in its file")
+        return self.head_stamp(index)
+
     def batch(self) -> pa.RecordBatch:
         """The rows decoded since the last batch, as Arrow columns."""
-        headers, bodies, stamps = [], [], []
+        headers, bodies, prefixes = [], [], []
         for buf, offsets in self._segments:
             data = np.frombuffer(buf, np.uint8)
             at = np.frombuffer(offsets, np.int64)
             header_bytes = at[:, None] + HEADER_BYTES
-            headers.append(data[header_bytes].view(HEADER_DTYPE)[:, 0])
+            header = data[header_bytes].view(HEADER_DTYPE)[:, 0]
+            headers.append(header)
             first, last = int(at[0]), int(at[-1])
-            span = data[first:last + HEADER_SIZE + int(headers[-1]["body_size"][-1])]
-            dropped = header_bytes.ravel()
-            stamped = at[headers[-1]["magic"] == Magic.PRODUCED]
-            if len(stamped):  # the client's body is what follows the stamp
-                stamp_bytes = stamped[:, None] + STAMP_BYTES
-                stamps.append(data[stamp_bytes].view(STAMP_DTYPE)[:, 0])
-                dropped = np.concatenate([dropped, stamp_bytes.ravel()])
-            bodies.append(np.delete(span, dropped - first))
+            span = data[first:last + HEADER_SIZE + int(header["body_size"][-1])]
+            dropped = [header_bytes.ravel()]
+            prefix = np.zeros(len(at), STAMP_DTYPE)  # a head's stamp; a continuation's distance, as its `rest`
+            for magic, prefix_bytes, field, dtype in ((Magic.PRODUCED, STAMP_BYTES, None, STAMP_DTYPE),
+                                                      (Magic.CONTINUED, DISTANCE_BYTES, "rest", ">u4")):
+                rows = header["magic"] == magic
+                if rows.any():  # the client's body is what follows the stamp or the distance
+                    taken = at[rows][:, None] + prefix_bytes
+                    values = data[taken].view(dtype)[:, 0]
+                    if field is None:
+                        prefix[rows] = values
+                    else:
+                        prefix[field][rows] = values
+                    dropped.append(taken.ravel())
+            prefixes.append(prefix)
+            bodies.append(np.delete(span, np.concatenate(dropped) - first))
         header = np.concatenate(headers) if headers else np.zeros(0, HEADER_DTYPE)
-        produced = header["magic"] == Magic.PRODUCED
-        sizes = header["body_size"].astype(np.int64) - STAMP_SIZE * produced
+        produced = np.isin(header["magic"], (Magic.PRODUCED, Magic.CONTINUED))
+        sizes = header["body_size"].astype(np.int64) - STAMP_SIZE * (header["magic"] == Magic.PRODUCED) \
+            - DISTANCE_SIZE * (header["magic"] == Magic.CONTINUED)
+        damaged = np.fromiter(self._corrupt, np.int64, len(self._corrupt))
+        stamps = self._stamps(header, np.concatenate(prefixes) if prefixes else np.zeros(0, STAMP_DTYPE), damaged)
+        produced[damaged[header["magic"][damaged] == Magic.CONTINUED]] = False
         if self._unreadable is not None:
             filler = np.zeros(1, HEADER_DTYPE)
             filler["index"] = self._unreadable[0]
@@ -216,7 +281,7 @@ class Decoder:
                    TYPE_DICTIONARY.take(_arrow(header["magic"].astype(np.int32), known)),
                    _arrow(header["channel"].astype(np.int32), known), body,
                    _arrow(header["body_crc"].astype(np.int32), known), _arrow(header["chain"].astype(np.int32), known),
-                   *_stamp_columns(produced, np.concatenate(stamps) if stamps else np.zeros(0, STAMP_DTYPE))]
+                   *_stamp_columns(produced, stamps)]
         if self.text:
             columns.append(_utf8(columns[5]))
         if self.mark_corrupt:
@@ -235,7 +300,7 @@ def _stamp_columns(produced: np.ndarray, stamps: np.ndarray) -> list[pa.Array]:
     for values_of in (stamps["producer_id"], rest >> np.uint64(SEQUENCE_BITS),
                       rest & np.uint64((1 << SEQUENCE_BITS) - 1)):
         values = np.zeros(len(produced), np.int64)
-        values[produced] = values_of.astype(np.int64)
+        values[:len(values_of)] = np.where(produced[:len(values_of)], values_of.astype(np.int64), 0)
         columns.append(_arrow(values, produced))
     return columns
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from raftlog.pipeline.entries import Decoder
 from raftlog.pipeline.options import Access, PipelineError
-from raftlog.storage.codec import HEADER, HEADER_SIZE
+from raftlog.storage.codec import HEADER, HEADER_SIZE, Stamp
 
 log = logging.getLogger("raftlog.pipeline")
 
@@ -101,7 +101,7 @@ def read_range(urls: Sequence[str], start: int, end: int, *, text: bool, batch_r
     """Entries start..end (inclusive, committed) as record batches, from the first member that serves
     them; on a member's failure the rest comes from the next one. It gives up when every member
     failed ROUNDS times in a row without progress, or at once on an answer no member would change."""
-    decoder = Decoder(start, None, text=text)
+    decoder = Decoder(start, None, text=text, head_stamp=lambda index: _head_stamp(urls, index, timeout_s, access))
     failures: list[str] = []
     attempt = 0
     while True:
@@ -134,6 +134,24 @@ def _http(access: Access) -> httpx.Client:
         verify = ssl.create_default_context(cafile=access.ca) if access.ca else True
         client = _clients[access.ca] = httpx.Client(verify=verify, limits=httpx.Limits(max_keepalive_connections=8))
     return client
+
+
+def _head_stamp(urls: Sequence[str], index: int, timeout_s: float, access: Access) -> Stamp:
+    """The stamp of entry `index`, the head of a producer's batch a range begins inside: as the
+    first member that answers says it."""
+    failures = []
+    for url in urls:
+        try:
+            response = _http(access).get(f"{url}/v1/entries/{index}", timeout=timeout_s,
+                                         headers={"accept": "application/octet-stream", **access.headers()})
+            if response.status_code == 200:
+                said = response.headers
+                return Stamp(int(said["x-raftlog-producer-id"]), int(said["x-raftlog-producer-epoch"]),
+                             int(said["x-raftlog-sequence"]))
+            failures.append(f"{url} answered {response.status_code}: {_reason(response)}")
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            failures.append(f"{url}: {exc!r}")
+    raise RuntimeError(f"raftlog: the stamp of entry {index} could not be read: " + "; ".join(failures))
 
 
 def _fetch(url: str, decoder: Decoder, end: int, batch_rows: int, timeout_s: float,

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import Entry, Magic, ProducedRun, Stamp, stamp_of
+from raftlog.storage.codec import PRODUCER_MAGICS, Entry, ProducedRun, Stamp, Stamps
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
@@ -206,7 +206,7 @@ class ProducerSessions:
     """The producer table kept in step with this member's log: the leader's appends, a follower's,
     truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
 
-    magics: frozenset[int] = frozenset((Magic.PRODUCED,))  # what a start replays
+    magics: frozenset[int] = PRODUCER_MAGICS  # what a start replays
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
@@ -214,6 +214,7 @@ class ProducerSessions:
         self.store = store
         self.table = self._empty()
         self.changes = 0  # counts every change: the checkpoint writes a table that changed
+        self._stamps = Stamps(store.get)  # the replayed entries' stamps
 
     def _empty(self) -> ProducerTable:
         return ProducerTable(batches_kept=self.config.producer_batches_kept, producers_max=self.config.producers_max,
@@ -264,6 +265,6 @@ class ProducerSessions:
 
     def replayed(self, entry: Entry) -> None:
         """On start, the log after the saved table, entry by entry in log order."""
-        if (stamp := stamp_of(entry)) is not None:
+        if (stamp := self._stamps(entry)) is not None:
             self.table.record(*stamp, entry.index, entry.index, self.state.committed_index)
             self.changes += 1

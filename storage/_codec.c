@@ -24,7 +24,9 @@
 #define MAGIC_CONFIG_CHANGE 3
 #define MAGIC_PRODUCED 4
 #define MAGIC_CONSUMER 5
+#define MAGIC_CONTINUED 6
 #define STAMP_SIZE 16
+#define DISTANCE_SIZE 4
 #define SEQUENCE_BITS 48
 /* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
  * beyond, the Python reference (with its unbounded ints) decides */
@@ -148,8 +150,9 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
     uint32_t chain = get32(h + 36);
     uint32_t bcrc = get32(h + 40);
     int32_t body_size = (int32_t)get32(h + 44);
-    if (magic < MAGIC_NORMAL || magic > MAGIC_CONSUMER || body_size < 0
+    if (magic < MAGIC_NORMAL || magic > MAGIC_CONTINUED || body_size < 0
             || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (magic == MAGIC_PRODUCED && body_size < STAMP_SIZE)
+            || (magic == MAGIC_CONTINUED && body_size < DISTANCE_SIZE)
             || (int64_t)get64(h + 8) != index || term < term_floor)
         return 0;
     int64_t placed = pos;
@@ -162,6 +165,11 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
         return 0;
     if (has_chain && chain_crc(prev_chain, index, term, bcrc) != chain)
         return 0;
+    if (magic == MAGIC_CONTINUED) {  /* a distance back into the log, and not at a file's start */
+        int64_t distance = (int64_t)get32(h + HEADER_SIZE);
+        if (distance < 1 || distance > index || (file_size > 0 && placed % file_size == 0))
+            return 0;
+    }
     out->magic = magic;
     out->size = size;
     out->term = term;
@@ -196,7 +204,8 @@ static PyObject *check_next(PyObject *self, PyObject *args) {
 
 /* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size[, stamp])
  * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None; with a stamp
- * (producer_id, epoch, first sequence) each body is stamped, sequences counting up */
+ * (producer_id, epoch, first sequence) the bodies are a producer's, sequences counting up: a PRODUCED
+ * head, then CONTINUED entries (a new head where one starts a data file) */
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *bodies, *stamp = Py_None;
     long long first_index, term, write_pos, prev_chain, file_size;
@@ -214,9 +223,9 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                     || !PyArg_ParseTuple(stamp, "KKK", &producer_id, &epoch, &first_seq)
                     || epoch >= (1ULL << (64 - SEQUENCE_BITS)) || first_seq + (uint64_t)count > (1ULL << SEQUENCE_BITS)))
         goto unstampable;
-    if (!stamped && magic == MAGIC_PRODUCED)
+    if (magic == MAGIC_CONTINUED || (!stamped && magic == MAGIC_PRODUCED))
         Py_RETURN_NONE;
-    Py_ssize_t extra = stamped ? STAMP_SIZE : 0;
+    Py_ssize_t extra = stamped ? STAMP_SIZE : 0;  /* the most a body gains, a head's stamp: data is cut to size */
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
@@ -236,26 +245,39 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
     Placement at = {write_pos, 0, write_pos};
     int64_t offset = 0, index = first_index;
     uint32_t chain = (uint32_t)prev_chain;
+    Py_ssize_t head = -1;  /* the entry that stamps the next continuation (-1: none yet) */
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
         int32_t client_size = (int32_t)PyBytes_GET_SIZE(body);
-        int32_t body_size = (int32_t)extra + client_size;
+        int32_t entry_magic = magic, prefix = 0;
+        if (stamped) {  /* stamped once, unless the entry starts a file: then it is a head */
+            if (head >= 0 && place_at(at.pos, HEADER_SIZE + DISTANCE_SIZE + client_size, file_size) == at.pos) {
+                entry_magic = MAGIC_CONTINUED;
+                prefix = DISTANCE_SIZE;
+            } else {
+                head = i;
+                prefix = STAMP_SIZE;
+            }
+        }
+        int32_t body_size = prefix + client_size;
         int32_t size = HEADER_SIZE + body_size;
         int64_t pos = place_at(at.pos, size, file_size);
         if (pos < 0)
             goto rejected;
         if (move_to(&at, runs, fillers, offset, pos) < 0)
             goto failed;
-        unsigned char *stamp_at = out + HEADER_SIZE;
-        if (stamped) {
-            put64(stamp_at, producer_id);
-            put64(stamp_at + 8, epoch << SEQUENCE_BITS | (first_seq + (uint64_t)i));
+        unsigned char *body_at = out + HEADER_SIZE;
+        if (entry_magic == MAGIC_CONTINUED) {
+            put32(body_at, (uint32_t)(i - head));
+        } else if (stamped) {
+            put64(body_at, producer_id);
+            put64(body_at + 8, epoch << SEQUENCE_BITS | (first_seq + (uint64_t)i));
         }
-        memcpy(stamp_at + extra, bytes, (size_t)client_size);
-        uint32_t bcrc = crc_of(stamp_at, body_size);
+        memcpy(body_at + prefix, bytes, (size_t)client_size);
+        uint32_t bcrc = crc_of(body_at, body_size);
         chain = chain_crc(chain, index, term, bcrc);
-        put32(out, (uint32_t)magic);
+        put32(out, (uint32_t)entry_magic);
         put32(out + 4, (uint32_t)size);
         put64(out + 8, (uint64_t)index);
         put64(out + 16, (uint64_t)term);
@@ -265,7 +287,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         put32(out + 40, bcrc);
         put32(out + 44, (uint32_t)body_size);
         out += size;
-        put_record(record, magic, pos, size, index, term);
+        put_record(record, entry_magic, pos, size, index, term);
         record += RECORD_SIZE;
         PyObject *where = PyLong_FromLongLong(pos);
         if (where == NULL)
@@ -275,7 +297,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         offset += size;
         index += 1;
     }
-    if (append_run(runs, at.run_from, offset, at.run_pos) < 0)
+    if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || (offset < total && _PyBytes_Resize(&data, offset) < 0))
         goto failed;
     return Py_BuildValue("(NNNNNkL)", data, runs, fillers, records, positions, (unsigned long)chain,
                          (long long)at.pos);
@@ -309,10 +331,9 @@ static int flush_produced(PyObject *list, const Produced *run) {
     return failed;
 }
 
-/* The PRODUCED entry `index` whose stamp is at `s` follows `run`: storage.codec.add_produced. */
-static int add_produced(PyObject *list, Produced *run, const unsigned char *s, int64_t index) {
-    uint64_t producer_id = get64(s), rest = get64(s + 8);
-    uint64_t epoch = rest >> SEQUENCE_BITS, sequence = rest & ((1ULL << SEQUENCE_BITS) - 1);
+/* The producer's entry `index` with this stamp follows `run`: storage.codec.add_produced. */
+static int add_produced(PyObject *list, Produced *run, uint64_t producer_id, uint64_t epoch, uint64_t sequence,
+                        int64_t index) {
     if (run->last_index >= run->first_index && run->producer_id == producer_id && run->epoch == epoch
             && run->last_index + 1 == index && run->first_seq + (uint64_t)(index - run->first_index) == sequence) {
         run->last_index = index;
@@ -324,13 +345,34 @@ static int add_produced(PyObject *list, Produced *run, const unsigned char *s, i
     return 0;
 }
 
-/* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size)
- * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, control_indices, produced) | None */
+/* A producer's batch's head: its index (-1: no batch a continuation could go on) and stamp. */
+typedef struct {
+    int64_t index;
+    uint64_t producer_id, epoch, sequence;
+} Head;
+
+/* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size[, tail])
+ * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, control_indices, produced) | None;
+ * tail (head index, producer_id, epoch, sequence): the head of the log's last entry, for a continuation
+ * the entries begin with (storage.batch.reference_validate) */
 static PyObject *validate_batch(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long first_index, prev_term, write_pos, prev_chain, file_size;
-    if (!PyArg_ParseTuple(args, "y*LLLLL", &view, &first_index, &prev_term, &write_pos, &prev_chain, &file_size))
+    PyObject *tail = Py_None;
+    if (!PyArg_ParseTuple(args, "y*LLLLL|O", &view, &first_index, &prev_term, &write_pos, &prev_chain, &file_size,
+                          &tail))
         return NULL;
+    Head head = {-1, 0, 0, 0};
+    long long tail_index;
+    unsigned long long tail_id, tail_epoch, tail_sequence;
+    if (tail != Py_None) {
+        if (!PyTuple_Check(tail) || !PyArg_ParseTuple(tail, "LKKK", &tail_index, &tail_id, &tail_epoch, &tail_sequence)) {
+            PyErr_Clear();  /* not a head these types hold: the reference decides */
+            PyBuffer_Release(&view);
+            Py_RETURN_NONE;
+        }
+        head = (Head){tail_index, tail_id, tail_epoch, tail_sequence};
+    }
     PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *controls = NULL,
              *produced = NULL;
     Produced run = {0, 0, 0, 0, -1};
@@ -364,7 +406,20 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         has_chain = 1;
         if ((entry.magic == MAGIC_CONFIG_CHANGE || entry.magic == MAGIC_CONSUMER) && append_int(controls, expected) < 0)
             goto failed;
-        if (entry.magic == MAGIC_PRODUCED && add_produced(produced, &run, buf + offset + HEADER_SIZE, expected) < 0)
+        const unsigned char *body = buf + offset + HEADER_SIZE;
+        if (entry.magic == MAGIC_PRODUCED) {
+            uint64_t rest = get64(body + 8);
+            head = (Head){expected, get64(body), rest >> SEQUENCE_BITS, rest & ((1ULL << SEQUENCE_BITS) - 1)};
+        } else if (entry.magic == MAGIC_CONTINUED) {  /* it must name the head of the batch it goes on */
+            int64_t distance = (int64_t)get32(body);
+            if (head.index < 0 || expected - distance != head.index)
+                goto rejected;
+        } else {
+            head.index = -1;
+        }
+        if ((entry.magic == MAGIC_PRODUCED || entry.magic == MAGIC_CONTINUED)
+                && add_produced(produced, &run, head.producer_id, head.epoch, head.sequence + (uint64_t)(expected - head.index),
+                                expected) < 0)
             goto failed;
         put_record(record, entry.magic, entry.pos, entry.size, expected, entry.term);
         record += RECORD_SIZE;

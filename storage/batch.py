@@ -15,6 +15,7 @@ goes through the Python loops below, the reference, which also name what is wron
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.storage import codec
@@ -22,21 +23,25 @@ from raftlog.storage.codec import (
     CHAIN,
     CONTROL_MAGICS,
     CUT_END,
+    DISTANCE,
+    DISTANCE_SIZE,
     ENDS,
     ENTRY_MAGICS,
     HEADER,
     HEADER_SIZE,
     INDEX_RECORD,
     SEQUENCE_BITS,
+    Entry,
     Magic,
     ProducedRun,
     Stamp,
     add_produced,
+    head_index,
     place,
     reference_check_next,
     unpack_stamp,
 )
-from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
+from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError, StorageError
 
 
 @dataclass(slots=True)
@@ -75,8 +80,9 @@ def encode_leader_batch(
     file_size: int,
     stamp: Stamp | None = None,
 ) -> Batch:
-    """Encode `bodies` as entries first_index..., placed from `write_pos`; with a `stamp`, PRODUCED
-    entries whose sequences count up from the stamp's."""
+    """Encode `bodies` as entries first_index..., placed from `write_pos`; with a `stamp`, a producer's
+    entries whose sequences count up from the stamp's: a PRODUCED head, then CONTINUED entries (a new
+    head where one starts a data file)."""
     compiled = codec.compiled
     if compiled is not None and type(bodies) is list and magic in ENTRY_MAGICS:
         parts = compiled.encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc,
@@ -103,13 +109,12 @@ def reference_encode(
         raise ValueError("an append needs at least one body")
     if magic not in ENTRY_MAGICS:
         raise ValueError(f"magic {magic} is not an entry type")
-    if (stamp is not None) != (magic == Magic.PRODUCED):
-        raise ValueError("PRODUCED entries, and they alone, carry a stamp")
+    if (stamp is not None) != (magic == Magic.PRODUCED) or magic == Magic.CONTINUED:
+        raise ValueError("PRODUCED entries, and they alone, carry a stamp (CONTINUED ones come with it)")
     if stamp is not None:
         producer_id, epoch, first_seq = stamp
         if not 0 <= epoch < 1 << (64 - SEQUENCE_BITS) or not 0 <= first_seq <= (1 << SEQUENCE_BITS) - len(bodies):
             raise ValueError(f"a stamp's epoch or sequences out of range: {stamp}")
-        bodies = [Stamp(producer_id, epoch, first_seq + i).pack() + body for i, body in enumerate(bodies)]
     crc32 = zlib.crc32
     pack_header = HEADER.pack
     pack_chain = CHAIN.pack
@@ -121,7 +126,14 @@ def reference_encode(
     offset = 0
     index = first_index
     chain = prev_chain_crc
-    for body in bodies:
+    head = -1  # the entry that stamps the next continuation (-1: none yet)
+    for i, body in enumerate(bodies):
+        entry_magic = magic
+        if stamp is not None:  # stamped once, unless the entry starts a file: then it is a head
+            if head >= 0 and place(layout.pos, HEADER_SIZE + DISTANCE_SIZE + len(body), file_size) == layout.pos:
+                entry_magic, body = Magic.CONTINUED, DISTANCE.pack(i - head) + body
+            else:
+                head, body = i, Stamp(producer_id, epoch, first_seq + i).pack() + body
         body_size = len(body)
         size = HEADER_SIZE + body_size
         placed = place(layout.pos, size, file_size)
@@ -130,9 +142,9 @@ def reference_encode(
         pos = layout.move_to(offset, placed)
         bcrc = crc32(body)
         chain = crc32(pack_chain(chain, index, term, bcrc))
-        parts.append(pack_header(magic, size, index, term, pos, channel, chain, bcrc, body_size))
+        parts.append(pack_header(entry_magic, size, index, term, pos, channel, chain, bcrc, body_size))
         parts.append(body)
-        records.append(pack_record(magic, pos, size, index, term))
+        records.append(pack_record(entry_magic, pos, size, index, term))
         positions.append(pos)
         layout.pos = pos + size
         offset += size
@@ -148,20 +160,52 @@ def validate_follower_batch(
     write_pos: int | None,
     prev_chain_crc: int | None,
     file_size: int,
+    entry_at: Callable[[int], Entry] | None = None,
 ) -> Batch:
     """Check raw entries from another replica against the local log end (reference_validate says
-    how); the compiled loop's verdict where it is built, the reference's words for a rejection."""
+    how); the compiled loop's verdict where it is built, the reference's words for a rejection.
+    `entry_at` reads the local log, for the head of a batch a push continues."""
     view = memoryview(data)
+    return validate_after(view, first_index, prev_term, write_pos, prev_chain_crc, file_size,
+                          _tail_head(view, first_index, entry_at))
+
+
+Head = tuple[int, Stamp]  # a producer's batch's head entry: its index and stamp
+
+
+def validate_after(
+    view: memoryview,
+    first_index: int,
+    prev_term: int,
+    write_pos: int | None,
+    prev_chain_crc: int | None,
+    file_size: int,
+    tail: Head | None,
+) -> Batch:
+    """validate_follower_batch, given the head of the log's last entry (`tail`, reference_validate's)."""
     compiled = codec.compiled
     if compiled is not None and len(view) >= HEADER_SIZE:
         pos = _adopted_pos(view, first_index, file_size) if write_pos is None else write_pos
         parts = compiled.validate_batch(view, first_index, prev_term, pos,
-                                        -1 if prev_chain_crc is None else prev_chain_crc, file_size)
+                                        -1 if prev_chain_crc is None else prev_chain_crc, file_size,
+                                        None if tail is None else (tail[0], *tail[1]))
         if parts is not None:
             runs, fillers, records, positions, last_term, chain, end_pos, control_indices, produced = parts
             return Batch(first_index, view, runs, fillers, records, positions, last_term, chain, end_pos,
                          control_indices, produced)
-    return reference_validate(view, first_index, prev_term, write_pos, prev_chain_crc, file_size)
+    return reference_validate(view, first_index, prev_term, write_pos, prev_chain_crc, file_size, tail)
+
+
+def _tail_head(view: memoryview, first_index: int, entry_at: Callable[[int], Entry] | None) -> Head | None:
+    """The head of the batch the log's last entry belongs to, where the entries at hand begin with a
+    continuation (else None, unread): the head that continuation must name."""
+    if entry_at is None or len(view) < HEADER_SIZE or HEADER.unpack_from(view)[0] != Magic.CONTINUED:
+        return None
+    try:
+        head = head_index(entry_at(first_index - 1))
+        return None if head is None else (head, unpack_stamp(entry_at(head).body))
+    except StorageError:  # no entry before these: nothing for them to continue
+        return None
 
 
 def reference_validate(
@@ -171,19 +215,20 @@ def reference_validate(
     write_pos: int | None,
     prev_chain_crc: int | None,
     file_size: int,
+    tail: Head | None = None,
 ) -> Batch:
     """Check raw entries from another replica against the local log end: each must be the next
     entry where the local log places it (codec.reference_check_next's rules, in a stream of
-    entries without fillers). `write_pos` / `prev_chain_crc` of None (a log reset for a snapshot
-    with no known position or chain) adopt the first entry's. Raises AppendRejectedError naming
-    the first bad entry.
+    entries without fillers), and a continuation must name the head of the batch before it (`tail`:
+    the head of the log's last entry, if that is a producer's). `write_pos` / `prev_chain_crc` of
+    None (a log reset for a snapshot with no known position or chain) adopt the first entry's.
+    Raises AppendRejectedError naming the first bad entry.
     """
     view = memoryview(data)
     end = len(view)
     if end < HEADER_SIZE:
         raise AppendRejectedError(first_index, "no entries" if not end else "truncated header")
     pack_record = INDEX_RECORD.pack
-    produced_magic = Magic.PRODUCED
     control_indices: list[int] = []
     produced: list[ProducedRun] = []
     records: list[bytes] = []
@@ -191,6 +236,7 @@ def reference_validate(
     expected = first_index
     term_floor = prev_term
     chain = prev_chain_crc
+    head = tail
     layout = Layout(_adopted_pos(view, first_index, file_size) if write_pos is None else write_pos)
     offset = 0
     while offset < end:
@@ -202,8 +248,17 @@ def reference_validate(
         pos = layout.move_to(offset, placed)
         if magic in CONTROL_MAGICS:
             control_indices.append(expected)
-        elif magic == produced_magic:
-            add_produced(produced, unpack_stamp(view, offset + HEADER_SIZE), expected)
+        if magic == Magic.PRODUCED:
+            head = (expected, unpack_stamp(view, offset + HEADER_SIZE))
+            add_produced(produced, head[1], expected)
+        elif magic == Magic.CONTINUED:
+            distance = DISTANCE.unpack_from(view, offset + HEADER_SIZE)[0]
+            if head is None or expected - distance != head[0]:
+                raise AppendRejectedError(expected, f"a continued entry's distance {distance} names no head of the "
+                                                    "batch it continues")
+            add_produced(produced, head[1]._replace(sequence=head[1].sequence + distance), expected)
+        else:
+            head = None
         records.append(pack_record(magic, pos, size, expected, term))
         positions.append(pos)
         term_floor = term

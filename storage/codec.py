@@ -3,7 +3,8 @@
 Entry (48-byte header, then the body)::
 
     offset  size  field
-         0     4  magic      i32   NORMAL 1, NOOP 2, CONFIG_CHANGE 3, PRODUCED 4
+         0     4  magic      i32   NORMAL 1, NOOP 2, CONFIG_CHANGE 3, PRODUCED 4, CONSUMER 5,
+                                   CONTINUED 6
          4     4  size       i32   48 + bodySize
          8     8  index      i64   first entry is 0
         16     8  term       i64
@@ -23,6 +24,16 @@ starts with the producer's stamp, 16 bytes, then the client's body; bodySize and
 cover both, so DLedger's reader reads it as an entry whose body has 16 bytes more::
 
     producer_id u64 | epoch u16 | sequence u48
+
+A producer's batch of several bodies is stamped once: its first entry is PRODUCED, and each later
+one is CONTINUED, whose body starts with the distance back to that first entry (the head), 4
+bytes, then the client's body; its stamp is the head's, with the sequence plus the distance::
+
+    distance u32 (1 <= distance <= index)
+
+A continuation never starts a data file (the writer stamps the entry that starts a new file as a
+head), so a continuation's head is in its own file: retention, which deletes whole files, and a
+snapshot install, which starts a log where the leader's first file starts, never part the two.
 
 File-end filler: magic -1 (BLANK) then i32 remaining length of the file; a data
 file always keeps room for it (MIN_BLANK_LEN 8), so no entry ends a file.
@@ -44,6 +55,7 @@ import importlib
 import mmap
 import struct
 import zlib
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -63,6 +75,8 @@ BLANK_MAGIC = -1
 MIN_BLANK_LEN = BLANK.size  # 8
 STAMP = struct.Struct(">QQ")  # producer_id, then epoch << 48 | sequence
 STAMP_SIZE = STAMP.size  # 16
+DISTANCE = struct.Struct(">I")  # a CONTINUED entry's distance back to its head
+DISTANCE_SIZE = DISTANCE.size  # 4
 SEQUENCE_BITS = 48
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what entries are checked and decoded in
@@ -76,11 +90,15 @@ class Magic(IntEnum):
     CONFIG_CHANGE = 3
     PRODUCED = 4  # raftlog's: a NORMAL entry with its producer's stamp ahead of the body
     CONSUMER = 5  # raftlog's: a control entry, a named consumer's committed position (raft.consumers)
+    CONTINUED = 6  # raftlog's: a later entry of a PRODUCED batch, its distance back to the head ahead of the body
 
 
 ENTRY_MAGICS = frozenset(int(m) for m in Magic)
 # the entries a member reads as they join its log: configurations, consumer positions
 CONTROL_MAGICS = frozenset((Magic.CONFIG_CHANGE, Magic.CONSUMER))
+PRODUCER_MAGICS = frozenset((Magic.PRODUCED, Magic.CONTINUED))  # a producer session's entries
+DATA_MAGICS = frozenset((Magic.NORMAL, *PRODUCER_MAGICS))  # the entries readers see as "normal"
+PREFIX_SIZES: dict[int, int] = {Magic.PRODUCED: STAMP_SIZE, Magic.CONTINUED: DISTANCE_SIZE}  # before the body sent
 
 
 class Entry(NamedTuple):
@@ -108,7 +126,11 @@ class Stamp(NamedTuple):
     sequence: int
 
     def pack(self) -> bytes:
-        return STAMP.pack(self.producer_id, self.epoch << SEQUENCE_BITS | self.sequence)
+        return STAMP.pack(*self.pack_ints())
+
+    def pack_ints(self) -> tuple[int, int]:
+        """The two u64 it is stored as: producer_id, then epoch << 48 | sequence."""
+        return self.producer_id, self.epoch << SEQUENCE_BITS | self.sequence
 
 
 # (producer_id, epoch, first sequence, first index, last index): consecutive PRODUCED entries of one
@@ -121,21 +143,50 @@ def unpack_stamp(buf: Buffer | memoryview, offset: int = 0) -> Stamp:
     return Stamp(producer_id, rest >> SEQUENCE_BITS, rest & ((1 << SEQUENCE_BITS) - 1))
 
 
-def stamp_of(entry: Entry) -> Stamp | None:
-    """A PRODUCED entry's stamp (None for any other entry)."""
-    if entry.magic != Magic.PRODUCED:
-        return None
-    return unpack_stamp(entry.body)
+def head_index(entry: Entry) -> int | None:
+    """The index of the PRODUCED entry that stamps `entry` (None: it has no stamp)."""
+    if entry.magic == Magic.PRODUCED:
+        return entry.index
+    if entry.magic == Magic.CONTINUED:
+        return entry.index - int(DISTANCE.unpack_from(entry.body)[0])
+    return None
+
+
+def stamp_of(entry: Entry, entry_at: Callable[[int], Entry]) -> Stamp | None:
+    """A producer's entry's stamp (None for any other entry); `entry_at` reads a continuation's head."""
+    return Stamps(entry_at)(entry)
+
+
+class Stamps:
+    """The stamps of entries read in log order: each batch's head read from its entries, or once from
+    `entry_at` where they begin after it. Only stamps are kept, never a view into a file."""
+
+    def __init__(self, entry_at: Callable[[int], Entry]) -> None:
+        self._entry_at = entry_at
+        self._head: tuple[int, Stamp | None] = (-1, None)  # the last head seen: its index and stamp
+
+    def __call__(self, entry: Entry) -> Stamp | None:
+        if entry.magic == Magic.PRODUCED:
+            stamp = unpack_stamp(entry.body)
+            self._head = (entry.index, stamp)
+            return stamp
+        if entry.magic != Magic.CONTINUED:
+            return None
+        distance = DISTANCE.unpack_from(entry.body)[0]
+        index, head = self._head
+        if head is None or index != entry.index - distance:
+            index, head = self._head = entry.index - distance, unpack_stamp(self._entry_at(entry.index - distance).body)
+        return head._replace(sequence=head.sequence + distance)
 
 
 def client_body(entry: Entry) -> memoryview:
-    """The body as its client sent it: a PRODUCED entry's without its stamp."""
-    return entry.body[STAMP_SIZE:] if entry.magic == Magic.PRODUCED else entry.body
+    """The body as its client sent it: a producer's entry's without its stamp or distance."""
+    return entry.body[PREFIX_SIZES[entry.magic]:] if entry.magic in PREFIX_SIZES else entry.body
 
 
 def client_body_crc(entry: Entry) -> int:
     """The CRC-32 of the body as its client sent it."""
-    return zlib.crc32(entry.body[STAMP_SIZE:]) if entry.magic == Magic.PRODUCED else entry.body_crc
+    return zlib.crc32(client_body(entry)) if entry.magic in PREFIX_SIZES else entry.body_crc
 
 
 def add_produced(runs: list[ProducedRun], stamp: Stamp, index: int) -> None:
@@ -263,12 +314,15 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
     """Check the entry at buf[offset:end] against what the log before it says it must be.
 
     The rules, in order: a known magic, size = 48 + bodySize, a PRODUCED
-    entry's body holding its stamp, the expected index, a term not below
+    entry's body holding its stamp (a CONTINUED one's, its distance), the expected index, a term not below
     `term_floor`, room in a data file (`place`), pos =
     where the log places it (`write_pos`; None: positions unknown, unchecked),
     the body present, bodyCrc, chainCrc (`prev_chain` None: the first link is
-    taken on trust). With `in_file` the bytes are a data file's, so the entry
-    must fit where it lies. The verdict is None for a sound entry placed at
+    taken on trust), a CONTINUED entry's distance within the log, and the
+    entry not at a file's start (`file_size` 0: files unknown). That its head
+    is the distance back is the follower's check, which knows the entries
+    before. With `in_file` the bytes are a data file's, so the entry must fit
+    where it lies. The verdict is None for a sound entry placed at
     `pos`, one of ENDS where the entries end without damage (a filler whose
     length is right, zeros, bytes cut short), or the first rule broken, in
     words. The fields come back with any verdict that could read them, so a
@@ -286,8 +340,9 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
     verdict: str | None = None
     if body_size < 0 or size != HEADER_SIZE + body_size:
         verdict = f"size {size} != 48 + bodySize {body_size}"
-    elif magic == Magic.PRODUCED and body_size < STAMP_SIZE:
-        verdict = f"a produced entry's body of {body_size} bytes cannot hold its {STAMP_SIZE}-byte stamp"
+    elif magic in PREFIX_SIZES and body_size < PREFIX_SIZES[magic]:
+        verdict = f"a {Magic(magic).name.lower()} entry's body of {body_size} bytes cannot hold its " \
+                  f"{PREFIX_SIZES[magic]}-byte {'stamp' if magic == Magic.PRODUCED else 'distance'}"
     elif index_ != index:
         verdict = f"index {index_}, expected {index}"
     elif term < term_floor:
@@ -304,6 +359,11 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
         verdict = BODY_CRC_FAULT
     elif prev_chain is not None and zlib.crc32(CHAIN.pack(prev_chain, index_, term, bcrc)) != chain:
         verdict = CHAIN_CRC_FAULT
+    elif magic == Magic.CONTINUED and not 1 <= (distance := DISTANCE.unpack_from(buf, offset + HEADER_SIZE)[0]) \
+            <= index:
+        verdict = f"a continued entry's distance {distance} back from index {index} names no entry"
+    elif magic == Magic.CONTINUED and file_size > 0 and placed % file_size == 0:
+        verdict = "a continued entry starts a data file, apart from its head"
     return verdict, magic, size, term, chain, pos if placed is None else placed
 
 

@@ -117,7 +117,7 @@ class MemoryStore:
     def append_as_follower_now(self, data: bytes | memoryview) -> FollowerAppend | None:
         self._check_writable()
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
-                                        self._end_chain, self.config.data_file_size)
+                                        self._end_chain, self.config.data_file_size, self.get)
         self._keep(batch)
         return FollowerAppend(self.end_index, batch.control_indices, batch.produced)
 

@@ -246,7 +246,7 @@ class Store:
             self._check_writable()
             batch = validate_follower_batch(data, self.end_index + 1, self.end_term,
                                             self._write_pos, self._end_chain,
-                                            self.config.data_file_size)
+                                            self.config.data_file_size, self.get)
             await self._write(batch)
             return FollowerAppend(self.end_index, batch.control_indices, batch.produced)
 
@@ -258,7 +258,7 @@ class Store:
             return None
         self._check_writable()
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
-                                        self._end_chain, self.config.data_file_size)
+                                        self._end_chain, self.config.data_file_size, self.get)
         if not self._has_room(batch):
             return None
         self._place(batch)

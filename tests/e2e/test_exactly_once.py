@@ -4,14 +4,19 @@ from its files; sequences out of order and fenced epochs are refused with their 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
 import httpx
+import pyarrow as pa
 
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.app.launcher import LocalCluster
+from raftlog.client.consumer import Consumer
+from raftlog.pipeline.online import read_range
+from raftlog.pipeline.options import Access
 from tests.e2e.test_grpc import refusal
 from tests.processes import ClusterFactory, eventually
 
@@ -127,3 +132,46 @@ def test_grpc_appends_with_a_producer_are_answered_once(make_cluster: ClusterFac
             assert (code, reason) == (grpc.StatusCode.ABORTED, "OUT_OF_ORDER_SEQUENCE")
         entry = stub.Get(pb.GetRequest(index=first.first_index), timeout=10)
         assert entry.body == b"x" and entry.producer == producer and entry.type == pb.NORMAL
+
+
+def test_every_reader_stamps_each_entry_of_a_batch_even_from_inside_it(make_cluster: ClusterFactory) -> None:
+    """A producer's batch is stamped once in the log (its later entries name their head): a reader that
+    begins inside it, on a follower, still gives each entry its producer and its own sequence: REST
+    (JSON, a stream, an entry's headers), gRPC, the client's consumer, and the pipeline's online reader."""
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    url = cluster.members[next(m for m in cluster.members if m != leader)].client_url
+    producer = httpx.post(f"{url}/v1/producers", timeout=10.0).json()
+    batch = answered(cluster, leader, producer, 0, [f"b{i}" for i in range(6)])
+    inside = batch["first_index"] + 3
+    wanted = [{"id": producer["id"], "epoch": producer["epoch"], "sequence": s} for s in (3, 4, 5)]
+
+    def page() -> list[dict[str, Any]] | None:
+        found = httpx.get(f"{url}/v1/entries", params={"start": inside, "limit": 3}, timeout=10.0).json()["entries"]
+        return found if len(found) == 3 else None
+
+    assert [(e["body"], e["producer"]) for e in eventually(page, "the batch on a follower")] == list(
+        zip(["b3", "b4", "b5"], wanted, strict=True))
+    assert httpx.get(f"{url}/v1/entries/{inside + 1}", timeout=10.0).json()["producer"] == wanted[1]
+    octets = httpx.get(f"{url}/v1/entries/{inside + 2}", headers={"accept": "application/octet-stream"}, timeout=10.0)
+    assert (octets.content, octets.headers["x-raftlog-sequence"]) == (b"b5", "5")
+    stream = httpx.get(f"{url}/v1/entries", params={"start": inside, "limit": 3},
+                       headers={"accept": "application/x-ndjson"}, timeout=10.0)
+    assert [json.loads(line)["producer"] for line in stream.text.splitlines()] == wanted
+
+    member = cluster.members[next(m for m in cluster.members if m != leader)]
+    with grpc.insecure_channel(member.grpc_address) as channel:
+        stub = log_pb2_grpc.LogStub(channel)
+        assert stub.Get(pb.GetRequest(index=inside), timeout=10).producer.sequence == 3
+        read = stub.Read(pb.ReadRequest(start=inside + 1, limit=2), timeout=10)
+        assert [(e.body, e.producer.sequence) for e in read] == [(b"b4", 4), (b"b5", 5)]
+
+    with Consumer([url], "from-inside", start=inside, auto_commit_interval_s=None) as consumer:
+        records = consumer.poll()
+    assert [(r.body, r.producer) for r in records[:3]] == [
+        (f"b{s}".encode(), (producer["id"], producer["epoch"], s)) for s in (3, 4, 5)]
+
+    table = pa.Table.from_batches(read_range([url], inside + 1, inside + 2, text=True, batch_rows=100,
+                                             timeout_s=10.0, access=Access()))
+    assert table.column("body_text").to_pylist() == ["b4", "b5"]
+    assert table.column("sequence").to_pylist() == [4, 5]

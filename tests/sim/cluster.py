@@ -44,7 +44,7 @@ from raftlog.raft.node import RaftNode, trusted_commit_end
 from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import loop_time
 from raftlog.storage import CorruptLogError, Store, StoreConfig
-from raftlog.storage.codec import Magic, client_body
+from raftlog.storage.codec import DATA_MAGICS, Magic, client_body
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
 from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
 from tests.sim.peers import Endpoint, SimPeers
@@ -624,7 +624,7 @@ class SimCluster:
                 ConsumerCommit.decode(entry.body)
                 continue
             body = bytes(client_body(entry))
-            if entry.magic not in (Magic.NORMAL, Magic.PRODUCED) or body not in self.history.sent:
+            if entry.magic not in DATA_MAGICS or body not in self.history.sent:
                 self.violations.append(f"entry {index} ({Magic(entry.magic).name}) was written by no client")
             elif body in written:
                 self.violations.append(f"{body!r} is in the log twice, at {written[body]} and {index}")

@@ -30,7 +30,7 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     ("acks-before-quorum", 3, 3, "two acknowledgements at index"),
     ("acks-before-writing", 2, 3, "durable on only"),
     ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
-    ("ends-ranges-at-local-commit-index", 9, 3, "found nothing, but it was acknowledged"),
+    ("ends-ranges-at-local-commit-index", 5, 3, "found nothing, but it was acknowledged"),
     ("retries-forwarded-appends", 21, 3, "is in the log twice"),
     ("forgets-producers", 10, 3, "is in the log twice"),
     ("forgets-saved-consumers", 1, 3, "consumer positions differ"),

@@ -27,7 +27,7 @@ from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError
 
 FILE_SIZES = st.integers(HEADER_SIZE + MIN_BLANK_LEN + 1, 2048)  # small files: fillers in most batches
 U32 = st.integers(0, 2**32 - 1)
-MAGICS = st.sampled_from([1, 2, 3, 4])
+MAGICS = st.sampled_from([1, 2, 3, 4, 4])
 
 
 @st.composite
@@ -78,18 +78,28 @@ def test_a_leaders_batch_is_encoded_to_the_same_bytes(args: tuple[Any, ...]) -> 
 
 @st.composite
 def follower_batches(draw: st.DrawFn) -> tuple[Any, ...]:
-    """A valid batch as a leader sends it (two leader batches back to back, perhaps of two producers),
-    then perhaps damaged: bytes flipped or cut, or sent to a log that does not end where the leader's did."""
+    """A valid batch as a leader sends it (two leader batches back to back, perhaps of two producers,
+    the first perhaps pushed from inside, after its head: the log's tail), then perhaps damaged: bytes
+    flipped or cut, or sent to a log that does not end where the leader's did (or its tail's head)."""
     file_size = draw(FILE_SIZES)
     first, term, pos, chain = draw(st.integers(1, 2**40)), draw(st.integers(1, 2**40)), \
         draw(st.integers(0, 3 * file_size)), draw(U32)
-    sent_data, at = b"", (first, pos, chain)
+    sent_data, at, tail = b"", (first, pos, chain), None
     try:
-        for _ in range(draw(st.integers(1, 2))):
+        for n in range(draw(st.integers(1, 2))):
             bodies = draw(st.lists(st.binary(min_size=0, max_size=file_size // 2), min_size=1, max_size=8))
             magic = draw(MAGICS)
-            sent = reference_encode(bodies, at[0], term, magic, 0, at[1], at[2], file_size, draw(stamps(magic)))
-            sent_data += bytes(sent.data)
+            stamp = draw(stamps(magic))
+            sent = reference_encode(bodies, at[0], term, magic, 0, at[1], at[2], file_size, stamp)
+            data = bytes(sent.data)
+            if n == 0 and stamp is not None and sent.count > 1 and draw(st.booleans()):  # the log holds its start
+                entries = codec.iter_entries(data)
+                k = draw(st.integers(1, sent.count - 1))
+                head = max(i for i in range(k + 1) if entries[i].magic == Magic.PRODUCED)
+                tail = (at[0] + head, stamp._replace(sequence=stamp.sequence + head))
+                first, pos, chain = at[0] + k, entries[k - 1].pos + entries[k - 1].size, entries[k - 1].chain_crc
+                data = data[sum(e.size for e in entries[:k]):]
+            sent_data += data
             at = (sent.last_index + 1, sent.end_pos, sent.last_chain_crc)
     except EntryTooLargeError:
         sent_data = b""
@@ -105,17 +115,19 @@ def follower_batches(draw: st.DrawFn) -> tuple[Any, ...]:
             term + draw(st.sampled_from([0, 0, 0, 1, -1])),
             draw(st.sampled_from([pos, pos, None, pos + 1])),
             draw(st.sampled_from([chain, chain, None, chain ^ 1])),
-            file_size)
+            file_size,
+            draw(st.sampled_from([tail, tail, None, None if tail is None else (tail[0] - 1, tail[1])])))
 
 
 @settings(max_examples=800, deadline=None)
 @given(follower_batches())
 def test_a_followers_batch_gets_the_same_verdict(args: tuple[Any, ...]) -> None:
     expected = outcome(reference_validate, *args)
-    assert outcome(validate_follower_batch, *args) == expected
-    data, first, term, pos, chain, file_size = args
+    assert outcome(batch.validate_after, memoryview(args[0]), *args[1:]) == expected
+    data, first, term, pos, chain, file_size, tail = args
     if len(data) >= HEADER_SIZE and pos is not None:  # (else the reference alone decides)
-        compiled = codec.compiled.validate_batch(data, first, term, pos, -1 if chain is None else chain, file_size)
+        compiled = codec.compiled.validate_batch(data, first, term, pos, -1 if chain is None else chain, file_size,
+                                                 None if tail is None else (tail[0], *tail[1]))
         assert (compiled is None) == isinstance(expected, tuple)
 
 
@@ -218,3 +230,48 @@ def test_a_produced_entry_too_short_for_its_stamp_is_refused_by_both() -> None:
     assert verdict == "a produced entry's body of 5 bytes cannot hold its 16-byte stamp"
     assert outcome(validate_follower_batch, entry, 5, 2, 0, 7, 1024) == (
         AppendRejectedError, str(AppendRejectedError(5, verdict)))
+
+
+def test_a_producers_batch_is_stamped_once_and_again_where_it_starts_a_file() -> None:
+    """A PRODUCED head, then CONTINUED entries 4 bytes longer than the client's bodies; the entry that
+    starts the next data file is a head again, so no file holds a continuation of another's head."""
+    sent = batch.encode_leader_batch([bytes(100)] * 8, 5, 2, Magic.PRODUCED, 0, 0, 7, 600, Stamp(9, 1, 40))
+    entries = codec.iter_entries(bytes(sent.data))
+    starts = {e.index for e in entries if e.pos % 600 == 0}
+    assert starts and [e.magic for e in entries] == [
+        Magic.PRODUCED if e.index == 5 or e.index in starts else Magic.CONTINUED for e in entries]
+    assert [e.size for e in entries] == [48 + 16 + 100 if e.magic == Magic.PRODUCED else 48 + 4 + 100
+                                         for e in entries]
+    stamps_ = codec.Stamps(lambda i: entries[i - 5])
+    assert [stamps_(e) for e in entries] == [Stamp(9, 1, 40 + i) for i in range(8)]
+    assert sent.produced == () and reference_validate(sent.data, 5, 2, 0, 7, 600).produced == ((9, 1, 40, 5, 12),)
+
+
+def test_a_push_from_inside_a_batch_continues_the_logs_head_and_no_other() -> None:
+    sent = reference_encode([b"a", b"b", b"c"], 5, 2, Magic.PRODUCED, 0, 0, 7, 4096, Stamp(9, 1, 40))
+    entries = codec.iter_entries(bytes(sent.data))
+    rest, after = bytes(sent.data)[entries[0].size:], (6, 2, entries[1].pos, entries[0].chain_crc, 4096)
+    for validate in (batch.validate_after, reference_validate):
+        assert validate(memoryview(rest), *after[:1], 2, *after[2:], (5, Stamp(9, 1, 40))).produced == (
+            (9, 1, 41, 6, 7),)
+    for tail in (None, (4, Stamp(9, 1, 40))):  # no batch before, or another head
+        assert codec.compiled.validate_batch(rest, 6, 2, entries[1].pos, entries[0].chain_crc, 4096,
+                                             None if tail is None else (tail[0], *tail[1])) is None
+        assert outcome(batch.validate_after, memoryview(rest), 6, 2, entries[1].pos, entries[0].chain_crc, 4096,
+                       tail) == (AppendRejectedError, str(AppendRejectedError(
+                           6, "a continued entry's distance 1 names no head of the batch it continues")))
+
+
+def test_a_continued_entry_must_point_back_into_its_own_file() -> None:
+    """Sound CRCs, a distance of 0 or past the log's start, or a continuation that starts a file."""
+    for index, pos, distance, verdict in (
+            (5, 100, 0, "a continued entry's distance 0 back from index 5 names no entry"),
+            (5, 100, 6, "a continued entry's distance 6 back from index 5 names no entry"),
+            (5, 1024, 1, "a continued entry starts a data file, apart from its head")):
+        entry = codec.encode_entry(Magic.CONTINUED, index, 2, pos, codec.DISTANCE.pack(distance) + b"x", 7)
+        assert codec.compiled.check_next(entry, 0, len(entry), index, 2, pos, 7, 1024, False) is None
+        assert check_next(entry, 0, len(entry), index, 2, pos, 7, 1024, False)[0] == verdict
+    short = codec.encode_entry(Magic.CONTINUED, 5, 2, 100, b"abc", 7)
+    assert codec.compiled.check_next(short, 0, len(short), 5, 2, 100, 7, 1024, False) is None
+    assert check_next(short, 0, len(short), 5, 2, 100, 7, 1024, False)[0] == \
+        "a continued entry's body of 3 bytes cannot hold its 4-byte distance"
