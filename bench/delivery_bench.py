@@ -1,6 +1,6 @@
 """What delivery guarantees cost: appends with producer sessions against the same appends without.
 
-    python bench/delivery_bench.py [--seconds 8] [--rounds 5] [--json]
+    python bench/delivery_bench.py [--seconds 8] [--rounds 5] [--only batches] [--bytes-control] [--json]
 
 One local 3-member cluster (flush_mode sync); each workload runs with and without a producer session,
 in turn, for --rounds rounds: single appends of 100 bytes from 64 connections, and binary batches of
@@ -15,8 +15,9 @@ batches of 1000. --unsaturated adds single appends from 16 connections (no targe
 the CPU shows where its core is the bottleneck. "paired" is the median of each round's ratio (a session
 run over the plain run beside it), which the machine's drift over a run moves less than the ratio of the
 two medians. `bench/compare.py` runs the same phase (2b) beside its etcd figures. --bytes-control adds,
-in the batches' turns, plain batches whose bodies are a stamp longer (116 bytes, a session entry's size):
-what the stamp's bytes alone cost, beside what the session costs.
+in the batches' turns, plain batches whose bodies are 4 bytes longer (104 bytes, as long as a session's
+entries after a batch's first, which hold their distance back to it): what those bytes alone cost, beside
+what the session costs.
 """
 
 from __future__ import annotations
@@ -39,12 +40,13 @@ from measure import committed_index, cpu_s, machine
 
 from raftlog.api.bodies import encode_bodies
 from raftlog.app.launcher import LocalCluster
-from raftlog.storage.codec import STAMP_SIZE
+from raftlog.storage.codec import DISTANCE_SIZE
 
 WORKLOADS = {"single appends, 64 connections": (64, 1), "batches of 1000, 16 connections": (16, 1000)}
 TARGETS = {"single appends, 64 connections": 0.10, "batches of 1000, 16 connections": 0.05}  # CPU overhead at most
 UNSATURATED = {"single appends, 16 connections": (16, 1)}  # --unsaturated: where the leader has time to spare
-CONTROL, CONTROL_BODY = "plain, +16 B", BODY + bytes(STAMP_SIZE)  # --bytes-control: as long as a session entry
+# --bytes-control: as long as a session's entry in a batch (after its first, which holds the stamp)
+CONTROL, CONTROL_BODY = "plain, +4 B", BODY + bytes(DISTANCE_SIZE)
 
 
 def produce(leader: str, connections: int, entries: int, seconds: int, session: bool,
@@ -148,7 +150,8 @@ def main() -> None:
     parser.add_argument("--unsaturated", action="store_true",
                         help="also single appends from 16 connections, where the leader has time to spare")
     parser.add_argument("--bytes-control", action="store_true",
-                        help="also plain batches of bodies 16 bytes longer: what the stamp's bytes alone cost")
+                        help="also plain batches of bodies 4 bytes longer: what a session entry's bytes cost")
+    parser.add_argument("--only", help="only the workloads whose names hold this text (e.g. batches)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -160,8 +163,10 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="raftlog-delivery-"))
     try:
         with LocalCluster(root, 3) as cluster:
+            workloads = {**WORKLOADS, **UNSATURATED} if args.unsaturated else WORKLOADS
             figures = idempotence(cluster, args.seconds, args.rounds, log,
-                                  {**WORKLOADS, **UNSATURATED} if args.unsaturated else WORKLOADS, args.bytes_control)
+                                  {k: v for k, v in workloads.items() if args.only is None or args.only in k},
+                                  args.bytes_control)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = {"machine": machine(), "seconds": args.seconds, "rounds": args.rounds, "idempotence": figures}

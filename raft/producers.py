@@ -221,7 +221,7 @@ class ProducerSessions:
                              idle_entries=self.config.producer_idle_entries)
 
     def appended(self, runs: Iterable[ProducedRun]) -> None:
-        """PRODUCED entries joined the log, in log order."""
+        """Producers' entries joined the log, in log order."""
         for run in runs:
             self.appended_one(*run)
 

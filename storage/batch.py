@@ -58,7 +58,7 @@ class Batch:
     last_chain_crc: int | None  # None only for a follower batch of no entry after a reset without a chain
     end_pos: int  # write offset after the batch
     control_indices: tuple[int, ...] = ()  # its CONTROL_MAGICS entries: configurations, consumer positions
-    produced: tuple[ProducedRun, ...] = ()  # its PRODUCED entries, run by run: a follower's producer table
+    produced: tuple[ProducedRun, ...] = ()  # its producers' entries, run by run: a follower's producer table
 
     @property
     def count(self) -> int:

@@ -133,8 +133,8 @@ class Stamp(NamedTuple):
         return self.producer_id, self.epoch << SEQUENCE_BITS | self.sequence
 
 
-# (producer_id, epoch, first sequence, first index, last index): consecutive PRODUCED entries of one
-# producer with consecutive sequences, as a follower's batch holds them
+# (producer_id, epoch, first sequence, first index, last index): consecutive entries of one
+# producer (PRODUCED and CONTINUED) with consecutive sequences, as a follower's batch holds them
 ProducedRun = tuple[int, int, int, int, int]
 
 

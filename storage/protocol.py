@@ -20,7 +20,7 @@ class AppendResult(NamedTuple):
 class FollowerAppend(NamedTuple):
     end_index: int  # the log's end after the append
     control_indices: tuple[int, ...]  # the control entries among those appended (codec.CONTROL_MAGICS)
-    produced: tuple[ProducedRun, ...] = ()  # the PRODUCED entries among them, run by run
+    produced: tuple[ProducedRun, ...] = ()  # the producers' entries among them, run by run
 
 
 class Verified(NamedTuple):

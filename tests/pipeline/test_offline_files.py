@@ -207,3 +207,27 @@ async def test_a_producers_entries_are_read_with_their_bodies_as_sent_and_their_
     assert set(table.column("type").to_pylist()) == {"normal"}
     assert set(table.column("producer_epoch").to_pylist()) == {7, None}
     assert table.column("body_text").to_pylist() == [b.decode() for b, _, _ in expected]
+
+
+async def test_a_batch_stamped_once_is_read_with_each_entrys_stamp_across_cuts_files_and_damage(
+        tmp_path: Path) -> None:
+    """One producer's batch over three data files, read 4 rows at a time: each file starts with a head
+    of its own, the rows cut between a head and its continuations still get the head's stamp, and a
+    damaged continuation is a row with no stamp (its distance is not to be trusted), its neighbours whole."""
+    checkpoint = Checkpoint.open(tmp_path / CHECKPOINT_FILE, create=True)
+    store = Store.open(tmp_path, SMALL)
+    appended = await store.append_as_leader([body(i) for i in range(15)], 1, Magic.PRODUCED, stamp=Stamp(5, 2, 70))
+    magics = [store.get(i).magic for i in range(15)]
+    await store.flush()
+    checkpoint.note_progress(14, 14)
+    await store.close()
+    await checkpoint.close()
+    assert magics.count(Magic.PRODUCED) == 3 and magics.count(Magic.CONTINUED) == 12  # a head in each file
+    table = read_all(open_data_dir(str(tmp_path)))
+    assert table.column("sequence").to_pylist() == list(range(70, 85))
+    assert table.column("body").to_pylist() == [body(i) for i in range(15)]
+    damage(tmp_path, [(i, 1, pos, b"") for i, pos in enumerate(appended.positions)], 8, offset_in_body=1)
+    table = read_all(open_data_dir(str(tmp_path)), mark_corrupt=True)
+    rows = list(zip(table.column("sequence").to_pylist(), table.column("corrupt").to_pylist(), strict=True))
+    assert rows[8] == (None, "body CRC mismatch")
+    assert rows[:8] + rows[9:] == [(70 + i, None) for i in range(15) if i != 8]
