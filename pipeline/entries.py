@@ -126,6 +126,7 @@ class Decoder:
         self.head_stamp = head_stamp  # the stamp of a head before the first entry fed (None: there is none)
         self._head = np.zeros(1, HEAD_DTYPE)  # the last head of a producer's batch cut, for those continuing it
         self._head["index"] = -1
+        self._damaged = np.zeros(0, np.int64)  # the last damaged entries kept as rows: no head to follow
         self.file_size = file_size  # of the data files fed (0: positions are not checked)
         self.prev_chain = prev_chain
         self.prev_term = -1  # terms never fall along the log
@@ -192,18 +193,25 @@ class Decoder:
         self.next_index, self.prev_chain, self.prev_term = expected, prev_chain, prev_term
         return offset, stop
 
-    def _stamps(self, header: np.ndarray, prefix: np.ndarray, damaged: np.ndarray) -> np.ndarray:
+    def _stamps(self, header: np.ndarray, prefix: np.ndarray, damaged: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each row's stamp (zeros where it has none): a head's own, and a continuation's its head's with
-        the distance added to the sequence, the head found among the rows, before them, or by `head_stamp`."""
+        the distance added to the sequence, the head found among the rows, before them, or by `head_stamp`;
+        and the continuations left without one, which are damaged or continue a damaged head."""
         stamps = prefix.copy()
         index = header["index"].astype(np.int64)
-        heads = header["magic"] == Magic.PRODUCED
+        sound = np.ones(len(header), bool)
+        sound[damaged] = False  # a damaged entry's stamp or distance is not to be followed
+        heads = (header["magic"] == Magic.PRODUCED) & sound
         known = np.zeros(1 + int(heads.sum()), HEAD_DTYPE)  # ascending: the last head cut, then the rows'
         known[0] = self._head[0]
         known["index"][1:], known["producer_id"][1:], known["rest"][1:] = \
             index[heads], prefix["producer_id"][heads], prefix["rest"][heads]
         continued = np.flatnonzero(header["magic"] == Magic.CONTINUED)
-        continued = continued[~np.isin(continued, damaged)]  # a damaged entry's distance is not to be followed
+        wanted = index[continued] - prefix["rest"][continued].astype(np.int64)
+        damaged_indices = np.concatenate([self._damaged, index[damaged]])
+        unstamped = continued[~sound[continued] | np.isin(wanted, damaged_indices)]
+        self._damaged = damaged_indices[-16:]
+        continued = np.setdiff1d(continued, unstamped)
         if len(continued):
             distance = prefix["rest"][continued].astype(np.int64)
             wanted = index[continued] - distance
@@ -218,7 +226,7 @@ class Decoder:
             stamps["producer_id"][continued] = known["producer_id"][at]
             stamps["rest"][continued] = known["rest"][at] + distance.astype(np.uint64)
         self._head = known[-1:].copy()
-        return stamps
+        return stamps, unstamped
 
     def _head_stamp(self, index: int) -> Stamp:
         if self.head_stamp is None:
@@ -256,8 +264,9 @@ class Decoder:
         sizes = header["body_size"].astype(np.int64) - STAMP_SIZE * (header["magic"] == Magic.PRODUCED) \
             - DISTANCE_SIZE * (header["magic"] == Magic.CONTINUED)
         damaged = np.fromiter(self._corrupt, np.int64, len(self._corrupt))
-        stamps = self._stamps(header, np.concatenate(prefixes) if prefixes else np.zeros(0, STAMP_DTYPE), damaged)
-        produced[damaged[header["magic"][damaged] == Magic.CONTINUED]] = False
+        stamps, unstamped = self._stamps(header, np.concatenate(prefixes) if prefixes else np.zeros(0, STAMP_DTYPE),
+                                         damaged)
+        produced[unstamped] = False
         if self._unreadable is not None:
             filler = np.zeros(1, HEADER_DTYPE)
             filler["index"] = self._unreadable[0]

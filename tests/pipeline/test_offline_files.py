@@ -213,7 +213,8 @@ async def test_a_batch_stamped_once_is_read_with_each_entrys_stamp_across_cuts_f
         tmp_path: Path) -> None:
     """One producer's batch over three data files, read 4 rows at a time: each file starts with a head
     of its own, the rows cut between a head and its continuations still get the head's stamp, and a
-    damaged continuation is a row with no stamp (its distance is not to be trusted), its neighbours whole."""
+    damaged continuation is a row with no stamp (its distance is not to be trusted), as are those of a
+    damaged head; their neighbours are whole."""
     checkpoint = Checkpoint.open(tmp_path / CHECKPOINT_FILE, create=True)
     store = Store.open(tmp_path, SMALL)
     appended = await store.append_as_leader([body(i) for i in range(15)], 1, Magic.PRODUCED, stamp=Stamp(5, 2, 70))
@@ -226,8 +227,13 @@ async def test_a_batch_stamped_once_is_read_with_each_entrys_stamp_across_cuts_f
     table = read_all(open_data_dir(str(tmp_path)))
     assert table.column("sequence").to_pylist() == list(range(70, 85))
     assert table.column("body").to_pylist() == [body(i) for i in range(15)]
-    damage(tmp_path, [(i, 1, pos, b"") for i, pos in enumerate(appended.positions)], 8, offset_in_body=1)
+    written = [(i, 1, pos, b"") for i, pos in enumerate(appended.positions)]
+    damage(tmp_path, written, 8, offset_in_body=1)
     table = read_all(open_data_dir(str(tmp_path)), mark_corrupt=True)
     rows = list(zip(table.column("sequence").to_pylist(), table.column("corrupt").to_pylist(), strict=True))
     assert rows[8] == (None, "body CRC mismatch")
     assert rows[:8] + rows[9:] == [(70 + i, None) for i in range(15) if i != 8]
+    damage(tmp_path, written, 12, offset_in_body=3)  # the third file's head: its continuations have no stamp
+    table = read_all(open_data_dir(str(tmp_path)), mark_corrupt=True)
+    rows = list(zip(table.column("sequence").to_pylist(), table.column("corrupt").to_pylist(), strict=True))
+    assert rows[12:] == [(82, "body CRC mismatch"), (None, None), (None, None)]
