@@ -225,14 +225,17 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         goto unstampable;
     if (magic == MAGIC_CONTINUED || (!stamped && magic == MAGIC_PRODUCED))
         Py_RETURN_NONE;
-    Py_ssize_t extra = stamped ? STAMP_SIZE : 0;  /* the most a body gains, a head's stamp: data is cut to size */
-    Py_ssize_t total = 0;
+    Py_ssize_t extra = stamped ? DISTANCE_SIZE : 0;  /* what a continuation's body gains */
+    Py_ssize_t total = stamped ? STAMP_SIZE - DISTANCE_SIZE : 0;  /* its head's stamp is longer */
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
-        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE - extra)
+        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE - STAMP_SIZE)
             Py_RETURN_NONE;
         total += HEADER_SIZE + extra + PyBytes_GET_SIZE(body);
     }
+    /* a batch that runs into another file starts a head in each: room for the most, cut to size after */
+    if (stamped && write_pos % file_size + total + MIN_BLANK_LEN > file_size)
+        total += (STAMP_SIZE - DISTANCE_SIZE) * count;
     PyObject *data = PyBytes_FromStringAndSize(NULL, total);
     PyObject *records = PyBytes_FromStringAndSize(NULL, count * RECORD_SIZE);
     PyObject *positions = PyList_New(count);
