@@ -15,8 +15,8 @@ batches of 1000. --unsaturated adds single appends from 16 connections (no targe
 the CPU shows where its core is the bottleneck. "paired" is the median of each round's ratio (a session
 run over the plain run beside it), which the machine's drift over a run moves less than the ratio of the
 two medians. `bench/compare.py` runs the same phase (2b) beside its etcd figures. --bytes-control adds,
-in the batches' turns, plain batches whose bodies are 4 bytes longer (104 bytes, as long as a session's
-entries after a batch's first, which hold their distance back to it): what those bytes alone cost, beside
+in the batches' turns, plain batches whose bodies are a byte longer (101 bytes, as long as a session's
+entries after a batch's first, which hold their distance back to it): what that byte alone costs, beside
 what the session costs.
 """
 
@@ -46,7 +46,7 @@ WORKLOADS = {"single appends, 64 connections": (64, 1), "batches of 1000, 16 con
 TARGETS = {"single appends, 64 connections": 0.10, "batches of 1000, 16 connections": 0.05}  # CPU overhead at most
 UNSATURATED = {"single appends, 16 connections": (16, 1)}  # --unsaturated: where the leader has time to spare
 # --bytes-control: as long as a session's entry in a batch (after its first, which holds the stamp)
-CONTROL, CONTROL_BODY = "plain, +4 B", BODY + bytes(DISTANCE_SIZE)
+CONTROL, CONTROL_BODY = "plain, +1 B", BODY + bytes(DISTANCE_SIZE)
 
 
 def produce(leader: str, connections: int, entries: int, seconds: int, session: bool,
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--unsaturated", action="store_true",
                         help="also single appends from 16 connections, where the leader has time to spare")
     parser.add_argument("--bytes-control", action="store_true",
-                        help="also plain batches of bodies 4 bytes longer: what a session entry's bytes cost")
+                        help="also plain batches of bodies a byte longer: what a session entry's byte costs")
     parser.add_argument("--only", help="only the workloads whose names hold this text (e.g. batches)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()

@@ -247,7 +247,7 @@ class Decoder:
             dropped = [header_bytes.ravel()]
             prefix = np.zeros(len(at), STAMP_DTYPE)  # a head's stamp; a continuation's distance, as its `rest`
             for magic, prefix_bytes, field, dtype in ((Magic.PRODUCED, STAMP_BYTES, None, STAMP_DTYPE),
-                                                      (Magic.CONTINUED, DISTANCE_BYTES, "rest", ">u4")):
+                                                      (Magic.CONTINUED, DISTANCE_BYTES, "rest", "u1")):
                 rows = header["magic"] == magic
                 if rows.any():  # the client's body is what follows the stamp or the distance
                     taken = at[rows][:, None] + prefix_bytes

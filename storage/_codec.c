@@ -26,7 +26,8 @@
 #define MAGIC_CONSUMER 5
 #define MAGIC_CONTINUED 6
 #define STAMP_SIZE 16
-#define DISTANCE_SIZE 4
+#define DISTANCE_SIZE 1
+#define DISTANCE_MAX 255
 #define SEQUENCE_BITS 48
 /* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
  * beyond, the Python reference (with its unbounded ints) decides */
@@ -166,7 +167,7 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
     if (has_chain && chain_crc(prev_chain, index, term, bcrc) != chain)
         return 0;
     if (magic == MAGIC_CONTINUED) {  /* a distance back into the log, and not at a file's start */
-        int64_t distance = (int64_t)get32(h + HEADER_SIZE);
+        int64_t distance = (int64_t)h[HEADER_SIZE];
         if (distance < 1 || distance > index || (file_size > 0 && placed % file_size == 0))
             return 0;
     }
@@ -226,7 +227,8 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
     if (magic == MAGIC_CONTINUED || (!stamped && magic == MAGIC_PRODUCED))
         Py_RETURN_NONE;
     Py_ssize_t extra = stamped ? DISTANCE_SIZE : 0;  /* what a continuation's body gains */
-    Py_ssize_t total = stamped ? STAMP_SIZE - DISTANCE_SIZE : 0;  /* its head's stamp is longer */
+    /* a head's stamp is longer, and every 256th entry is a head */
+    Py_ssize_t total = stamped ? (STAMP_SIZE - DISTANCE_SIZE) * (1 + (count - 1) / (DISTANCE_MAX + 1)) : 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *body = PyList_GET_ITEM(bodies, i);
         if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE - STAMP_SIZE)
@@ -255,7 +257,8 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         int32_t client_size = (int32_t)PyBytes_GET_SIZE(body);
         int32_t entry_magic = magic, prefix = 0;
         if (stamped) {  /* stamped once, unless the entry starts a file: then it is a head */
-            if (head >= 0 && place_at(at.pos, HEADER_SIZE + DISTANCE_SIZE + client_size, file_size) == at.pos) {
+            if (head >= 0 && i - head <= DISTANCE_MAX
+                    && place_at(at.pos, HEADER_SIZE + DISTANCE_SIZE + client_size, file_size) == at.pos) {
                 entry_magic = MAGIC_CONTINUED;
                 prefix = DISTANCE_SIZE;
             } else {
@@ -272,7 +275,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
             goto failed;
         unsigned char *body_at = out + HEADER_SIZE;
         if (entry_magic == MAGIC_CONTINUED) {
-            put32(body_at, (uint32_t)(i - head));
+            body_at[0] = (unsigned char)(i - head);
         } else if (stamped) {
             put64(body_at, producer_id);
             put64(body_at + 8, epoch << SEQUENCE_BITS | (first_seq + (uint64_t)i));
@@ -414,7 +417,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
             uint64_t rest = get64(body + 8);
             head = (Head){expected, get64(body), rest >> SEQUENCE_BITS, rest & ((1ULL << SEQUENCE_BITS) - 1)};
         } else if (entry.magic == MAGIC_CONTINUED) {  /* it must name the head of the batch it goes on */
-            int64_t distance = (int64_t)get32(body);
+            int64_t distance = (int64_t)body[0];
             if (head.index < 0 || expected - distance != head.index)
                 goto rejected;
         } else {

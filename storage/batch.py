@@ -24,6 +24,7 @@ from raftlog.storage.codec import (
     CONTROL_MAGICS,
     CUT_END,
     DISTANCE,
+    DISTANCE_MAX,
     DISTANCE_SIZE,
     ENDS,
     ENTRY_MAGICS,
@@ -82,7 +83,7 @@ def encode_leader_batch(
 ) -> Batch:
     """Encode `bodies` as entries first_index..., placed from `write_pos`; with a `stamp`, a producer's
     entries whose sequences count up from the stamp's: a PRODUCED head, then CONTINUED entries (a new
-    head where one starts a data file)."""
+    head where one starts a data file, and at the 256th)."""
     compiled = codec.compiled
     if compiled is not None and type(bodies) is list and magic in ENTRY_MAGICS:
         parts = compiled.encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc,
@@ -129,8 +130,9 @@ def reference_encode(
     head = -1  # the entry that stamps the next continuation (-1: none yet)
     for i, body in enumerate(bodies):
         entry_magic = magic
-        if stamp is not None:  # stamped once, unless the entry starts a file: then it is a head
-            if head >= 0 and place(layout.pos, HEADER_SIZE + DISTANCE_SIZE + len(body), file_size) == layout.pos:
+        if stamp is not None:  # stamped once, but for an entry that starts a file or is 256 on: a head again
+            if head >= 0 and i - head <= DISTANCE_MAX \
+                    and place(layout.pos, HEADER_SIZE + DISTANCE_SIZE + len(body), file_size) == layout.pos:
                 entry_magic, body = Magic.CONTINUED, DISTANCE.pack(i - head) + body
             else:
                 head, body = i, Stamp(producer_id, epoch, first_seq + i).pack() + body

@@ -25,11 +25,12 @@ cover both, so DLedger's reader reads it as an entry whose body has 16 bytes mor
 
     producer_id u64 | epoch u16 | sequence u48
 
-A producer's batch of several bodies is stamped once: its first entry is PRODUCED, and each later
-one is CONTINUED, whose body starts with the distance back to that first entry (the head), 4
-bytes, then the client's body; its stamp is the head's, with the sequence plus the distance::
+A producer's batch of several bodies is stamped once in every 256 entries: its first entry is
+PRODUCED, and each later one is CONTINUED, whose body starts with the distance back to the last
+head, one byte, then the client's body; its stamp is the head's, with the sequence plus the
+distance::
 
-    distance u32 (1 <= distance <= index)
+    distance u8 (1 <= distance <= index)
 
 A continuation never starts a data file (the writer stamps the entry that starts a new file as a
 head), so a continuation's head is in its own file: retention, which deletes whole files, and a
@@ -75,8 +76,9 @@ BLANK_MAGIC = -1
 MIN_BLANK_LEN = BLANK.size  # 8
 STAMP = struct.Struct(">QQ")  # producer_id, then epoch << 48 | sequence
 STAMP_SIZE = STAMP.size  # 16
-DISTANCE = struct.Struct(">I")  # a CONTINUED entry's distance back to its head
-DISTANCE_SIZE = DISTANCE.size  # 4
+DISTANCE = struct.Struct(">B")  # a CONTINUED entry's distance back to its head
+DISTANCE_SIZE = DISTANCE.size  # 1
+DISTANCE_MAX = 255  # the 256th entry of a batch is a head again
 SEQUENCE_BITS = 48
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what entries are checked and decoded in

@@ -233,14 +233,14 @@ def test_a_produced_entry_too_short_for_its_stamp_is_refused_by_both() -> None:
 
 
 def test_a_producers_batch_is_stamped_once_and_again_where_it_starts_a_file() -> None:
-    """A PRODUCED head, then CONTINUED entries 4 bytes longer than the client's bodies; the entry that
+    """A PRODUCED head, then CONTINUED entries a byte longer than the client's bodies; the entry that
     starts the next data file is a head again, so no file holds a continuation of another's head."""
     sent = batch.encode_leader_batch([bytes(100)] * 8, 5, 2, Magic.PRODUCED, 0, 0, 7, 600, Stamp(9, 1, 40))
     entries = codec.iter_entries(bytes(sent.data))
     starts = {e.index for e in entries if e.pos % 600 == 0}
     assert starts and [e.magic for e in entries] == [
         Magic.PRODUCED if e.index == 5 or e.index in starts else Magic.CONTINUED for e in entries]
-    assert [e.size for e in entries] == [48 + 16 + 100 if e.magic == Magic.PRODUCED else 48 + 4 + 100
+    assert [e.size for e in entries] == [48 + 16 + 100 if e.magic == Magic.PRODUCED else 48 + 1 + 100
                                          for e in entries]
     stamps_ = codec.Stamps(lambda i: entries[i - 5])
     assert [stamps_(e) for e in entries] == [Stamp(9, 1, 40 + i) for i in range(8)]
@@ -271,7 +271,19 @@ def test_a_continued_entry_must_point_back_into_its_own_file() -> None:
         entry = codec.encode_entry(Magic.CONTINUED, index, 2, pos, codec.DISTANCE.pack(distance) + b"x", 7)
         assert codec.compiled.check_next(entry, 0, len(entry), index, 2, pos, 7, 1024, False) is None
         assert check_next(entry, 0, len(entry), index, 2, pos, 7, 1024, False)[0] == verdict
-    short = codec.encode_entry(Magic.CONTINUED, 5, 2, 100, b"abc", 7)
+    short = codec.encode_entry(Magic.CONTINUED, 5, 2, 100, b"", 7)
     assert codec.compiled.check_next(short, 0, len(short), 5, 2, 100, 7, 1024, False) is None
     assert check_next(short, 0, len(short), 5, 2, 100, 7, 1024, False)[0] == \
-        "a continued entry's body of 3 bytes cannot hold its 4-byte distance"
+        "a continued entry's body of 0 bytes cannot hold its 1-byte distance"
+
+
+def test_every_256th_entry_of_a_batch_is_a_head_again_so_a_distance_fits_its_byte() -> None:
+    sent = batch.encode_leader_batch([b"x"] * 600, 0, 1, Magic.PRODUCED, 0, 0, 0, 1 << 20, Stamp(3, 0, 0))
+    assert bytes(sent.data) == bytes(reference_encode([b"x"] * 600, 0, 1, Magic.PRODUCED, 0, 0, 0, 1 << 20,
+                                                      Stamp(3, 0, 0)).data)
+    entries = codec.iter_entries(bytes(sent.data))
+    assert [e.index for e in entries if e.magic == Magic.PRODUCED] == [0, 256, 512]
+    assert max(codec.DISTANCE.unpack_from(e.body)[0] for e in entries if e.magic == Magic.CONTINUED) == 255
+    stamps_ = codec.Stamps(lambda i: entries[i])
+    assert [stamps_(e).sequence for e in entries] == list(range(600))  # type: ignore[union-attr]
+    assert reference_validate(sent.data, 0, 1, 0, 0, 1 << 20).produced == ((3, 0, 0, 0, 599),)
