@@ -206,7 +206,7 @@ static PyObject *check_next(PyObject *self, PyObject *args) {
 /* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size[, stamp])
  * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None; with a stamp
  * (producer_id, epoch, first sequence) the bodies are a producer's, sequences counting up: a PRODUCED
- * head, then CONTINUED entries (a new head where one starts a data file) */
+ * head, then CONTINUED entries (a new head where one starts a data file, and at the 256th) */
 static PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *bodies, *stamp = Py_None;
     long long first_index, term, write_pos, prev_chain, file_size;
@@ -256,7 +256,7 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
         const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
         int32_t client_size = (int32_t)PyBytes_GET_SIZE(body);
         int32_t entry_magic = magic, prefix = 0;
-        if (stamped) {  /* stamped once, unless the entry starts a file: then it is a head */
+        if (stamped) {  /* stamped once, but for an entry that starts a file or is 256 on: a head again */
             if (head >= 0 && i - head <= DISTANCE_MAX
                     && place_at(at.pos, HEADER_SIZE + DISTANCE_SIZE + client_size, file_size) == at.pos) {
                 entry_magic = MAGIC_CONTINUED;
