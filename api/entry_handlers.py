@@ -116,17 +116,17 @@ class EntryHandlers:
 
     async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
         entry = await self.service.get(index, linearizable)
+        stamp = stamp_of(entry, self.service.store.get)
         if OCTETS in accept:
             headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
                        "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
                        "X-Raftlog-Body-Crc": str(client_body_crc(entry))}
-            stamp = stamp_of(entry, self.service.store.get)
             if stamp is not None:
                 headers.update({"X-Raftlog-Producer-Id": str(stamp.producer_id),
                                 "X-Raftlog-Producer-Epoch": str(stamp.epoch),
                                 "X-Raftlog-Sequence": str(stamp.sequence)})
             return Response(bytes(client_body(entry)), media_type=OCTETS, headers=headers)
-        return JSONResponse(entry_json(entry, stamp_of(entry, self.service.store.get)))
+        return JSONResponse(entry_json(entry, stamp))
 
 
 class ModelResponse(JSONResponse):
