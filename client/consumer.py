@@ -142,11 +142,12 @@ class AsyncConsumer:
             elif magic == continued:  # the head's stamp, its sequence plus the distance back to it
                 distance = DISTANCE.unpack_from(data, end + HEADER_SIZE)[0]
                 head = self._head
-                if head is None or head[0] != index - distance:
+                stamp = None
+                if head is not None and head[0] == index - distance:
+                    stamp = (head[1][0], head[1][1], head[1][2] + distance)
+                else:  # stamped once its head is read
                     self._orphans.append((len(records), index - distance))
-                append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + DISTANCE_SIZE:end + size],
-                              None if head is None or head[0] != index - distance
-                              else (head[1][0], head[1][1], head[1][2] + distance)))
+                append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + DISTANCE_SIZE:end + size], stamp))
             elif magic != Magic.CONSUMER:  # a control entry: not data
                 append(Record(index, term, pos, TYPES.get(magic, "other"), data[end + HEADER_SIZE:end + size]))
             end += size

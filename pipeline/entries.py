@@ -207,14 +207,14 @@ class Decoder:
         known["index"][1:], known["producer_id"][1:], known["rest"][1:] = \
             index[heads], prefix["producer_id"][heads], prefix["rest"][heads]
         continued = np.flatnonzero(header["magic"] == Magic.CONTINUED)
-        wanted = index[continued] - prefix["rest"][continued].astype(np.int64)
+        distance = prefix["rest"][continued].astype(np.int64)
+        wanted = index[continued] - distance
         damaged_indices = np.concatenate([self._damaged, index[damaged]])
-        unstamped = continued[~sound[continued] | np.isin(wanted, damaged_indices)]
+        followed = sound[continued] & ~np.isin(wanted, damaged_indices)
         self._damaged = damaged_indices[-16:]
-        continued = np.setdiff1d(continued, unstamped)
+        unstamped = continued[~followed]
+        continued, distance, wanted = continued[followed], distance[followed], wanted[followed]
         if len(continued):
-            distance = prefix["rest"][continued].astype(np.int64)
-            wanted = index[continued] - distance
             at = np.minimum(np.searchsorted(known["index"], wanted), len(known) - 1)
             missing = np.unique(wanted[known["index"][at] != wanted])
             if len(missing):  # the reading began inside their batches
