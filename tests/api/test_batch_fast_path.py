@@ -341,6 +341,63 @@ def test_a_json_batch_over_the_limit_is_refused_before_it_is_decoded(monkeypatch
     assert "max_batch_entries" in refused.value.message
 
 
+def structure_outside_strings(data: bytes) -> int:
+    """The objects, arrays and commas of a JSON text outside its strings, one byte at a time: the
+    naive count that check_json_values must agree with."""
+    count, in_string, escaped = 0, False, False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in b"{[,":
+            count += 1
+    return count
+
+
+TRICKY_TEXT = st.text(st.sampled_from('"\\,{[]}a\u00e9'), max_size=12)
+
+
+@settings(max_examples=400, derandomize=True, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"body": TRICKY_TEXT}, optional={"encoding": st.just("utf-8")}),
+                min_size=1, max_size=12), st.integers(1, 12))
+def test_the_pre_count_agrees_with_a_byte_by_byte_scan(entries: list[Any], max_entries: int) -> None:
+    """Quotes, backslashes and structure inside bodies are not counted; outside they are."""
+    data = json.dumps({"entries": entries}).encode()
+    over = structure_outside_strings(data) > 3 * max_entries + 1
+    try:
+        json_batch_bodies(data, max_entries)
+    except ApiError as exc:
+        assert (exc.status, over) == (413, True)
+    else:
+        assert not over
+
+
+HOSTILE_BATCHES = {  # a head, a unit repeated up to the body limit, and the answer
+    # audit H1: the regex rescanned from every quote; it is one unterminated string, so not JSON
+    "a quote, then escaped quotes and commas": (b'"', b'\\",', 400),
+    "empty strings and commas": (b'{"entries":[', b'"",', 413),  # a regex's match each would cost seconds
+    "escaped backslashes and commas": (b'"', b'\\\\,', 400),
+    "commas in one string": (b'{"entries":[{"body":"', b",", 400),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_BATCHES)
+def test_a_hostile_json_batch_at_the_body_limit_is_refused_in_one_pass(name: str) -> None:
+    """A body of max_request_bytes (64 MiB) shaped against the pre-count gets its 413; the route's
+    liveness under it is tests/e2e/test_linear_input.py's."""
+    head, unit, status = HOSTILE_BATCHES[name]
+    body = (head + unit * ((64 << 20) // len(unit)))[:64 << 20]
+    with pytest.raises(ApiError) as refused:
+        json_batch_bodies(body, MAX_ENTRIES)
+    assert (refused.value.status, refused.value.code.name) == (status, "UNEXPECTED_ARGUMENT")
+
+
 def test_a_batch_nested_past_jsons_recursion_limit_answers_as_the_model_does() -> None:
     doc = b'{"entries": ' + b"[" * 5000 + b"]" * 5000 + b"}"
     assert by_reader(doc) == by_model(doc)
