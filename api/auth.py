@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from raftlog.api.errors import ApiError, error_response
+from raftlog.api.request_checks import Refusal, RequestHead
 from raftlog.raft.messages import Code
 from raftlog.raft.waiting import loop_time
 
@@ -122,11 +123,6 @@ def required_role(method: str, path: str) -> Role | None:
     return Role.ADMIN
 
 
-def bearer(scope: Scope) -> bytes | None:
-    """The credentials of an `Authorization: Bearer ...` header, if any."""
-    return bearer_credentials(next((value for name, value in scope["headers"] if name == b"authorization"), None))
-
-
 def bearer_credentials(authorization: bytes | None) -> bytes | None:
     """The credentials of an authorization value `Bearer ...` (a header, gRPC metadata), if any."""
     if authorization is None:
@@ -182,8 +178,9 @@ class AuthFailures:
             self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
 
 
-class ClientAuth:
-    """ASGI middleware of the client port: a token of a high enough role, or a 401/403.
+class TokenCheck:
+    """The client port's token check (an api.request_checks check): a token of a high enough role,
+    or a 401/403.
 
     A request no route takes (`route_of` finds the one that does) goes on without a token
     to its 404 or 405: the routes are public in openapi.yaml, and nothing answers it.
@@ -191,22 +188,24 @@ class ClientAuth:
     more than the token check. The route found names the refusal in the request counter.)
     """
 
-    def __init__(self, app: ASGIApp, tokens: Tokens, failures: AuthFailures,
-                 route_of: Callable[[Scope], Any]) -> None:
-        self.app = app
+    def __init__(self, tokens: Tokens, route_of: Callable[[Scope], Any]) -> None:
         self.tokens = tokens
-        self.failures = failures
         self.route_of = route_of
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (needed := required_role(scope["method"], scope["path"])) is not None:
-            refused = refusal(self.tokens, bearer(scope), needed, f"{scope['method']} {scope['path']}")
-            if refused is not None and (route := self.route_of(scope)):
-                scope["route"] = route
-                reason, error = refused
-                await self.failures.refuse(scope, receive, send, error, reason)
-                return
-        await self.app(scope, receive, send)
+    def __call__(self, scope: Scope, head: RequestHead) -> Refusal | None:
+        needed = required_role(scope["method"], scope["path"])
+        if needed is None:
+            return None
+        refused = refusal(self.tokens, bearer_credentials(head.authorization), needed,
+                          f"{scope['method']} {scope['path']}")
+        if refused is None:
+            return None
+        route = self.route_of(scope)
+        if route is None:
+            return None
+        scope["route"] = route
+        reason, error = refused
+        return Refusal(error, reason)
 
 
 def secret_digest(secret: bytes) -> bytes:

@@ -6,10 +6,11 @@ browser on the same machine does: a page on any site may POST to 127.0.0.1
 name the attacker points at 127.0.0.1 makes the browser treat the member as
 that site's own (DNS rebinding: etcd's CVE-2018-1098). So, on the client port:
 
-- a plaintext request must name one of `allowed_hosts` in its Host header,
-  else 421 HOST_NOT_ALLOWED, as etcd's host whitelist answers (over TLS the
-  certificate binds the name; health probes, which name a pod's address, are
-  exempt);
+- a request on a plaintext port must name one of `allowed_hosts` in its Host
+  header, else 421 HOST_NOT_ALLOWED, as etcd's host whitelist answers (over TLS
+  the certificate binds the name; health probes, which name a pod's address,
+  are exempt). A proxy's X-Forwarded-Proto cannot lift it: the scheme checked
+  is the port's own;
 - a request that changes state and carries an Origin must come from the
   member's own origin (the scheme and Host it was sent to) or one of
   `allowed_origins`, else 403 ORIGIN_NOT_ALLOWED: browsers send Origin with
@@ -30,8 +31,9 @@ from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from raftlog.api.auth import SAFE_METHODS, AuthFailures
+from raftlog.api.auth import SAFE_METHODS
 from raftlog.api.errors import ApiError
+from raftlog.api.request_checks import Refusal, RequestHead
 from raftlog.raft.messages import Code
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -65,29 +67,43 @@ def page_policy(html: str, *, sources: str = "") -> str:
 
 
 class BrowserGuard:
-    """ASGI middleware of the client port: the Host and Origin checks, and the headers every answer
-    carries. `allowed_hosts` None: any Host."""
+    """The Host and Origin check of the client port (an api.request_checks check). `allowed_hosts`
+    None: any Host. `plaintext`: the port serves without TLS, so every request but the probes names
+    an allowed Host, whatever its headers say of a scheme (a proxy's are honoured only from
+    `trusted_proxies`, and then only name the scheme its Origin is compared with)."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str],
-                 failures: AuthFailures) -> None:
-        self.app = app
+    def __init__(self, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str], *,
+                 plaintext: bool) -> None:
         self.hosts = None if allowed_hosts is None else frozenset(host_name(h).encode() for h in allowed_hosts)
         self.origins = frozenset(o.rstrip("/").lower().encode() for o in allowed_origins)
-        self.failures = failures
+        self.plaintext = plaintext
+
+    def __call__(self, scope: Scope, head: RequestHead) -> Refusal | None:
+        host, origin = head.host, head.origin
+        if (self.hosts is not None and self.plaintext and scope["path"] not in PROBE_PATHS
+                and (host is None or host_name(host.decode("latin-1")).encode() not in self.hosts)):
+            shown = "no Host header" if host is None else f"Host {host.decode('latin-1')[:100]!r}"
+            return Refusal(ApiError(Code.HOST_NOT_ALLOWED, f"{shown} is not a name this member answers to; set "
+                                    "allowed_hosts to add one"), "host")
+        if origin is not None and scope["method"] not in SAFE_METHODS:
+            own = scope["scheme"].encode() + b"://" + (host or b"").lower()
+            given = origin.rstrip(b"/").lower()
+            if given != own and given not in self.origins:
+                return Refusal(ApiError(Code.ORIGIN_NOT_ALLOWED, f"{scope['method']} from a page of Origin "
+                                        f"{origin.decode('latin-1')[:100]!r}: only this member's own pages and "
+                                        "allowed_origins may change state"), "origin")
+        return None
+
+
+class GuardedHeaders:
+    """ASGI middleware: every answer of the client port carries guarded_headers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
-            return
-        host = origin = None
-        for name, value in scope["headers"]:
-            if name == b"host":
-                host = value
-            elif name == b"origin":
-                origin = value
-        refusal = self.refusal(scope, host, origin)
-        if refusal is not None:
-            await self.failures.refuse(scope, receive, send, *refusal)
             return
 
         async def send_guarded(message: Message) -> None:
@@ -96,22 +112,6 @@ class BrowserGuard:
             await send(message)
 
         await self.app(scope, receive, send_guarded)
-
-    def refusal(self, scope: Scope, host: bytes | None, origin: bytes | None) -> tuple[ApiError, str] | None:
-        """Why a request of these Host and Origin headers is refused (the error, the reason counted), or None."""
-        if (self.hosts is not None and scope["scheme"] == "http" and scope["path"] not in PROBE_PATHS
-                and (host is None or host_name(host.decode("latin-1")).encode() not in self.hosts)):
-            shown = "no Host header" if host is None else f"Host {host.decode('latin-1')[:100]!r}"
-            return ApiError(Code.HOST_NOT_ALLOWED, f"{shown} is not a name this member answers to; set "
-                            "allowed_hosts to add one"), "host"
-        if origin is not None and scope["method"] not in SAFE_METHODS:
-            own = scope["scheme"].encode() + b"://" + (host or b"").lower()
-            given = origin.rstrip(b"/").lower()
-            if given != own and given not in self.origins:
-                return ApiError(Code.ORIGIN_NOT_ALLOWED, f"{scope['method']} from a page of Origin "
-                                f"{origin.decode('latin-1')[:100]!r}: only this member's own pages and "
-                                "allowed_origins may change state"), "origin"
-        return None
 
 
 def guarded_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -14,10 +14,10 @@ unusual about them (a bad index, another parameter) goes on to FastAPI, which
 also documents the routes in openapi.yaml. Two ways in:
 
 - `BelowAsgi`: the connection protocol (app.client_protocol) asks it about
-  each request before uvicorn runs the ASGI app. The checks of the layers
-  above run on the headers first, by the same functions; a request any of them
-  would refuse, or whose client and scheme a proxy's headers rewrite (uvicorn's
-  ProxyHeadersMiddleware), goes the ASGI way, which answers it. The others are
+  each request before uvicorn runs the ASGI app. The ASGI stack's list of
+  checks (api.request_checks) runs on the headers first; a request any of them
+  refuses, or whose client and scheme a trusted proxy's headers rewrite
+  (uvicorn's ProxyHeadersMiddleware), goes the ASGI way, which answers it. The others are
   answered here, counted and held in the limits, their answers carrying the
   headers BrowserGuard adds.
 - `EntryFastPath`: the same answers inside the ASGI stack (api.public.serve_public),
@@ -35,11 +35,11 @@ from starlette.responses import Response
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from raftlog.api.auth import Tokens, bearer_credentials, refusal, required_role
-from raftlog.api.browser import BrowserGuard, guarded_headers
+from raftlog.api.browser import guarded_headers
 from raftlog.api.entry_handlers import EntryHandlers
 from raftlog.api.errors import api_error, error_response
 from raftlog.api.limits import RequestLimits
+from raftlog.api.request_checks import RequestChecks, RequestHead
 
 ENTRIES = "/v1/entries"
 BATCH = "/v1/entries/batch"
@@ -99,36 +99,25 @@ class EntryFastPath:
 
 class BelowAsgi:
     """Answers hot requests from the connection protocol, before an ASGI call exists: `take(scope)`
-    gives the ASGI callable that answers it, or None for the app uvicorn serves."""
+    gives the ASGI callable that answers it, or None for the app uvicorn serves. A request that any
+    of `checks` (the ASGI stack's own list) refuses goes that way, which answers the refusal."""
 
-    def __init__(self, fast_path: EntryFastPath, guard: BrowserGuard, limits: RequestLimits,
-                 tokens: Tokens | None, requests: Any) -> None:
+    def __init__(self, fast_path: EntryFastPath, checks: RequestChecks, limits: RequestLimits,
+                 requests: Any) -> None:
         self.fast_path = fast_path
-        self.guard = guard
+        self.checks = checks
         self.limits = limits
-        self.tokens = tokens
         self.requests = requests  # NodeMetrics.http_requests, CountRequests' counter
 
     def take(self, scope: Scope) -> ASGIApp | None:
         hot = self.fast_path.match(scope)
         if hot is None:
             return None
-        host = origin = authorization = None
-        for name, value in scope["headers"]:
-            if name == b"host":
-                host = value
-            elif name == b"origin":
-                origin = value
-            elif name == b"authorization":
-                authorization = value
-            elif name in PROXY_HEADERS:
+        for name, _ in scope["headers"]:
+            if name in PROXY_HEADERS:  # from trusted_proxies, they rewrite the scope: uvicorn's middleware does
                 return None
-        if self.guard.refusal(scope, host, origin) is not None or self.limits.refusal(scope) is not None:
+        if self.checks.refusal(scope, RequestHead.of(scope)) is not None:
             return None
-        if self.tokens is not None:
-            needed = required_role(scope["method"], scope["path"])
-            if needed is not None and refusal(self.tokens, bearer_credentials(authorization), needed, "") is not None:
-                return None
         return partial(self._answer, *hot)
 
     async def _answer(self, template: str, handling: Handling, scope: Scope, receive: Receive, send: Send) -> None:

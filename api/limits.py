@@ -1,9 +1,9 @@
 """Bounds on what clients can make a member hold: the API's limits (ApiLimits, settings
 validated at start) and what holds clients to them.
 
-ByteBudget bounds the log bytes that all follow streams hold unsent. The ASGI
-middleware of the client port (RequestLimits), outside everything else but the
-request counter, bounds requests:
+ByteBudget bounds the log bytes that all follow streams hold unsent. The client
+port's RequestLimits (its `refusal` is one of api.request_checks' checks, its
+middleware holds what the checks let in) bounds requests:
 - at most `max_inflight_requests` requests at once; beyond, 503 SERVER_BUSY with
   Retry-After (health checks and metrics are exempt, so a busy member can still
   be watched);
@@ -30,7 +30,8 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from raftlog.api.errors import ApiError, bad_request, error_response, too_large
+from raftlog.api.errors import ApiError, bad_request, too_large
+from raftlog.api.request_checks import Refusal, RequestHead
 from raftlog.raft.messages import Code
 from raftlog.raft.waiting import Signal
 
@@ -117,23 +118,16 @@ class RequestLimits:
         return self.budget.held
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Hold a request that passed the checks (`refusal` among them) while it runs."""
         if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
             await self.app(scope, receive, send)
             return
         if _follows(scope):
-            if self.followers >= self.max_followers:
-                await error_response(busy(f"{self.followers} reads follow the log on this member: "
-                                          "max_followers"))(scope, receive, send)
-                return
             self.followers += 1
             try:
                 await self.app(scope, receive, send)  # a GET: no body to count
             finally:
                 self.followers -= 1
-            return
-        refusal = self.refusal(scope)
-        if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
             return
         body = self.admit(receive)
         try:
@@ -151,17 +145,23 @@ class RequestLimits:
         self.inflight_requests -= 1
         self.budget.give(body.held)
 
-    def refusal(self, scope: Scope) -> ApiError | None:
-        """Why a request is refused before its body is read (too many in flight, a Content-Length
-        over the limit or not a number), or None."""
+    def refusal(self, scope: Scope, head: RequestHead) -> Refusal | None:
+        """Why a request is refused before its body is read (too many in flight or following, a
+        Content-Length over the limit or not a number), or None: an api.request_checks check."""
+        if scope["path"] in EXEMPT_PATHS:
+            return None
+        if _follows(scope):
+            if self.followers >= self.max_followers:
+                return Refusal(busy(f"{self.followers} reads follow the log on this member: max_followers"))
+            return None
         if self.inflight_requests >= self.max_inflight_requests:
-            return busy(f"{self.inflight_requests} requests in flight on this member: max_inflight_requests")
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if not value.isdigit():
-                    return bad_request(f"Content-Length {value[:40]!r} is not a number")
-                if len(value) > 19 or int(value) > self.max_request_bytes:
-                    return too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})")
+            return Refusal(busy(f"{self.inflight_requests} requests in flight on this member: max_inflight_requests"))
+        length = head.content_length
+        if length is not None:
+            if not length.isdigit():
+                return Refusal(bad_request(f"Content-Length {length[:40]!r} is not a number"))
+            if len(length) > 19 or int(length) > self.max_request_bytes:
+                return Refusal(too_large(f"the request body is over max_request_bytes ({self.max_request_bytes})"))
         return None
 
 

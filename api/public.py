@@ -25,9 +25,9 @@ from starlette.routing import Match
 from starlette.types import ASGIApp
 
 from raftlog.api import schemas
-from raftlog.api.auth import SAFE_METHODS, AuthFailures, ClientAuth, Tokens, required_role
+from raftlog.api.auth import SAFE_METHODS, AuthFailures, TokenCheck, Tokens, required_role
 from raftlog.api.bodies import BATCH_CONTENT_TYPE
-from raftlog.api.browser import PROBE_PATHS, BrowserGuard, page_policy
+from raftlog.api.browser import PROBE_PATHS, BrowserGuard, GuardedHeaders, page_policy
 from raftlog.api.delivery import install_delivery_routes
 from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain
 from raftlog.api.errors import ApiError, api_error, bad_request, error_response
@@ -35,6 +35,7 @@ from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
 from raftlog.api.follow import LogStream, committed_chunks
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests
+from raftlog.api.request_checks import RequestCheck, RequestChecks
 from raftlog.api.schemas import (
     CONSISTENCY,
     Appended,
@@ -334,26 +335,27 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
 
 def serve_public(app: FastAPI, handlers: EntryHandlers, tokens: Tokens | None, *,
                  budget: InflightBytes, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = (),
-                 ) -> tuple[ASGIApp, BelowAsgi]:
-    """What the client port serves: the ASGI app (`app` behind the fast path, the token check when
-    there are tokens, the limits with request bodies in `budget`, the member's ports' one, the Host
-    and Origin checks and the request counter), and the hot requests' answers below ASGI, under the
-    same checks and counters."""
+                 plaintext: bool = True) -> tuple[ASGIApp, BelowAsgi]:
+    """What the client port serves: the ASGI app (the request counter, the guarded headers, the
+    checks: Host and Origin, the token when there are tokens, the limits; then the limits holding
+    request bodies in `budget`, the member's ports' one, and `app` behind the fast path), and the
+    hot requests' answers below ASGI, under the same checks and counters."""
     service, metrics = handlers.service, handlers.metrics
     fast_path = EntryFastPath(app, handlers)
-    served: ASGIApp = fast_path
-    failures = AuthFailures(metrics.auth_failures, "client")
-    if tokens is not None:
-        served = ClientAuth(served, tokens, failures,
-                            lambda scope: next((r for r in app.routes if r.matches(scope)[0] is Match.FULL), None))
     limits = service.limits
-    bounded = RequestLimits(served, max_inflight_requests=limits.max_inflight_requests,
+    bounded = RequestLimits(fast_path, max_inflight_requests=limits.max_inflight_requests,
                             max_request_bytes=limits.max_request_bytes,
                             max_followers=limits.max_followers, budget=budget)
     metrics.watch_limits(lambda: bounded.inflight_requests, lambda: bounded.inflight_body_bytes,
                          lambda: bounded.followers, lambda: service.follow_budget.held)
-    guard = BrowserGuard(bounded, allowed_hosts, allowed_origins, failures)
-    return CountRequests(guard, metrics), BelowAsgi(fast_path, guard, bounded, tokens, metrics.http_requests)
+    checks: list[RequestCheck] = [BrowserGuard(allowed_hosts, allowed_origins, plaintext=plaintext)]
+    if tokens is not None:
+        checks.append(TokenCheck(tokens, lambda scope: next(
+            (r for r in app.routes if r.matches(scope)[0] is Match.FULL), None)))
+    checks.append(bounded.refusal)
+    checked = RequestChecks(bounded, checks, AuthFailures(metrics.auth_failures, "client"))
+    return CountRequests(GuardedHeaders(checked), metrics), BelowAsgi(fast_path, checked, bounded,
+                                                                      metrics.http_requests)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

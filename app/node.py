@@ -77,7 +77,8 @@ class Node:
         install_admin_page(self.public_app)
         self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
             self.public_app, self.handlers, settings.client_tokens(), budget=self.request_bytes,
-            allowed_hosts=settings.client_hosts(), allowed_origins=settings.client_origins())
+            allowed_hosts=settings.client_hosts(), allowed_origins=settings.client_origins(),
+            plaintext=settings.client_tls_cert is None)
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes,
                                         consumers)

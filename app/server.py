@@ -190,7 +190,7 @@ async def serve(settings: NodeSettings) -> None:
         timeout_keep_alive=CLIENT_KEEP_ALIVE_S, timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False,
         http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes, limits.max_connections,
                               limits.follow_stall_ms / 1000, node.below_asgi.take),
-        **settings.client_tls()), limits.max_connections)
+        **settings.client_proxies(), **settings.client_tls()), limits.max_connections)
     host, port = settings.peer_address
     peer = PeerPort(node.peer_service, peer_sock, settings.peer_message_bytes_max(), settings.peer_tls())
     node.start()

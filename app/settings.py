@@ -10,6 +10,7 @@ all together and raises SettingsError with one line that says what is wrong.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import ssl
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
@@ -76,6 +77,9 @@ class NodeSettings(BaseSettings):
     # the loopback names, client_host and the host of advertise_client_url: against DNS rebinding
     allowed_hosts: str = ""
     allowed_origins: str = ""  # web origins beside the member's own that may change state: https://ops.example
+    # the proxies whose X-Forwarded-For and X-Forwarded-Proto the client port believes (addresses or networks,
+    # comma-separated); from anyone else, and by default from everyone, the client and scheme are the connection's
+    trusted_proxies: str = ""
     client_tls_cert: Path | None = None  # HTTPS on the client port: certificate chain (PEM)
     client_tls_key: Path | None = None  # ... and its private key
     client_tls_ca: Path | None = None  # ... and, to require client certificates, the CA that signs them
@@ -169,6 +173,17 @@ class NodeSettings(BaseSettings):
             return None
         own = [self.client_host] if self.client_host not in ("0.0.0.0", "::", "") else []
         return [*LOOPBACK_NAMES, *own, host_name(urlsplit(self.client_url).netloc), *extra]
+
+    def client_proxies(self) -> dict[str, Any]:
+        """uvicorn's proxy options: proxy headers honoured from `trusted_proxies` only (uvicorn's own
+        default trusts loopback, so any local page could name its scheme)."""
+        proxies = [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise SettingsError(f"trusted_proxies: {proxy!r} is not an address or a network") from None
+        return {"proxy_headers": bool(proxies), "forwarded_allow_ips": proxies or None}
 
     def client_origins(self) -> list[str]:
         return [o.strip() for o in self.allowed_origins.split(",") if o.strip()]
@@ -303,6 +318,7 @@ class NodeSettings(BaseSettings):
             self.api_limits()
             self.peer_address  # noqa: B018 - parses this member's peer port
             self.peer_route_map()
+            self.client_proxies()
         except (ValueError, StopIteration) as exc:
             raise SettingsError(str(exc) or "bad settings") from None
         for name in ("client_port", "grpc_port"):

@@ -17,11 +17,14 @@ import pytest
 import uvicorn
 
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
+from raftlog.api.errors import ApiError
+from raftlog.api.request_checks import Refusal, RequestHead
 from raftlog.app.client_protocol import guarded_protocol
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
 from raftlog.app.server import bind
 from raftlog.app.settings import load_settings
+from raftlog.raft.messages import Code
 
 WRITER = "writer-token-0123456789"
 READER = "reader-token-0123456789"
@@ -174,3 +177,23 @@ async def test_answers_below_asgi_are_the_asgi_stacks_byte_for_byte(members: tup
     assert below.requests_counted() == asgi.requests_counted()
     assert below.requests_counted()[("/v1/entries", "POST", "201")] >= 5
     assert below.node.below_asgi.limits.inflight_requests == 0 and below.node.request_bytes.held == 0  # given back
+
+
+async def test_a_check_added_to_the_list_refuses_on_both_ways_in(members: tuple[Member, Member]) -> None:
+    """The ASGI stack and the path below it iterate one list of request checks (api.request_checks):
+    a check appended to it refuses a hot request on both, which answer alike."""
+    def no_tea(scope: dict[str, Any], head: RequestHead) -> Refusal | None:
+        if any(name == b"x-tea" for name, _ in scope["headers"]):
+            return Refusal(ApiError(Code.UNEXPECTED_ARGUMENT, "no tea here", status=418))
+        return None
+
+    for served in members:
+        served.node.below_asgi.checks.checks.append(no_tea)
+    below, asgi = members
+    raw = request("POST", "/v1/entries", b"x", x_tea="earl grey")
+    ours, theirs = await below.ask(raw), await asgi.ask(raw)
+    assert ours.startswith(b"HTTP/1.1 418 ") and b"no tea here" in ours
+    assert without_date(ours) == without_date(theirs)
+    assert below.taken == 0  # the path below ASGI did not answer it
+    assert (await below.ask(request("POST", "/v1/entries", b"x"))).startswith(b"HTTP/1.1 201 ")
+    assert below.taken == 1  # ... and still answers the others
