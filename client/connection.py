@@ -5,6 +5,9 @@ call goes to the leader when it is known (a write then costs no extra hop)
 and to the next member when one does not answer. Every answer names the
 leader; a new name is looked up in the group's status, so the connection
 follows leader changes without a round trip of its own.
+
+The token goes only to the URLs the connection was given and to members the group lists on the same
+scheme (http or https, one for all the URLs given); see `Connection`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -39,20 +42,35 @@ class RaftlogError(Exception):
 
 
 class Connection:
-    """`members`: client URLs of some members of the group (the others are found from them);
-    `token`: an API token; `ca`: the CA file (or an SSLContext) of members that serve HTTPS."""
+    """`members`: client URLs of some members of the group (the others are found from them), all http
+    or all https; `token`: an API token; `ca`: the CA file (or an SSLContext) of members that serve HTTPS.
+
+    Where the token goes: to the URLs given, and to the members the group's status (`/v1/cluster`)
+    lists with a client URL of the same scheme, whatever their host (the group decides who its members
+    are; the scheme is the client's to keep). It never moves from https to http (nor from http to
+    https): a member listed on another scheme is skipped, its URL and why kept in `skipped` and named in
+    the error of a call that found no member to answer; a leader there is reached through the members
+    followed (a follower forwards writes). Certificates are verified on every https call, and redirects
+    are not followed (an answer of 3xx is a RaftlogError): the group never redirects."""
 
     def __init__(self, members: Sequence[str], *, token: str | None = None, ca: str | ssl.SSLContext | None = None,
                  timeout_s: float = 30.0) -> None:
         if not members:
             raise ValueError("a connection needs at least one member's client URL")
         self.urls = [url.rstrip("/") for url in members]
+        schemes = {httpx.URL(url).scheme for url in self.urls}
+        if not schemes <= {"http", "https"}:
+            raise ValueError(f"members' client URLs are http or https: {self.urls}")
+        if len(schemes) > 1:
+            raise ValueError(f"members' client URLs mix http and https (a connection keeps to one): {self.urls}")
+        self.scheme = schemes.pop()
+        self.skipped: dict[str, str] = {}  # a member's URL the group listed, not followed: why
         self.leader_url: str | None = None
         self._leader_id: str | None = None
         self._next = 0
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if isinstance(ca, str) else (ca or True)
-        headers = {"authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.AsyncClient(verify=verify, headers=headers, timeout=timeout_s,
+        auth = BearerToken(token, self.may_have_token) if token else None
+        self.http = httpx.AsyncClient(verify=verify, auth=auth, follow_redirects=False, timeout=timeout_s,
                                       limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
 
     async def close(self) -> None:
@@ -74,8 +92,8 @@ class Connection:
             response = await self.http.request(method, url + path, **kwargs)
         except httpx.HTTPError as exc:
             self._failed(url)
-            raise RaftlogError("NETWORK_ERROR", f"no answer from {url}: {exc!r}", 0) from None
-        if response.status_code >= 400:
+            raise RaftlogError("NETWORK_ERROR", f"no answer from {url}: {exc!r}{self._not_followed()}", 0) from None
+        if response.status_code >= 300:
             error = error_of(response)
             if error.status in RETRY_LATER:
                 self._failed(url)
@@ -105,6 +123,15 @@ class Connection:
         """`url` failed: the next call goes to another member."""
         self._failed(url)
 
+    def may_have_token(self, url: httpx.URL) -> bool:
+        """Whether a request to `url` carries the token: a URL on the scheme of the URLs given."""
+        return url.scheme == self.scheme
+
+    def _not_followed(self) -> str:
+        if not self.skipped:
+            return ""
+        return "; members not followed: " + ", ".join(f"{url} ({why})" for url, why in self.skipped.items())
+
     def _failed(self, url: str) -> None:
         if url == self.leader_url:
             self.leader_url = self._leader_id = None
@@ -122,17 +149,44 @@ class Connection:
                 status = (await self.http.get(f"{url}/v1/cluster")).json()
             except (httpx.HTTPError, ValueError):
                 continue
-            found = {m["id"]: m.get("client_url") for m in status.get("members", [])}
+            self.skipped = {}
+            found = {m["id"]: self._followed(m.get("client_url")) for m in status.get("members", [])}
             for client_url in found.values():
-                if client_url and client_url.rstrip("/") not in self.urls:
-                    self.urls.append(client_url.rstrip("/"))
-            leader = found.get(leader_id)
-            self.leader_url = leader.rstrip("/") if leader else None
+                if client_url and client_url not in self.urls:
+                    self.urls.append(client_url)
+            self.leader_url = found.get(leader_id)
             return
+
+    def _followed(self, client_url: object) -> str | None:
+        """A listed member's URL if the connection follows it (its scheme), else None (noted in `skipped`)."""
+        if not isinstance(client_url, str) or not client_url:
+            return None  # a member that does not answer now
+        url = client_url.rstrip("/")
+        try:
+            scheme = httpx.URL(url).scheme
+        except httpx.InvalidURL:
+            scheme = ""
+        if scheme != self.scheme:
+            self.skipped[url] = f"{scheme or 'no scheme'}, not {self.scheme} as the URLs given"
+            return None
+        return url
+
+
+class BearerToken(httpx.Auth):
+    """The API token as `authorization: Bearer`, on a request only if `may_have_token(its URL)`."""
+
+    def __init__(self, token: str, may_have_token: Callable[[httpx.URL], bool]) -> None:
+        self._header = f"Bearer {token}"
+        self._may_have_token = may_have_token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        if self._may_have_token(request.url):
+            request.headers["authorization"] = self._header
+        yield request
 
 
 def error_of(response: httpx.Response) -> RaftlogError:
-    """The error an answer of 400 or above carries (api.md's shape)."""
+    """The error an answer of 300 or above carries (api.md's shape)."""
     try:
         error = response.json()["error"]
         return RaftlogError(error["code"], error["message"], response.status_code, error.get("leader"))
