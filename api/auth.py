@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -55,45 +56,71 @@ class TokenError(ValueError):
     """A tokens file or variable that cannot be used; the message names the line, never the token."""
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a token says is calling: its role, and its name (a producer session's owner)."""
+
+    role: Role
+    name: str
+
+
+LOCAL_CALLER = "local"  # the name of every caller of a member without tokens: all trusted alike
+CALLER_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+DIGEST_NAME_PREFIX = "token-"  # a token listed without a name is named by its digest's first hex digits
+DIGEST_NAME_CHARS = 12
+CALLER_KEY = "raftlog.caller"  # where TokenCheck leaves the caller's name in a request's scope
+
+
 @dataclass(frozen=True)
 class Tokens:
     """The accepted client tokens, by the SHA-256 digest of each."""
 
-    roles: dict[bytes, Role] = field(repr=False)
+    callers: dict[bytes, Caller] = field(repr=False)
 
     @classmethod
     def parse(cls, text: str, source: str, *, lines: bool) -> Tokens:
-        """`role:token` entries: one per line with `#` comment lines (`lines`, a file), or comma-separated
-        (a setting). A token is printable ASCII without spaces or commas, of TOKEN_CHARS_MIN or more."""
-        roles: dict[bytes, Role] = {}
+        """`role:name:token` (or `role:token`, named by its digest) entries: one per line with `#`
+        comment lines (`lines`, a file), or comma-separated (a setting). A token is printable ASCII
+        without spaces or commas, of TOKEN_CHARS_MIN or more; a name is 1 to 64 letters, digits,
+        '.', '_', '@' or '-'. Several tokens may share a name (a rotation): they are one caller."""
+        callers: dict[bytes, Caller] = {}
         entries = text.splitlines() if lines else text.split(",")
         for number, entry in enumerate(entries, 1):
             entry = entry.strip()
             if not entry or (lines and entry.startswith("#")):
                 continue
-            role_name, sep, token = entry.partition(":")
+            role_name, sep, rest = entry.partition(":")
             where = f"{source}, {'line' if lines else 'entry'} {number}"
             try:
                 role = Role[role_name.strip().upper()]
             except KeyError:
-                raise TokenError(f"{where}: expected role:token with a role of reader, writer or admin") from None
+                raise TokenError(f"{where}: expected role:name:token with a role of reader, writer or admin") from None
+            name, named, token = rest.partition(":")
+            if not named or CALLER_NAME.fullmatch(name) is None:
+                name, token = "", rest
             token = token.strip()
             if not sep or not is_credential(token) or "," in token:
                 raise TokenError(f"{where}: a token is {TOKEN_CHARS_MIN} or more printable ASCII characters, "
                                  "without spaces or commas")
-            if roles.setdefault(_digest(token.encode()), role) is not role:
-                raise TokenError(f"{where}: this token is listed before with another role")
-        return cls(roles)
+            digest = _digest(token.encode())
+            caller = Caller(role, name or DIGEST_NAME_PREFIX + digest.hex()[:DIGEST_NAME_CHARS])
+            if callers.setdefault(digest, caller) != caller:
+                raise TokenError(f"{where}: this token is listed before with another role or name")
+        return cls(callers)
 
     @classmethod
     def merge(cls, parts: Iterable[Tokens]) -> Tokens:
-        roles: dict[bytes, Role] = {}
+        callers: dict[bytes, Caller] = {}
         for part in parts:
-            roles.update(part.roles)
-        return cls(roles)
+            callers.update(part.callers)
+        return cls(callers)
+
+    def caller_of(self, token: bytes) -> Caller | None:
+        return self.callers.get(_digest(token))
 
     def role_of(self, token: bytes) -> Role | None:
-        return self.roles.get(_digest(token))
+        caller = self.callers.get(_digest(token))
+        return None if caller is None else caller.role
 
 
 def is_credential(value: str) -> bool:
@@ -134,15 +161,24 @@ def bearer_credentials(authorization: bytes | None) -> bytes | None:
 def refusal(tokens: Tokens, token: bytes | None, needed: Role, call: str) -> tuple[str, ApiError] | None:
     """Why `call` with `token` is refused (the reason counted, the error answered), or None: the
     client port's and the gRPC port's one rule."""
-    role = None if token is None else tokens.role_of(token)
-    if role is not None and role >= needed:
+    return caller_refusal(None if token is None else tokens.caller_of(token), token is not None, needed, call)
+
+
+def caller_refusal(caller: Caller | None, given: bool, needed: Role, call: str) -> tuple[str, ApiError] | None:
+    """`refusal`, for the caller a token named (None: no token `given`, or an unknown one)."""
+    if caller is not None and caller.role >= needed:
         return None
-    if role is None:
-        if token is None:
+    if caller is None:
+        if not given:
             return "missing", ApiError(Code.UNAUTHENTICATED, "no bearer token")
         return "invalid", ApiError(Code.UNAUTHENTICATED, "the bearer token is not valid")
     return "forbidden", ApiError(Code.PERMISSION_DENIED, f"{call} needs the {needed.name.lower()} role; this "
-                                                         f"token is a {role.name.lower()}")
+                                                         f"token is a {caller.role.name.lower()}")
+
+
+def caller_name(scope: Scope) -> str:
+    """The name of the caller of a request the checks let in (LOCAL_CALLER on a member without tokens)."""
+    return scope.get(CALLER_KEY, LOCAL_CALLER)
 
 
 class AuthFailures:
@@ -193,11 +229,14 @@ class TokenCheck:
         self.route_of = route_of
 
     def __call__(self, scope: Scope, head: RequestHead) -> Refusal | None:
+        token = bearer_credentials(head.authorization)
+        caller = None if token is None else self.tokens.caller_of(token)
+        if caller is not None:
+            scope[CALLER_KEY] = caller.name  # for the route: a producer session's owner
         needed = required_role(scope["method"], scope["path"])
         if needed is None:
             return None
-        refused = refusal(self.tokens, bearer_credentials(head.authorization), needed,
-                          f"{scope['method']} {scope['path']}")
+        refused = caller_refusal(caller, token is not None, needed, f"{scope['method']} {scope['path']}")
         if refused is None:
             return None
         route = self.route_of(scope)

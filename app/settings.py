@@ -218,7 +218,7 @@ class NodeSettings(BaseSettings):
         except TokenError as exc:
             raise SettingsError(str(exc)) from None
         tokens = Tokens.merge(parts)
-        if parts and not tokens.roles:
+        if parts and not tokens.callers:
             raise SettingsError("tokens: no token given")
         return tokens if parts else None
 

@@ -3,6 +3,7 @@ clients work against a cluster, and `raftlog cluster` leaves no process behind."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.api.auth import Role
+from raftlog.api.auth import Caller, Role, TokenError, Tokens
 from raftlog.app.cli import main
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.settings import SettingsError, load_settings
@@ -51,7 +52,7 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"cluster-secret": "s\u00e9cret-0123456789abcdef"}, "the cluster secret must be 16 or more printable ASCII"),
     ({"cluster-secret-file": "/nonexistent/secret"}, "cluster_secret_file: cannot read /nonexistent/secret"),
     ({"tokens": "reader:short"}, "tokens, entry 1: a token is 16 or more printable ASCII characters"),
-    ({"tokens": "reader:" + "r" * 16 + ",king:" + "k" * 16}, "tokens, entry 2: expected role:token"),
+    ({"tokens": "reader:" + "r" * 16 + ",king:" + "k" * 16}, "tokens, entry 2: expected role:name:token"),
     ({"tokens": "reader:" + "r" * 16 + ",writer:" + "r" * 16}, "entry 2: this token is listed before with another"),
     ({"client-tls-cert": "/nonexistent/cert.pem"}, "client_tls_cert and client_tls_key go together"),
     ({"peer-tls-cert": "/x.pem", "peer-tls-key": "/x.key"}, "needs peer_tls_cert, peer_tls_key and peer_tls_ca"),
@@ -208,3 +209,17 @@ def node_pids(tmp_path: Path) -> list[int]:
             if str(tmp_path) in cmdline and "serve" in cmdline:
                 pids.append(int(proc.name))
     return pids
+
+
+def test_tokens_are_named_and_the_old_form_is_named_by_its_digest() -> None:
+    """role:name:token names the caller (a producer session's owner); role:token still works, named
+    by its digest's first hex digits; two tokens of one name (a rotation) are one caller."""
+    tokens = Tokens.parse("writer:billing:" + "b" * 20 + "\nwriter:billing:" + "c" * 20 + "\nreader:" + "r" * 20
+                          + "\nadmin:ops@example:" + "x:" * 10, "tokens", lines=True)
+    assert tokens.caller_of(b"b" * 20) == Caller(Role.WRITER, "billing") == tokens.caller_of(b"c" * 20)
+    digest = hashlib.sha256(b"r" * 20).hexdigest()[:12]
+    assert tokens.caller_of(b"r" * 20) == Caller(Role.READER, f"token-{digest}")
+    assert tokens.caller_of(b"x:" * 10) == Caller(Role.ADMIN, "ops@example")
+    assert Tokens.parse("writer:" + "tok:en" * 4, "t", lines=False).caller_of(b"tok:en" * 4) is None  # 'tok' a name
+    with pytest.raises(TokenError, match="another role or name"):
+        Tokens.parse("writer:a:" + "z" * 20 + ",writer:b:" + "z" * 20, "tokens", lines=False)
