@@ -6,9 +6,11 @@
  * (api.bodies.decode_bodies).
  *
  * Each returns its result, or None when the input breaks a rule or does not fit
- * these types: the pure-Python reference then decides, and names the rule
- * (rejections are off the hot path, so there is one wording).
- * tests/storage/test_compiled_codec.py holds both to the same bytes and verdicts.
+ * these types (an int past int64, a stamp past its bits): the pure-Python reference
+ * then decides, and names the rule (rejections are off the hot path, so there is one
+ * wording). tests/storage/test_compiled_codec.py and test_codec_bounds.py hold both
+ * to the same bytes and verdicts, and tests/storage/fuzz_codec.py fuzzes each
+ * function against the reference (`make fuzz`).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,6 +31,9 @@
 #define DISTANCE_SIZE 1
 #define DISTANCE_MAX 255
 #define SEQUENCE_BITS 48
+#define SEQUENCE_END (1ULL << SEQUENCE_BITS)  /* one past the last sequence a stamp holds */
+/* a CRC over this many bytes or more runs without the GIL (below, the release costs more than it saves) */
+#define CRC_UNLOCKED_MIN (64 * 1024)
 /* indices, positions and sizes this far from int64's ends cannot overflow as a batch adds to them;
  * beyond, the Python reference (with its unbounded ints) decides */
 #define IN_RANGE(v) ((v) > -(1LL << 60) && (v) < (1LL << 60))
@@ -51,7 +56,7 @@ static uint64_t get64(const unsigned char *p) {
     return ((uint64_t)get32(p) << 32) | get32(p + 4);
 }
 
-static uint32_t crc_of(const unsigned char *p, Py_ssize_t n) {
+static uint32_t crc_run(const unsigned char *p, Py_ssize_t n) {
     uLong crc = crc32(0L, Z_NULL, 0);
     while (n > 0) {  /* zlib takes a uInt length */
         uInt chunk = n > (1 << 30) ? (1u << 30) : (uInt)n;
@@ -60,6 +65,41 @@ static uint32_t crc_of(const unsigned char *p, Py_ssize_t n) {
         n -= chunk;
     }
     return (uint32_t)crc;
+}
+
+/* zlib's CRC-32 of n bytes, called with the GIL held. A large buffer's runs without it, so a 64 MiB
+ * push does not hold the event loop: the caller keeps the bytes alive and in place meanwhile (a
+ * Py_buffer it holds, or a bytes object of its own no other code has yet). */
+static uint32_t crc_of(const unsigned char *p, Py_ssize_t n) {
+    if (n < CRC_UNLOCKED_MIN)
+        return crc_run(p, n);
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = crc_run(p, n);
+    Py_END_ALLOW_THREADS
+    return crc;
+}
+
+/* Where an argument does not fit its C type (PyArg_ParseTuple raised OverflowError): None, for the
+ * reference to decide; any other error stands. */
+static PyObject *unfit(void) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+        return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* An int that a u64 holds, or 0 (no error left set) for anything else: negative, too large, not an int
+ * (the "K" format would mask them to a u64 instead). */
+static int as_u64(PyObject *o, uint64_t *v) {
+    if (!PyLong_Check(o))
+        return 0;
+    *v = PyLong_AsUnsignedLongLong(o);
+    if (*v == (uint64_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
 }
 
 static uint32_t chain_crc(uint32_t chain, int64_t index, int64_t term, uint32_t bcrc) {
@@ -141,7 +181,8 @@ typedef struct {
 static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, int64_t index, int64_t term_floor,
                        int64_t write_pos, int has_chain, uint32_t prev_chain, int64_t file_size, int in_file,
                        Sound *out) {
-    if (offset < 0 || offset > end - HEADER_SIZE)
+    /* end - offset, never end - HEADER_SIZE: an end near INT64_MIN would overflow */
+    if (offset < 0 || end < offset || end - offset < HEADER_SIZE)
         return 0;
     const unsigned char *h = buf + offset;
     int32_t magic = (int32_t)get32(h);
@@ -187,10 +228,10 @@ static PyObject *check_next(PyObject *self, PyObject *args) {
     int in_file;
     if (!PyArg_ParseTuple(args, "y*LLLLLLLp", &view, &offset, &end, &index, &term_floor, &write_pos, &prev_chain,
                           &file_size, &in_file))
-        return NULL;
+        return unfit();
     Sound sound;
     PyObject *result;
-    if (end <= view.len && write_pos >= -1 && prev_chain >= -1 && prev_chain <= 0xFFFFFFFFLL
+    if (end >= 0 && end <= view.len && write_pos >= -1 && prev_chain >= -1 && prev_chain <= 0xFFFFFFFFLL
             && (write_pos < 0 || file_size > MIN_BLANK_LEN) && IN_RANGE(index) && IN_RANGE(term_floor)
             && IN_RANGE(write_pos) && IN_RANGE(file_size)
             && check_entry((const unsigned char *)view.buf, offset, end, index, term_floor, write_pos, prev_chain >= 0,
@@ -203,62 +244,129 @@ static PyObject *check_next(PyObject *self, PyObject *args) {
     return result;
 }
 
-/* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size[, stamp])
- * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None; with a stamp
- * (producer_id, epoch, first sequence) the bodies are a producer's, sequences counting up: a PRODUCED
- * head, then CONTINUED entries (a new head where one starts a data file, and at the 256th) */
-static PyObject *encode_batch(PyObject *self, PyObject *args) {
-    PyObject *bodies, *stamp = Py_None;
-    long long first_index, term, write_pos, prev_chain, file_size;
-    int magic, channel;
-    if (!PyArg_ParseTuple(args, "O!LLiiLLL|O", &PyList_Type, &bodies, &first_index, &term, &magic, &channel,
-                          &write_pos, &prev_chain, &file_size, &stamp))
-        return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(bodies);
-    if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL || write_pos < 0
-            || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
-        Py_RETURN_NONE;
-    unsigned long long producer_id = 0, epoch = 0, first_seq = 0;
-    int stamped = stamp != Py_None;
-    if (stamped && (magic != MAGIC_PRODUCED || !PyTuple_Check(stamp)
-                    || !PyArg_ParseTuple(stamp, "KKK", &producer_id, &epoch, &first_seq)
-                    || epoch >= (1ULL << (64 - SEQUENCE_BITS)) || first_seq + (uint64_t)count > (1ULL << SEQUENCE_BITS)))
-        goto unstampable;
-    if (magic == MAGIC_CONTINUED || (!stamped && magic == MAGIC_PRODUCED))
-        Py_RETURN_NONE;
+/* A list's items, each with a reference of our own. Any allocation may run the garbage collector, and
+ * with it Python code (a finalizer, a gc callback) that changes the caller's list: the batch is sized
+ * and encoded from these. (PyList_AsTuple is no such copy: it reads the list's length, then allocates
+ * the tuple, which may collect, then copies from the list.) PyMem_New runs no Python code. */
+typedef struct {
+    PyObject **items;
+    Py_ssize_t count;
+} Snapshot;
+
+static int take_snapshot(Snapshot *bodies, PyObject *list) {
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    bodies->items = PyMem_New(PyObject *, count > 0 ? count : 1);
+    if (bodies->items == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        bodies->items[i] = Py_NewRef(PyList_GET_ITEM(list, i));
+    bodies->count = count;
+    return 0;
+}
+
+static void drop_snapshot(Snapshot *bodies) {
+    for (Py_ssize_t i = 0; i < bodies->count; i++)
+        Py_DECREF(bodies->items[i]);
+    PyMem_Free(bodies->items);
+}
+
+/* the largest client body an entry takes: its header, and a head's stamp, stay within an int32 size */
+#define BODY_MAX (INT32_MAX - HEADER_SIZE - STAMP_SIZE)
+/* the largest buffer a batch is encoded into (a batch of more is the reference's to refuse) */
+#define BATCH_BYTES_MAX (PY_SSIZE_T_MAX / 2)
+
+/* The bytes a batch's entries take (a stamped one's with room for a head at each entry where it may
+ * run into another file), or -1 where a body is not bytes or too large for an entry, or the total is
+ * past BATCH_BYTES_MAX. */
+static Py_ssize_t batch_room(const Snapshot *bodies, int stamped, int64_t write_pos, int64_t file_size) {
+    Py_ssize_t count = bodies->count;
+    if (count > BATCH_BYTES_MAX / (HEADER_SIZE + STAMP_SIZE))
+        return -1;
     Py_ssize_t extra = stamped ? DISTANCE_SIZE : 0;  /* what a continuation's body gains */
     /* a head's stamp is longer, and every 256th entry is a head */
     Py_ssize_t total = stamped ? (STAMP_SIZE - DISTANCE_SIZE) * (1 + (count - 1) / (DISTANCE_MAX + 1)) : 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *body = PyList_GET_ITEM(bodies, i);
-        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > INT32_MAX - HEADER_SIZE - STAMP_SIZE)
-            Py_RETURN_NONE;
+        PyObject *body = bodies->items[i];
+        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > BODY_MAX)
+            return -1;
+        if (total > BATCH_BYTES_MAX - (HEADER_SIZE + extra + PyBytes_GET_SIZE(body)))
+            return -1;
         total += HEADER_SIZE + extra + PyBytes_GET_SIZE(body);
     }
     /* a batch that runs into another file starts a head in each: room for the most, cut to size after */
     if (stamped && write_pos % file_size + total + MIN_BLANK_LEN > file_size)
         total += (STAMP_SIZE - DISTANCE_SIZE) * count;
-    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
-    PyObject *records = PyBytes_FromStringAndSize(NULL, count * RECORD_SIZE);
-    PyObject *positions = PyList_New(count);
-    PyObject *runs = PyList_New(0);
-    PyObject *fillers = PyList_New(0);
-    if (data == NULL || records == NULL || positions == NULL || runs == NULL || fillers == NULL)
-        goto failed;
+    return total;
+}
+
+/* A producer's stamp on a batch of `count` entries: 1 for one that these types hold, its sequences
+ * first_seq... within 48 bits (compared, never added, so nothing wraps); else 0, and the reference
+ * refuses it. */
+static int take_stamp(PyObject *stamp, Py_ssize_t count, uint64_t *producer_id, uint64_t *epoch,
+                      uint64_t *first_seq) {
+    return PyTuple_Check(stamp) && PyTuple_GET_SIZE(stamp) == 3 && as_u64(PyTuple_GET_ITEM(stamp, 0), producer_id)
+           && as_u64(PyTuple_GET_ITEM(stamp, 1), epoch) && as_u64(PyTuple_GET_ITEM(stamp, 2), first_seq)
+           && *epoch < (1ULL << (64 - SEQUENCE_BITS)) && (uint64_t)count <= SEQUENCE_END
+           && *first_seq <= SEQUENCE_END - (uint64_t)count;
+}
+
+/* A batch's arguments, and where its encoding has got to. */
+typedef struct {
+    int64_t first_index, term, file_size;
+    int32_t magic, channel;
+    int stamped;
+    uint64_t producer_id, epoch, first_seq;
+    Placement at;
+    uint32_t chain;
+} Encoding;
+
+/* One entry's header and body at `out`, which has room for it (the caller checked). */
+static void put_entry(unsigned char *out, const Encoding *e, int32_t magic, int64_t index, int64_t pos,
+                      int32_t prefix, Py_ssize_t distance, PyObject *body, uint32_t *chain) {
+    unsigned char *body_at = out + HEADER_SIZE;
+    int32_t body_size = prefix + (int32_t)PyBytes_GET_SIZE(body);
+    if (magic == MAGIC_CONTINUED) {
+        body_at[0] = (unsigned char)distance;
+    } else if (e->stamped) {
+        put64(body_at, e->producer_id);
+        put64(body_at + 8, e->epoch << SEQUENCE_BITS | (e->first_seq + (uint64_t)(index - e->first_index)));
+    }
+    memcpy(body_at + prefix, PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
+    uint32_t bcrc = crc_of(body_at, body_size);
+    *chain = chain_crc(*chain, index, e->term, bcrc);
+    put32(out, (uint32_t)magic);
+    put32(out + 4, (uint32_t)(HEADER_SIZE + body_size));
+    put64(out + 8, (uint64_t)index);
+    put64(out + 16, (uint64_t)e->term);
+    put64(out + 24, (uint64_t)pos);
+    put32(out + 32, (uint32_t)e->channel);
+    put32(out + 36, *chain);
+    put32(out + 40, bcrc);
+    put32(out + 44, (uint32_t)body_size);
+}
+
+/* The entries into `data` (sized by batch_room; `*used` of its bytes), their records and positions, the
+ * runs and fillers: 1, or 0 where an entry fits no data file, or -1 with a Python error set. No byte goes
+ * past `data`'s end: an entry that would is an error (SystemError), never a write. */
+static int encode_entries(Encoding *e, const Snapshot *bodies, PyObject *data, unsigned char *record,
+                          PyObject *positions, PyObject *runs, PyObject *fillers, int64_t *used) {
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(data);
-    unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
-    Placement at = {write_pos, 0, write_pos};
-    int64_t offset = 0, index = first_index;
-    uint32_t chain = (uint32_t)prev_chain;
+    const unsigned char *end = out + PyBytes_GET_SIZE(data);
+    int64_t offset = 0, index = e->first_index;
     Py_ssize_t head = -1;  /* the entry that stamps the next continuation (-1: none yet) */
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *body = PyList_GET_ITEM(bodies, i);
-        const unsigned char *bytes = (const unsigned char *)PyBytes_AS_STRING(body);
+    for (Py_ssize_t i = 0; i < bodies->count; i++) {
+        PyObject *body = bodies->items[i];
+        if (!PyBytes_Check(body) || PyBytes_GET_SIZE(body) > BODY_MAX) {
+            PyErr_SetString(PyExc_SystemError, "encode_batch: a body changed while its batch was encoded");
+            return -1;
+        }
         int32_t client_size = (int32_t)PyBytes_GET_SIZE(body);
-        int32_t entry_magic = magic, prefix = 0;
-        if (stamped) {  /* stamped once, but for an entry that starts a file or is 256 on: a head again */
+        int32_t entry_magic = e->magic, prefix = 0;
+        if (e->stamped) {  /* stamped once, but for an entry that starts a file or is 256 on: a head again */
             if (head >= 0 && i - head <= DISTANCE_MAX
-                    && place_at(at.pos, HEADER_SIZE + DISTANCE_SIZE + client_size, file_size) == at.pos) {
+                    && place_at(e->at.pos, HEADER_SIZE + DISTANCE_SIZE + client_size, e->file_size) == e->at.pos) {
                 entry_magic = MAGIC_CONTINUED;
                 prefix = DISTANCE_SIZE;
             } else {
@@ -266,56 +374,82 @@ static PyObject *encode_batch(PyObject *self, PyObject *args) {
                 prefix = STAMP_SIZE;
             }
         }
-        int32_t body_size = prefix + client_size;
-        int32_t size = HEADER_SIZE + body_size;
-        int64_t pos = place_at(at.pos, size, file_size);
+        int32_t size = HEADER_SIZE + prefix + client_size;
+        int64_t pos = place_at(e->at.pos, size, e->file_size);
         if (pos < 0)
-            goto rejected;
-        if (move_to(&at, runs, fillers, offset, pos) < 0)
-            goto failed;
-        unsigned char *body_at = out + HEADER_SIZE;
-        if (entry_magic == MAGIC_CONTINUED) {
-            body_at[0] = (unsigned char)(i - head);
-        } else if (stamped) {
-            put64(body_at, producer_id);
-            put64(body_at + 8, epoch << SEQUENCE_BITS | (first_seq + (uint64_t)i));
+            return 0;
+        if (move_to(&e->at, runs, fillers, offset, pos) < 0)
+            return -1;
+        if (size > end - out) {
+            PyErr_SetString(PyExc_SystemError, "encode_batch: an entry runs past the buffer sized for its batch");
+            return -1;
         }
-        memcpy(body_at + prefix, bytes, (size_t)client_size);
-        uint32_t bcrc = crc_of(body_at, body_size);
-        chain = chain_crc(chain, index, term, bcrc);
-        put32(out, (uint32_t)entry_magic);
-        put32(out + 4, (uint32_t)size);
-        put64(out + 8, (uint64_t)index);
-        put64(out + 16, (uint64_t)term);
-        put64(out + 24, (uint64_t)pos);
-        put32(out + 32, (uint32_t)channel);
-        put32(out + 36, chain);
-        put32(out + 40, bcrc);
-        put32(out + 44, (uint32_t)body_size);
+        put_entry(out, e, entry_magic, index, pos, prefix, i - head, body, &e->chain);
         out += size;
-        put_record(record, entry_magic, pos, size, index, term);
+        put_record(record, entry_magic, pos, size, index, e->term);
         record += RECORD_SIZE;
         PyObject *where = PyLong_FromLongLong(pos);
         if (where == NULL)
-            goto failed;
+            return -1;
         PyList_SET_ITEM(positions, i, where);
-        at.pos = pos + size;
+        e->at.pos = pos + size;
         offset += size;
         index += 1;
     }
-    if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || (offset < total && _PyBytes_Resize(&data, offset) < 0))
-        goto failed;
-    return Py_BuildValue("(NNNNNkL)", data, runs, fillers, records, positions, (unsigned long)chain,
-                         (long long)at.pos);
-rejected:
-    Py_DECREF(data); Py_DECREF(records); Py_DECREF(positions); Py_DECREF(runs); Py_DECREF(fillers);
-    Py_RETURN_NONE;
-failed:
+    if (append_run(runs, e->at.run_from, offset, e->at.run_pos) < 0)
+        return -1;
+    *used = offset;
+    return 1;
+}
+
+/* encode_batch(bodies, first_index, term, magic, channel, write_pos, prev_chain_crc, file_size[, stamp])
+ * -> (data, runs, fillers, index_records, positions, chain, end_pos) | None; with a stamp
+ * (producer_id, epoch, first sequence) the bodies are a producer's, sequences counting up: a PRODUCED
+ * head, then CONTINUED entries (a new head where one starts a data file, and at the 256th) */
+static PyObject *encode_batch(PyObject *self, PyObject *args) {
+    PyObject *list, *stamp = Py_None;
+    long long first_index, term, write_pos, prev_chain, file_size;
+    int magic, channel;
+    if (!PyArg_ParseTuple(args, "O!LLiiLLL|O", &PyList_Type, &list, &first_index, &term, &magic, &channel,
+                          &write_pos, &prev_chain, &file_size, &stamp))
+        return unfit();
+    Encoding e = {first_index, term, file_size, magic, channel, stamp != Py_None, 0, 0, 0,
+                  {write_pos, 0, write_pos}, (uint32_t)prev_chain};
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    if (count == 0 || file_size <= MIN_BLANK_LEN || prev_chain < 0 || prev_chain > 0xFFFFFFFFLL || write_pos < 0
+            || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size)
+            || magic == MAGIC_CONTINUED || e.stamped != (magic == MAGIC_PRODUCED)
+            || (e.stamped && !take_stamp(stamp, count, &e.producer_id, &e.epoch, &e.first_seq)))
+        Py_RETURN_NONE;
+    Snapshot bodies;
+    if (take_snapshot(&bodies, list) < 0)
+        return NULL;
+    PyObject *result = NULL, *data = NULL, *records = NULL, *positions = NULL, *runs = NULL, *fillers = NULL;
+    Py_ssize_t total = batch_room(&bodies, e.stamped, write_pos, file_size);
+    if (total < 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    records = PyBytes_FromStringAndSize(NULL, bodies.count * RECORD_SIZE);
+    positions = PyList_New(bodies.count);
+    runs = PyList_New(0);
+    fillers = PyList_New(0);
+    if (data == NULL || records == NULL || positions == NULL || runs == NULL || fillers == NULL)
+        goto done;
+    int64_t used = 0;
+    int encoded = encode_entries(&e, &bodies, data, (unsigned char *)PyBytes_AS_STRING(records), positions, runs,
+                                 fillers, &used);
+    if (encoded == 0)
+        result = Py_NewRef(Py_None);
+    if (encoded <= 0 || (used < total && _PyBytes_Resize(&data, used) < 0))
+        goto done;
+    result = Py_BuildValue("(OOOOOkL)", data, runs, fillers, records, positions, (unsigned long)e.chain,
+                           (long long)e.at.pos);
+done:
     Py_XDECREF(data); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(runs); Py_XDECREF(fillers);
-    return NULL;
-unstampable:  /* not a stamp these types hold: the reference decides */
-    PyErr_Clear();
-    Py_RETURN_NONE;
+    drop_snapshot(&bodies);
+    return result;
 }
 
 /* A run of one producer's consecutive PRODUCED entries: storage.codec.ProducedRun. */
@@ -357,6 +491,23 @@ typedef struct {
     uint64_t producer_id, epoch, sequence;
 } Head;
 
+/* The head a push's first entries continue, (index, producer_id, epoch, sequence): 1 for one that these
+ * types hold (an index in IN_RANGE, the stamp's fields as a stamp stores them), else 0. */
+static int take_head(PyObject *tail, Head *head) {
+    long long index;
+    if (!PyTuple_Check(tail) || PyTuple_GET_SIZE(tail) != 4 || !PyLong_Check(PyTuple_GET_ITEM(tail, 0)))
+        return 0;
+    index = PyLong_AsLongLong(PyTuple_GET_ITEM(tail, 0));
+    if (index == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    head->index = index;
+    return IN_RANGE(index) && index >= 0 && as_u64(PyTuple_GET_ITEM(tail, 1), &head->producer_id)
+           && as_u64(PyTuple_GET_ITEM(tail, 2), &head->epoch) && as_u64(PyTuple_GET_ITEM(tail, 3), &head->sequence)
+           && head->epoch < (1ULL << (64 - SEQUENCE_BITS)) && head->sequence < SEQUENCE_END;
+}
+
 /* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size[, tail])
  * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, control_indices, produced) | None;
  * tail (head index, producer_id, epoch, sequence): the head of the log's last entry, for a continuation
@@ -367,17 +518,11 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     PyObject *tail = Py_None;
     if (!PyArg_ParseTuple(args, "y*LLLLL|O", &view, &first_index, &prev_term, &write_pos, &prev_chain, &file_size,
                           &tail))
-        return NULL;
+        return unfit();
     Head head = {-1, 0, 0, 0};
-    long long tail_index;
-    unsigned long long tail_id, tail_epoch, tail_sequence;
-    if (tail != Py_None) {
-        if (!PyTuple_Check(tail) || !PyArg_ParseTuple(tail, "LKKK", &tail_index, &tail_id, &tail_epoch, &tail_sequence)) {
-            PyErr_Clear();  /* not a head these types hold: the reference decides */
-            PyBuffer_Release(&view);
-            Py_RETURN_NONE;
-        }
-        head = (Head){tail_index, tail_id, tail_epoch, tail_sequence};
+    if (tail != Py_None && !take_head(tail, &head)) {  /* not a head these types hold: the reference decides */
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
     }
     PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *controls = NULL,
              *produced = NULL;
@@ -474,7 +619,7 @@ static PyObject *split_bodies(PyObject *self, PyObject *args) {
     Py_ssize_t end;
     long long max_entries;
     if (!PyArg_ParseTuple(args, "y#L", &buf, &end, &max_entries))
-        return NULL;
+        return unfit();
     PyObject *bodies = PyList_New(0);
     if (bodies == NULL)
         return NULL;

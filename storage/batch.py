@@ -112,10 +112,11 @@ def reference_encode(
         raise ValueError(f"magic {magic} is not an entry type")
     if (stamp is not None) != (magic == Magic.PRODUCED) or magic == Magic.CONTINUED:
         raise ValueError("PRODUCED entries, and they alone, carry a stamp (CONTINUED ones come with it)")
-    if stamp is not None:
+    if stamp is not None:  # each field as a stamp stores it (a u64, 16 bits, 48 bits), every sequence too
         producer_id, epoch, first_seq = stamp
-        if not 0 <= epoch < 1 << (64 - SEQUENCE_BITS) or not 0 <= first_seq <= (1 << SEQUENCE_BITS) - len(bodies):
-            raise ValueError(f"a stamp's epoch or sequences out of range: {stamp}")
+        if not 0 <= producer_id < 1 << 64 or not 0 <= epoch < 1 << (64 - SEQUENCE_BITS) \
+                or not 0 <= first_seq <= (1 << SEQUENCE_BITS) - len(bodies):
+            raise ValueError(f"a stamp's producer id, epoch or sequences out of range: {stamp}")
     crc32 = zlib.crc32
     pack_header = HEADER.pack
     pack_chain = CHAIN.pack
