@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench compare chaos mutants sim schema openapi proto clean
+.PHONY: run test lint bench compare chaos mutants sim schema openapi proto fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,16 @@ proto: $(STAMP)
 	mv .proto-out/raftlog/peer/v1/peer_pb2.py .proto-out/raftlog/peer/v1/peer_pb2.pyi api/
 	mv .proto-out/raftlog/v1/log_pb2.py .proto-out/raftlog/v1/log_pb2.pyi .proto-out/raftlog/v1/log_pb2_grpc.py api/
 	rm -rf .proto-out
+
+# the compiled codec against the Python reference under atheris (tests/storage/fuzz_codec.py), FUZZ_SECONDS in
+# all, a share per target; with clang (installed here if missing) on an AddressSanitizer build:
+# make fuzz [FUZZ_SECONDS=300] [FUZZ_TARGETS=check_next,...]; corpora, logs and findings in build/fuzz/
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP)
+	command -v clang >/dev/null || (apt-get update && apt-get install -y clang) || echo "make fuzz: no clang"
+	! command -v clang >/dev/null || test -e "$$(clang -print-file-name=libclang_rt.asan-x86_64.a)" \
+		|| apt-get install -y "libclang-rt-$$(clang -dumpversion | cut -d. -f1)-dev"
+	$(BIN)/python -m tests.storage.fuzz_run --seconds $(FUZZ_SECONDS) $(if $(FUZZ_TARGETS),--targets $(FUZZ_TARGETS),)
 
 bench: $(STAMP)
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk)

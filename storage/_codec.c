@@ -529,8 +529,8 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     Produced run = {0, 0, 0, 0, -1};
     const unsigned char *buf = (const unsigned char *)view.buf;
     int64_t end_offset = view.len;
-    if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain > 0xFFFFFFFFLL || write_pos < 0
-            || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
+    if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain < -1 || prev_chain > 0xFFFFFFFFLL
+            || write_pos < 0 || !IN_RANGE(first_index) || !IN_RANGE(write_pos) || !IN_RANGE(file_size))
         goto rejected;
     runs = PyList_New(0);
     fillers = PyList_New(0);
