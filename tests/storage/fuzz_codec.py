@@ -31,6 +31,7 @@ def _load_codec_build() -> None:
     if not path:
         return
     name = "raftlog.storage._codec"
+    assert "raftlog.storage.codec" not in sys.modules, "storage.codec has the installed build already"
     spec = importlib.util.spec_from_file_location(name, path,
                                                   loader=importlib.machinery.ExtensionFileLoader(name, path))
     assert spec is not None and spec.loader is not None
