@@ -47,8 +47,7 @@ class ConsumerCommits:
         """Commit `position` for consumer `name`; `expected`: a compare-and-set (-1: the consumer must not exist)."""
         if (problem := commit_problem(name, position, metadata)) is not None:
             raise bad_request(problem)
-        if expected is not None and expected < -1:
-            raise bad_request(f"an expected position is at least -1 (no such consumer), not {expected}")
+        _check_expected(expected)
         commit = ConsumerCommit(name, position, metadata)
         if expected is not None or self.interval_s <= 0:
             return await self.write(commit, expected)
@@ -65,6 +64,7 @@ class ConsumerCommits:
         removal's entry."""
         if (problem := commit_problem(name, 0, "")) is not None:
             raise bad_request(problem)
+        _check_expected(expected)
         return await self.write(ConsumerCommit(name, -1), expected)
 
     def _interval_ended(self, name: str) -> None:
@@ -140,6 +140,12 @@ class ConsumerCommits:
         lag = max(0, committed - found.position) if found.position >= 0 else 0
         return ConsumerAnswer(name, found.position, found.metadata, found.entry_index, lag,
                               self.service.bytes_between(found.position, committed) if lag else 0)
+
+
+def _check_expected(expected: int | None) -> None:
+    """400 for an expected position no entry can hold (a follower forwards it as a signed 64-bit number)."""
+    if expected is not None and not -1 <= expected < 1 << 63:
+        raise bad_request(f"an expected position is -1 (no such consumer) to 2^63 - 1, not {expected}")
 
 
 def _retrieved(answer: asyncio.Future[ConsumerAnswer]) -> None:

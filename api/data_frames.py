@@ -157,9 +157,10 @@ class DataFrames:
         assert self.stream_id is not None
         return size.to_bytes(3, "big") + b"\x00\x00" + self.stream_id.to_bytes(4, "big")
 
-    def take_outbox(self, outbox: deque[bytes | memoryview], out: list[bytes | memoryview]) -> None:
+    def take_outbox(self, outbox: deque[bytes | memoryview], out: list[bytes | memoryview]) -> int:
         """Move what the windows allow of `outbox` (in order) onto `out` as DATA frames, as few as
-        the largest frame allows."""
+        the largest frame allows; how many bytes of it moved."""
+        moved = 0
         while outbox and (room := self.room()) > 0:
             parts: list[bytes | memoryview] = []
             size = 0
@@ -176,3 +177,5 @@ class DataFrames:
                     size = room
             out.append(self.data_header(size))
             out.extend(parts)
+            moved += size
+        return moved

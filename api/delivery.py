@@ -10,8 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from raftlog.api.entry_handlers import EntryHandlers, ModelResponse, is_json, parse_model
-from raftlog.api.errors import ApiError
+from raftlog.api.entry_handlers import EntryHandlers, ModelResponse, is_json, not_json, parse_model
 from raftlog.api.schemas import (
     CONSISTENCY,
     Consistency,
@@ -21,7 +20,6 @@ from raftlog.api.schemas import (
     NewProducer,
     ProducerSession,
 )
-from raftlog.raft.messages import Code
 
 
 def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
@@ -37,9 +35,9 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
     async def new_producer(request: Request) -> JSONResponse:
         """Send X-Raftlog-Producer-Id, -Producer-Epoch and X-Raftlog-Sequence with each append (sequences
         from 0, each entry the next): a retried append is then answered, not appended again."""
-        data = await handlers.read_body(request)
-        if data and not is_json(request):
-            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
+        if not is_json(request) and _has_body(request):  # refused before the body is read
+            raise not_json(request)
+        data = await handlers.read_small_body(request)
         asked = parse_model(NewProducer, data if data else b"{}")
         return ModelResponse(ProducerSession.of(service.new_producer(asked.id)), status_code=201)
 
@@ -47,14 +45,11 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
 
     @app.put("/v1/consumers/{name}", tags=["consumers"], summary="Commit a consumer's position",
              responses={200: {"model": ConsumerOut, "description": "Committed (in the log, through the leader)"},
-                        **errors(400, 409, 415, 502, 503, 504, 507)})
+                        **errors(400, 409, 413, 415, 502, 503, 504, 507)})
     async def commit_consumer(request: Request, name: str = name_path) -> JSONResponse:
         """Readers that pass `consumer=NAME` resume at the entry after the position. A consumer that
         commits nothing in consumer_idle_entries entries expires."""
-        data = await handlers.read_body(request)
-        if not is_json(request):
-            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
-        asked = parse_model(ConsumerCommitIn, data)
+        asked = await handlers.read_json(request, ConsumerCommitIn)
         answer = await handlers.consumers.commit(name, asked.position, asked.metadata, asked.expected)
         return ModelResponse(ConsumerOut.of(answer))
 
@@ -77,3 +72,11 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
             None, ge=0, description="A compare-and-set: the position the consumer must be at")) -> Response:
         await handlers.consumers.delete(name, expected)
         return Response(status_code=204)
+
+
+def _has_body(request: Request) -> bool:
+    """Whether the request's headers announce a body (one without Content-Length or chunked has none)."""
+    for name, value in request.scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False

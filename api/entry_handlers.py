@@ -52,24 +52,38 @@ class EntryHandlers:
         self.limits = service.limits
 
     @staticmethod
-    async def read_body(request: Request) -> bytes:
-        """The whole body; api.limits.RequestLimits bounds its size as it arrives. Read from the ASGI
-        messages themselves: Request.stream's generator costs more than a small body's copy."""
-        parts = []
+    async def read_body(request: Request, bytes_max: int | None = None) -> bytes:
+        """The whole body; api.limits.RequestLimits bounds its size as it arrives (and `bytes_max`, a
+        small route's bound: 413 past it). Read from the ASGI messages themselves: Request.stream's
+        generator costs more than a small body's copy."""
+        parts, size = [], 0
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
                 raise ClientDisconnect()
             parts.append(message.get("body", b""))
+            if bytes_max is not None and (size := size + len(parts[-1])) > bytes_max:
+                raise _over_small_bound(request, bytes_max)
             if not message.get("more_body", False):
                 return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def read_json(self, request: Request, model: type[BaseModel]) -> Any:
-        """The body of a route that takes only JSON, as `model`. Another content type is refused before
-        the body is read: a page on another site can send text/plain without a CORS preflight."""
+        """The body of a route that takes only JSON, a small one, as `model`. Another content type is
+        refused before the body is read: a page on another site can send text/plain without a CORS
+        preflight, and a reader's upload must not hold the writers' budget while it is judged."""
         if not is_json(request):
-            raise ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
-        return parse_model(model, await self.read_body(request))  # the limits answer 413/503 as such
+            raise not_json(request)
+        return parse_model(model, await self.read_small_body(request))
+
+    async def read_small_body(self, request: Request) -> bytes:
+        """The whole body of a route whose bodies are small by nature: 413 past small_request_bytes_max,
+        at once when Content-Length says so, else as soon as the bytes received pass it (the limits
+        answer 413/503 for the request's size and the member's budget as for any body)."""
+        limit = self.limits.small_request_bytes_max
+        length = next((v for k, v in request.scope["headers"] if k == b"content-length"), None)
+        if length is not None and length.isdigit() and (len(length) > 19 or int(length) > limit):
+            raise _over_small_bound(request, limit)
+        return await self.read_body(request, limit)
 
     async def appending(self, bodies_of: Callable[[], Awaitable[list[bytes]]],
                         producer: Sequenced | None = None) -> AppendAnswer:
@@ -98,12 +112,13 @@ class EntryHandlers:
 
     async def append_batch(self, request: Request) -> JSONResponse:
         async def bodies() -> list[bytes]:
-            data = await self.read_body(request)
-            if is_json(request):
-                return json_batch_bodies(data, self.limits.max_batch_entries)
-            if content_type(request) != BATCH_CONTENT_TYPE:
+            json_body = is_json(request)
+            if not json_body and content_type(request) != BATCH_CONTENT_TYPE:  # refused before the body is read
                 raise ApiError(Code.UNEXPECTED_ARGUMENT, f"a batch is application/json or {BATCH_CONTENT_TYPE}",
                                status=415)
+            data = await self.read_body(request)
+            if json_body:
+                return json_batch_bodies(data, self.limits.max_batch_entries)
             try:
                 return decode_bodies(data, self.limits.max_batch_entries)
             except BatchTooLargeError as exc:
@@ -162,6 +177,15 @@ def producer_of(request: Request) -> Sequenced | None:
 def is_json(request: Request) -> bool:
     kind = content_type(request)
     return kind == "application/json" or kind.endswith("+json")
+
+
+def _over_small_bound(request: Request, limit: int) -> ApiError:
+    return too_large(f"{request.url.path} takes at most {limit} bytes (small_request_bytes_max)")
+
+
+def not_json(request: Request) -> ApiError:
+    """415 for a route that takes only JSON."""
+    return ApiError(Code.UNEXPECTED_ARGUMENT, f"{request.url.path} takes application/json", status=415)
 
 
 def parse_model(model: type[Any], data: bytes | dict[str, Any]) -> Any:

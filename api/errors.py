@@ -9,7 +9,11 @@
 Every error answers `{"error": {"code": "<name>", "message": "...", "leader": "n1" | null}}`.
 An unexpected exception answers INTERNAL_ERROR with an incident id that the
 member logs beside the exception: its text may name files, addresses or data
-that are no client's business.
+that are no client's business. The traceback is logged at most once a second
+per exception type, the next line counting those left out, so a client that
+causes one per request cannot fill the disk. A client that left in the middle
+of its body (starlette's ClientDisconnect: a cut slow upload) is no incident.
+AnswerErrors answers whatever an ASGI app raises so, before the server sees it.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from __future__ import annotations
 import logging
 import secrets
 
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from raftlog.api.log_throttle import LogThrottle, since_last
 from raftlog.raft.errors import RaftError
 from raftlog.raft.membership import MembershipError
 from raftlog.raft.messages import Code
@@ -70,6 +77,7 @@ RETRY_LATER = frozenset(code for code, status in STATUS.items() if status == 503
 RETRY_AFTER_S = 1
 
 log = logging.getLogger("raftlog.api")
+INCIDENTS = LogThrottle()  # an incident's traceback is logged at most once a second per exception type
 
 
 class ApiError(Exception):
@@ -119,7 +127,40 @@ def api_error(exc: Exception, leader: str | None = None) -> ApiError:
         return ApiError(Code.INDEX_OUT_OF_RANGE, str(exc), leader)
     if isinstance(exc, StorageError):
         return ApiError(Code.DISK_ERROR, str(exc), leader)
+    if isinstance(exc, ClientDisconnect):  # nobody reads the answer; a cut slow upload is no fault of ours
+        return ApiError(Code.UNEXPECTED_ARGUMENT, "the client left before its request's body had arrived", leader)
     incident = secrets.token_hex(6)
-    log.error("incident %s: an unexpected error answering a request", incident, exc_info=exc)
+    kind = type(exc).__qualname__
+    held_back = INCIDENTS.admit(kind)
+    if held_back is not None:  # a traceback per kind a second, however often a client causes it
+        log.error("incident %s: an unexpected error answering a request%s", incident,
+                  since_last(held_back, f"{kind} incidents"), exc_info=exc)
     return ApiError(Code.INTERNAL_ERROR, f"an unexpected error on this member (incident {incident}: its log "
                     "has the details)", leader)
+
+
+class AnswerErrors:
+    """An ASGI app's exceptions answered in the one shape (api_error: an incident, or a client that
+    left). Starlette's handler of Exception would answer too, then raise it again so that the
+    server logs its traceback: one per request, past api_error's limit on incidents' logs."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # too late for an answer: the server cuts the connection
+                raise
+            await error_response(api_error(exc))(scope, receive, send)

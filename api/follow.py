@@ -14,7 +14,8 @@ a stream whose next chunk would pass it waits until others are sent. A reader
 that takes nothing for `follow_stall_ms` while a chunk waits for it is cut off
 by the server (app.client_protocol), so stalled readers cannot hold that
 buffer, and the others, for ever. A stream that does not follow is bounded the
-same way.
+same way, and so is a JSON page (LogPage): its rendered bytes count in the same
+buffer while they are sent, and a page that would pass it is refused.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from raftlog.api.errors import error_response
+from raftlog.api.limits import ByteBudget, busy
 
 log = logging.getLogger("raftlog.api")
 
@@ -33,7 +37,6 @@ ABORTED_WAIT_S = 5.0  # for the server to see a cut connection gone
 ABORT_EXTENSION = "raftlog.abort"  # scope["extensions"]: {"abort": cuts the request's connection} (app.client_protocol)
 
 if TYPE_CHECKING:
-    from raftlog.api.limits import ByteBudget
     from raftlog.api.service import LogService, RawRead
 
 
@@ -93,6 +96,28 @@ class LogStream(StreamingResponse):
                 task.cancel()
             await asyncio.gather(streaming, leaving, return_exceptions=True)
             await self.body_iterator.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
+
+
+class LogPage(JSONResponse):
+    """A JSON page of the log, its rendered bytes held in the follow budget while they are sent (a
+    page of range_bytes_max of log renders to several times that). A page that would pass the
+    budget is not sent: 503 SERVER_BUSY with Retry-After, as any busy answer."""
+
+    def __init__(self, content: object, budget: ByteBudget) -> None:
+        super().__init__(content)
+        self.budget = budget
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        size = len(self.body)
+        if not self.budget.try_take(size):
+            refusal = busy(f"log held for readers on this member is at follow_buffer_bytes_max "
+                           f"({self.budget.max_bytes}); a page of {size} bytes would pass it")
+            await error_response(refusal)(scope, receive, send)
+            return
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.budget.give(size)
 
 
 def _client(scope: Scope) -> str:

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -30,10 +29,11 @@ from raftlog.api import log_pb2_grpc
 from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer
 from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
-from raftlog.api.errors import ApiError, api_error, bad_request, too_large
+from raftlog.api.errors import ApiError, api_error
 from raftlog.api.follow import committed_chunks
+from raftlog.api.grpc_budget import Held, Refused, bounded, decoder, streamed
 from raftlog.api.grpc_health import Readiness
-from raftlog.api.limits import InflightBytes, batch_entries
+from raftlog.api.limits import InflightBytes
 from raftlog.api.schemas import NewMember
 from raftlog.api.service import LogService, shown
 from raftlog.raft.messages import Code
@@ -52,7 +52,7 @@ KEEPALIVE_TIMEOUT_MS = 10_000  # ... and closes it when the ping is not answered
 MIN_CLIENT_PING_MS = 10_000  # clients that ping more often are told to go away (keepalive enforcement)
 BODY_FRAMING_MAX = 6  # a repeated bytes field's tag and varint length, per body
 HANDSHAKE_TIMEOUT_MS = 10_000  # a connection's TLS and HTTP/2 handshakes must be done by then
-BUDGETED = frozenset({"Append", "AppendBatch"})  # unary calls that carry bodies: their bytes draw on the budget
+BATCHES = frozenset({"AppendBatch", "AppendStream"})  # methods whose messages' bodies are counted before decoding
 
 # gRPC's status for each HTTP status of a code (api.errors.STATUS); a few codes are told apart below
 BY_HTTP_STATUS = {
@@ -121,10 +121,11 @@ class LogServicer(log_pb2_grpc.LogServicer):
             previous: asyncio.Future[Any] | None = None
             forwarded = False  # the previous batch went to the leader through the peer port
             try:
-                async for request in requests:
-                    if isinstance(request, Refused):  # a batch over max_batch_entries, or garbage
-                        await window.put(asyncio.ensure_future(_fail(request.error)))
+                async for item in requests:
+                    if isinstance(item, Refused):  # a batch over max_batch_entries, garbage, or the budget full
+                        await window.put(asyncio.ensure_future(_fail(item.error)))
                         break
+                    request = item.request if isinstance(item, Held) else item
                     bodies = list(request.bodies)
                     behind_a_forward = forwarded and previous is not None and not previous.done()
                     if self.service.node.role is RaftRole.LEADER and not behind_a_forward:
@@ -132,6 +133,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
                     else:  # behind the batch before it, wherever that one went
                         previous = asyncio.ensure_future(_after(previous, self._append(bodies, request)))
                         forwarded = True
+                    if isinstance(item, Held):  # its bytes are the budget's until its append is done
+                        previous.add_done_callback(item.release)
                     await window.put(previous)
             finally:
                 await window.put(None)  # the answers end here, the client's half ended or broke
@@ -267,15 +270,6 @@ class LogServicer(log_pb2_grpc.LogServicer):
             await _abort(context, api_error(exc, self.service.node.leader_id))  # logs an unexpected one
 
 
-class Refused:
-    """What CallGuard's decoder gives the method instead of a request: the call ends with `error`."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: ApiError) -> None:
-        self.error = error
-
-
 class CallGuard(grpc.aio.ServerInterceptor):
     """Every call of raftlog.v1.Log passes here before its message is read.
 
@@ -285,10 +279,10 @@ class CallGuard(grpc.aio.ServerInterceptor):
     handler asks, so the refusing handler is a client-streaming one, whatever the method is.
     Whatever the client sends then is never taken from the connection, let alone decoded.
 
-    A call let through is bounded while its message is decoded: its bytes draw on the member's
-    request budget (InflightBytes, shared with the client and peer ports) until it ends, and an
-    AppendBatch's bodies are counted on the wire, up to max_batch_entries + 1, before protobuf
-    builds an object for each. Reflection and health checks are open, as on REST.
+    A call let through is bounded while its message is decoded and served (api.grpc_budget): its
+    bytes draw on the member's request budget, each AppendStream message's until its append is
+    done, and a batch's bodies are counted on the wire first. Reflection and health checks are
+    open, as on REST.
     """
 
     def __init__(self, tokens: Tokens | None, failures: AuthFailures | None, budget: InflightBytes,
@@ -309,10 +303,13 @@ class CallGuard(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None:
             return None
-        if method in BUDGETED:
-            return self._bounded(handler, method == "AppendBatch")
+        decode = decoder(handler.request_deserializer, method in BATCHES, self.max_batch_entries)
         if method == "AppendStream":
-            return handler._replace(request_deserializer=self._decoder(handler.request_deserializer, True))
+            return streamed(handler, self.budget, decode)
+        if handler.unary_unary is not None:
+            return bounded(handler, self.budget, decode, _abort)
+        if handler.unary_stream is not None:  # Read: its request (a few bytes) held while it streams
+            return bounded(handler, self.budget, decode, _abort, streams=True)
         return handler
 
     def refusal(self, method: str, metadata: Any) -> tuple[str, ApiError] | None:
@@ -329,44 +326,6 @@ class CallGuard(grpc.aio.ServerInterceptor):
             await _abort(context, error)
 
         return grpc.stream_unary_rpc_method_handler(refuse)
-
-    def _bounded(self, handler: Any, batch: bool) -> grpc.RpcMethodHandler:
-        """A unary call whose message's bytes are held in the budget from its decoding to its end."""
-        budget, held = self.budget, 0
-        decode = self._decoder(handler.request_deserializer, batch)
-        behaviour = handler.unary_unary
-
-        def deserialize(raw: bytes) -> Any:
-            nonlocal held
-            if not budget.take(len(raw)):
-                return Refused(budget.refusal())
-            held = len(raw)
-            return decode(raw)
-
-        async def bounded(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            try:  # reached from deserialize without a pause: what it took is given back here
-                if isinstance(request, Refused):
-                    await _abort(context, request.error)
-                return await behaviour(request, context)
-            finally:
-                budget.give(held)
-
-        return handler._replace(request_deserializer=deserialize, unary_unary=bounded)
-
-    def _decoder(self, decode: Any, batch: bool) -> Any:
-        """`decode`, for a message that is not refused first: a batch of too many bodies, or garbage."""
-        stop = self.max_batch_entries + 1
-
-        def deserialize(raw: bytes) -> Any:
-            if batch and len(raw) >= 2 * stop and batch_entries(raw, stop) >= stop:  # a body takes 2 bytes or more
-                return Refused(too_large(f"over {self.max_batch_entries} entries in one batch: "
-                                         f"max_batch_entries"))
-            try:
-                return decode(raw)
-            except DecodeError:
-                return Refused(bad_request("the message does not decode"))
-
-        return deserialize
 
 
 class GrpcApi:

@@ -1,7 +1,9 @@
 """Bounds on what clients can make a member hold: the API's limits (ApiLimits, settings
 validated at start) and what holds clients to them.
 
-ByteBudget bounds the log bytes that all follow streams hold unsent. The client
+ByteBudget bounds the log bytes that all follow streams hold unsent, and the
+rendered JSON pages of the log being sent (a page that would pass it is refused
+503, as a stream's chunk would wait). The client
 port's RequestLimits (its `refusal` is one of api.request_checks' checks, its
 middleware holds what the checks let in) bounds requests:
 - at most `max_inflight_requests` requests at once; beyond, 503 SERVER_BUSY with
@@ -14,8 +16,13 @@ middleware holds what the checks let in) bounds requests:
 - all bodies being received at once share `max_inflight_body_bytes`; a request
   that would pass it is refused with 503 SERVER_BUSY, so memory stays bounded
   however many large requests arrive together. The budget (InflightBytes) is one
-  object per member: the gRPC port's appends and the peer port's calls of the
-  public API draw on it too.
+  object per member: the gRPC port's calls (each AppendStream message until its
+  append is answered) and the peer port's calls of the public API and forwarded
+  appends draw on it too;
+- a route whose body is small by nature (a consumer commit, a producer session,
+  a membership change, a leadership transfer) checks its content type, then
+  refuses with 413 a body over `small_request_bytes_max`, before or as it arrives:
+  a reader cannot hold a large share of that budget through one.
 
 Refusals raised while a route reads its body are ApiErrors: the routes' error
 handlers answer them like any other. Slow clients are app.server's concern
@@ -38,7 +45,7 @@ from raftlog.raft.waiting import Signal
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 BODIES_KEY = 0x0A  # field 1, length-delimited: the key before each body of a batch's protobuf message
 FOLLOWED_PATH = "/v1/entries"
-
+SMALL_REQUEST_BYTES_MIN = 16 << 10  # a consumer commit: 1 KiB of metadata, each byte escaped (6 bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +73,17 @@ class ApiLimits:
     peer_answers_ahead_max: int = 1024  # a stream's messages taken and not yet answered: then it reads no more
     append_stream_window_batches: int = 32  # batches of one gRPC AppendStream appended and not yet answered
     consumer_commit_interval_ms: int = 20  # a consumer's commits to one member within it make one entry (0: each)
+    small_request_bytes_max: int = 64 << 10  # the body of a request small by nature: a commit, a producer, a member
+    peer_outbox_bytes_max: int = 1 << 20  # answers a peer stream holds unread by its peer: then it takes no more
 
     def __post_init__(self) -> None:
         for name in ("grpc_connections_max", "peer_connections_max", "peer_calls_max", "peer_answers_ahead_max",
-                     "append_stream_window_batches"):
+                     "append_stream_window_batches", "peer_outbox_bytes_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} {getattr(self, name)} must be at least 1")
+        if self.small_request_bytes_max < SMALL_REQUEST_BYTES_MIN:
+            raise ValueError(f"small_request_bytes_max {self.small_request_bytes_max} must be at least "
+                             f"{SMALL_REQUEST_BYTES_MIN}: the largest consumer commit, JSON-escaped, must fit")
         if self.consumer_commit_interval_ms < 0:
             raise ValueError(f"consumer_commit_interval_ms {self.consumer_commit_interval_ms} must be at least 0")
         if not 65_535 <= self.peer_window_bytes < 1 << 31:
@@ -262,6 +274,13 @@ class ByteBudget:
         while self.held and self.held + size > self.max_bytes:
             await self._freed.current().wait()
         self.held += size
+
+    def try_take(self, size: int) -> bool:
+        """Hold `size` more bytes now, as `take` would without waiting; False (nothing held) when it would wait."""
+        if self.held and self.held + size > self.max_bytes:
+            return False
+        self.held += size
+        return True
 
     def give(self, size: int) -> None:
         self.held -= size

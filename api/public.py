@@ -30,9 +30,9 @@ from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, GuardedHeaders, page_policy
 from raftlog.api.delivery import install_delivery_routes
 from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain
-from raftlog.api.errors import ApiError, api_error, bad_request, error_response
+from raftlog.api.errors import AnswerErrors, ApiError, api_error, bad_request, error_response
 from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
-from raftlog.api.follow import LogStream, committed_chunks
+from raftlog.api.follow import LogPage, LogStream, committed_chunks
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests
 from raftlog.api.request_checks import RequestCheck, RequestChecks
@@ -105,13 +105,13 @@ ERROR_TEXT = {
          "commit refused: CONSUMER_CONFLICT (its expected position is not the consumer's), CONSUMERS_FULL "
          "(consumers_max)",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
-    413: "An entry over max_entry_bytes, or a request over max_request_bytes",
+    413: "An entry over max_entry_bytes, or a request over max_request_bytes (small ones: small_request_bytes_max)",
     415: "A content type this route does not take",
     421: "HOST_NOT_ALLOWED: the Host header is not a name this member answers to (allowed_hosts)",
     500: "INTERNAL_ERROR or DISK_ERROR: a fault on this member",
     502: "NETWORK_ERROR: the leader did not answer a forwarded call",
-    503: "No leader (NOT_LEADER), too many pending appends, a transfer in progress, or too many requests or "
-         "request bytes in flight on this member (SERVER_BUSY); nothing was done; see Retry-After",
+    503: "No leader (NOT_LEADER), too many pending appends, a transfer in progress, or too many requests, request "
+         "bytes or log for readers held on this member (SERVER_BUSY); nothing was done; see Retry-After",
     504: "WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED: the outcome is unknown, the entry may still commit; "
          "TIMEOUT: a read or transfer did not finish in time",
     507: "DISK_FULL",
@@ -259,8 +259,8 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
         if not entries and wait_ms and await service.await_entry(start, wait_ms / 1000):
             entries, committed = await service.read(start, page, linearizable=False)
         stamps = Stamps(service.store.get)
-        return JSONResponse({"entries": [entry_json(e, stamps(e)) for e in shown(entries, control)],
-                             "next": start + len(entries), "committed_index": committed})
+        return LogPage({"entries": [entry_json(e, stamps(e)) for e in shown(entries, control)],
+                        "next": start + len(entries), "committed_index": committed}, service.follow_budget)
 
     install_delivery_routes(app, handlers, errors)
 
@@ -495,4 +495,4 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(Exception, on_api_error)
+    app.add_middleware(AnswerErrors)  # any other exception: api_error's

@@ -12,11 +12,15 @@ message and fewer thread wake-ups on the way of every acknowledgement
 message, the outcome in trailers (grpc-status, grpc-message).
 
 Each message goes to the node as it arrives (a follower's handler orders pushes by index); the
-answers go back in the order the messages came. The stream needs the cluster secret, when there
-is one. A message that does not decode ends the stream with INVALID_ARGUMENT, one over the message
-limit with RESOURCE_EXHAUSTED, after the answers to what came before; an HTTP/2 protocol error
-closes the connection. Neither reaches the node. A connection silent for SILENT_PEER_S (the
-member at the other end pings a quiet stream every KEEPALIVE_MS) is closed: that member is gone.
+answers go back in the order the messages came, within the window the other end gives. Answers it
+leaves unread wait in an outbox of at most about `peer_outbox_bytes_max`: past it, the stream takes
+no more of its messages and gives back none of its window, so the other end must stop sending
+(HTTP/2 flow control) until it reads; what it sent meanwhile is taken, in order, once it has.
+The stream needs the cluster secret, when there is one. A message that does not decode ends the
+stream with INVALID_ARGUMENT, one over the message limit with RESOURCE_EXHAUSTED, after the answers
+to what came before; an HTTP/2 protocol error closes the connection. Neither reaches the node. A
+connection silent for SILENT_PEER_S (the member at the other end pings a quiet stream every
+KEEPALIVE_MS) is closed: that member is gone.
 
 The secret is checked on the stream's HEADERS, before any of its DATA is taken: a refused stream
 is answered (trailers only), reset, and what it still sends is dropped. Its header block may not
@@ -48,6 +52,7 @@ from raftlog.api.peer_wire import (
     INTERNAL,
     INVALID_ARGUMENT,
     OK,
+    PREFIX_SIZE,
     RESOURCE_EXHAUSTED,
     SILENT_PEER_S,
     UNIMPLEMENTED,
@@ -90,6 +95,7 @@ class StreamConnection(asyncio.Protocol):
         header_bytes = limits.max_header_bytes
         self.window_bytes = limits.peer_window_bytes
         self.answers_ahead_max = limits.peer_answers_ahead_max
+        self.outbox_bytes_max = limits.peer_outbox_bytes_max
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config)
         self._h2.local_settings = h2.settings.Settings(client=False, initial_values={
@@ -108,6 +114,10 @@ class StreamConnection(asyncio.Protocol):
         self._received = bytearray()
         self._answers: deque[asyncio.Future[Any]] = deque()  # in the order the messages came
         self._outbox: deque[bytes | memoryview] = deque()  # answers, framed, the leader's windows have not taken
+        self._outbox_bytes = 0
+        # DATA not taken while the outbox is full, with h2's count of it where h2 read it (None: api.data_frames)
+        self._withheld: list[tuple[bytes, int | None]] = []
+        self._ended_meanwhile = False  # the other end ended the stream behind DATA that waits
         self._ending: tuple[int, str] | None = None  # the status to end with once the answers are out
         self._paused = False
         self._heard = self._loop.time()
@@ -152,26 +162,56 @@ class StreamConnection(asyncio.Protocol):
 
     def _data(self, data: bytes) -> None:
         """DATA of the open stream (api.data_frames): its window is given back at once, as the
-        bounds on what is held are peer_answers_ahead_max's."""
+        bounds on what is held are peer_answers_ahead_max's, unless the outbox is full (then the
+        DATA waits, its window with it)."""
+        if self._ending is None and self._withholding():
+            self._withheld.append((data, None))
+            return
         self._control += self._frames.give_back(len(data))
         if self._ending is None:
             self._take(data)
+
+    def _withholding(self) -> bool:
+        """Whether the stream's DATA waits: the other end leaves its answers unread (or DATA waits already)."""
+        return bool(self._withheld) or self._outbox_bytes > self.outbox_bytes_max
+
+    def _take_withheld(self, stream_id: int) -> None:
+        """The outbox drained: the DATA that waited is taken, in order, and its window given back."""
+        withheld, self._withheld = self._withheld, []
+        for data, h2_length in withheld:
+            if h2_length is None:
+                self._control += self._frames.give_back(len(data))
+            else:
+                self._h2.acknowledge_received_data(h2_length, stream_id)
+            if self._ending is None:
+                self._take(data)
+        if self._ended_meanwhile:
+            self._ended_meanwhile = False
+            self._end(OK, "")
 
     def _on(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
             self._open(event.stream_id, dict(event.headers))
         elif isinstance(event, h2.events.DataReceived):  # one h2 read: padded, or the last of the stream
+            ours = event.stream_id == self._stream_id and self._ending is None
+            if ours and self._withholding():
+                self._withheld.append((event.data, event.flow_controlled_length))
+                return
             self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-            if event.stream_id == self._stream_id and self._ending is None:
+            if ours:
                 self._take(event.data)
         elif isinstance(event, h2.events.StreamEnded):
             if event.stream_id == self._stream_id:
                 self._frames.reading = False
-                self._end(OK, "")  # the peer is done: answer what it sent, then the trailers
+                if self._withheld:
+                    self._ended_meanwhile = True  # ended once what waits is taken
+                else:
+                    self._end(OK, "")  # the peer is done: answer what it sent, then the trailers
         elif isinstance(event, h2.events.StreamReset):
             if event.stream_id == self._stream_id:
                 self._stream_id = self._frames.stream_id = None
                 self._answers.clear()
+                self._withheld.clear()
                 if self._paused:
                     self._paused = False
                     self._transport.resume_reading()
@@ -191,6 +231,9 @@ class StreamConnection(asyncio.Protocol):
         self._stream_id, self._method, self._ending = stream_id, method, None
         self._received.clear()
         self._outbox.clear()
+        self._outbox_bytes = 0
+        self._withheld.clear()
+        self._ended_meanwhile = False
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
         self._frames.opened(stream_id)
 
@@ -234,6 +277,7 @@ class StreamConnection(asyncio.Protocol):
             message = encode(answer.result())
             outbox.append(grpc_prefix(len(message)))
             outbox.append(message)
+            self._outbox_bytes += PREFIX_SIZE + len(message)
         if self._paused and len(answers) < self.answers_ahead_max:
             self._paused = False
             self._transport.resume_reading()
@@ -244,6 +288,7 @@ class StreamConnection(asyncio.Protocol):
         if self._ending is None:
             self._ending = (status, message)
             self._received.clear()
+            self._withheld.clear()
 
     def _flush(self) -> None:
         """Send what h2 has, the answers the leader's windows take, and the trailers once all are out."""
@@ -251,7 +296,11 @@ class StreamConnection(asyncio.Protocol):
         out: list[bytes | memoryview] = [h2_.data_to_send(), self._control]
         self._control = b""
         if stream_id is not None:
-            self._frames.take_outbox(self._outbox, out)
+            self._outbox_bytes -= self._frames.take_outbox(self._outbox, out)
+            if self._withheld and self._outbox_bytes <= self.outbox_bytes_max:
+                self._take_withheld(stream_id)
+                out += (self._control, h2_.data_to_send())
+                self._control = b""
             if self._ending is not None and not self._answers and not self._outbox:
                 self._stream_id = self._frames.stream_id = None
                 h2_.send_headers(stream_id, _status(*self._ending), end_stream=True)

@@ -68,8 +68,8 @@ def commit_problem(name: str, position: int, metadata: str) -> str | None:
     """Why a client's commit is malformed (None: it is not): its bad request's message."""
     if NAME.fullmatch(name) is None:
         return f"a consumer name is 1 to 128 letters, digits, '.', '_' or '-', not {name!r}"
-    if position < 0:
-        return f"a position is the index of the last entry processed, at least 0, not {position}"
+    if not 0 <= position < 1 << 63:  # RECORD's signed 64 bits
+        return f"a position is the index of the last entry processed, 0 to 2^63 - 1, not {position}"
     if len(metadata.encode()) > METADATA_BYTES_MAX:
         return f"a consumer's metadata is at most {METADATA_BYTES_MAX} bytes"
     return None

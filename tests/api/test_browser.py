@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from raftlog.api import errors
 from raftlog.api.errors import ApiError
+from raftlog.api.log_throttle import LogThrottle
 from raftlog.api.service import LogService
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
@@ -147,6 +149,7 @@ async def test_an_internal_error_answers_an_incident_id_and_logs_the_exception(
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as served:  # then logs
         for path in ("/v1/cluster", "/v1/entries/0"):  # a FastAPI route, and one of the fast path
             caplog.clear()
+            monkeypatch.setattr(errors, "INCIDENTS", LogThrottle())  # the first of its kind this second: logged
             with caplog.at_level(logging.ERROR, "raftlog.api"):
                 answer = await served.get(path)
             error = answer.json()["error"]

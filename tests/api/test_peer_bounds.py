@@ -31,13 +31,13 @@ from raftlog.api.peer_client import PeerClient, PeerTls
 from raftlog.api.peer_codec import encode_message, encode_push
 from raftlog.api.peer_port import PeerPort
 from raftlog.api.peer_server import PeerService
-from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix
+from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH, REPLICATE_SETTING, grpc_prefix, take_message
 from raftlog.app.launcher import free_ports
 from raftlog.app.settings import SettingsError, load_settings
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import Code, VoteRequest, VoteResponse, VoteResult
 from raftlog.raft.transport import PeerUnavailable
-from tests.api.test_peer_transport import MESSAGE_MAX, SECRET, FollowerNode, ForwardingService, push
+from tests.api.test_peer_transport import MESSAGE_MAX, SECRET, AppendingService, FollowerNode, ForwardingService, push
 from tests.e2e.peer_port import HandWrittenStream
 from tests.pki import Pki
 
@@ -68,8 +68,9 @@ class Refusals:
 
 @contextlib.asynccontextmanager
 async def peer_port(node: FollowerNode | None = None, tls: PeerTls | None = None, budget: InflightBytes | None = None,
-                    refusals: Refusals | None = None, **limits: int) -> AsyncIterator[tuple[str, PeerPort]]:
-    service = ForwardingService()
+                    refusals: Refusals | None = None, service: ForwardingService | None = None,
+                    **limits: int) -> AsyncIterator[tuple[str, PeerPort]]:
+    service = service or ForwardingService()
     service.limits = replace(ForwardingService.limits, **limits)  # type: ignore[misc]
     failures = AuthFailures((refusals or Refusals()).counter, "peer")
     peers = PeerService(node or FollowerNode(), service, SECRET, failures, budget)  # type: ignore[arg-type]
@@ -181,7 +182,8 @@ def test_a_batch_is_counted_no_further_than_asked() -> None:
     assert batch_entries(b"\x0a\x05ab", 100) == 1  # cut short: protobuf says what is wrong
 
 
-@pytest.mark.parametrize("name", ["grpc_connections_max", "peer_connections_max", "peer_calls_max"])
+@pytest.mark.parametrize("name", ["grpc_connections_max", "peer_connections_max", "peer_calls_max",
+                                  "peer_outbox_bytes_max", "small_request_bytes_max"])
 def test_the_bounds_are_checked_at_start(name: str) -> None:
     with pytest.raises(SettingsError, match=name):
         load_settings({name: 0})
@@ -226,6 +228,92 @@ async def test_a_header_block_over_max_header_bytes_closes_the_connection_before
     terminated = next(e for e in events if isinstance(e, h2.events.ConnectionTerminated))
     assert terminated.error_code == h2.errors.ErrorCodes.PROTOCOL_ERROR
     assert node.pushes == []
+
+
+async def test_a_peer_that_reads_no_answers_is_read_no_more_until_it_does() -> None:
+    """Audit L4: a follower that sends 2,000 forwarded batches of 1,000 empty bodies (2 KB each,
+    answered with about 3 KB of positions) and reads none of the answers. The leader's outbox stops
+    at about peer_outbox_bytes_max (16 KiB here): it then takes no more messages and gives back no
+    window, so the follower can send no more. Once it reads, the leader takes what waited, answers
+    it in order, and ends the stream the follower ended meanwhile."""
+    service = AppendingService()
+    service.release.set()
+    count, message = 2000, pb.AppendRequest(bodies=[b""] * 1000).SerializeToString()
+    async with peer_port(service=service, peer_window_bytes=65_536, peer_outbox_bytes_max=16_384) as (address, _):
+        stream = await HandWrittenStream.open(address, SECRET.decode(), FORWARD_PATH)
+        unread = UnreadAnswers(stream)
+        sent = await unread.send_until_shut(message, count)
+        taken = len(service.batches)
+        assert sent < count and taken < count // 4  # before: all 2,000 taken, their answers held
+        stream.end()  # behind the messages that wait
+        answers, status = await unread.read_to_the_end()
+    assert status is grpc.StatusCode.OK
+    assert len(answers) == sent == len(service.batches) > taken
+    firsts = [pb.AppendResponse.FromString(a).first_index for a in answers]
+    assert firsts == list(range(1, 1000 * sent, 1000))
+
+
+class UnreadAnswers:
+    """A forwarding stream's follower that reads the frames the leader sends (its window updates)
+    but gives back no window for its answers, until it reads them all."""
+
+    def __init__(self, stream: HandWrittenStream) -> None:
+        self.stream = stream
+        self.received = bytearray()  # answers' bytes, not yet given back
+        self.unacknowledged = 0
+        self.status: grpc.StatusCode | None = None
+
+    async def send_until_shut(self, message: bytes, count: int) -> int:
+        """Send up to `count` messages as the leader's window allows; how many went before it shut for
+        good (two PINGs answered with the window still shut: nothing more comes)."""
+        h2_, framed, sent = self.stream.h2, grpc_prefix(len(message)) + message, 0
+        while sent < count:
+            if h2_.local_flow_control_window(1) >= len(framed):
+                self.stream.send_data(framed)
+                sent += 1
+                continue
+            for _ in range(2):  # what the leader sent before the second answer includes all it will send
+                await self.ping()
+            if h2_.local_flow_control_window(1) < len(framed):
+                return sent
+        return sent
+
+    async def ping(self) -> None:
+        self.stream.h2.ping(b"budgets!")
+        self.stream.writer.write(self.stream.h2.data_to_send())
+        async with asyncio.timeout(10):
+            while not any(isinstance(e, h2.events.PingAckReceived) for e in await self._events()):
+                pass
+
+    async def read_to_the_end(self) -> tuple[list[bytes], grpc.StatusCode | None]:
+        """Every answer, the window given back as they come, and the stream's status."""
+        answers = []
+        async with asyncio.timeout(30):
+            while self.status is None:
+                self.stream.h2.acknowledge_received_data(self.unacknowledged, 1)
+                self.unacknowledged = 0
+                self.stream.writer.write(self.stream.h2.data_to_send())
+                while (answer := take_message(self.received)) is not None:
+                    answers.append(answer)
+                await self._events()
+        while (answer := take_message(self.received)) is not None:
+            answers.append(answer)
+        self.stream.writer.close()
+        return answers, self.status
+
+    async def _events(self) -> list[h2.events.Event]:
+        data = await self.stream.reader.read(65_536)
+        assert data, "the leader closed the connection"
+        events = self.stream.h2.receive_data(data)
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                self.received += event.data
+                self.unacknowledged += event.flow_controlled_length
+            elif isinstance(event, h2.events.TrailersReceived):
+                status = int(dict(event.headers)[b"grpc-status"])
+                self.status = next(c for c in grpc.StatusCode if c.value[0] == status)
+        self.stream.writer.write(self.stream.h2.data_to_send())
+        return events
 
 
 async def test_an_answer_over_its_bound_breaks_the_leaders_stream() -> None:

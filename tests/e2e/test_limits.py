@@ -95,6 +95,27 @@ async def test_body_bytes_in_flight_are_bounded_across_requests(node: LocalClust
     await wait_for_gauge(node, "raftlog_inflight_body_bytes", 0)
 
 
+async def test_readers_uploads_of_the_wrong_type_hold_none_of_the_writers_budget(node: LocalCluster) -> None:
+    """Audit M5: four slow uploads of text/plain to the routes a reader may call, each declaring 1,000
+    bytes and sending 300, would hold 1,200 of the 1,500-byte budget, and a writer's 800-byte append
+    would get 503. Each is refused 415 before its body is read, and the writer is served."""
+    uploads = []
+    for path in (b"PUT /v1/consumers/billing", b"PUT /v1/consumers/audit", b"POST /v1/producers",
+                 b"POST /v1/producers"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port(node))
+        writer.write(path + b" HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: text/plain\r\n"
+                     b"content-length: 1000\r\n\r\n" + b"p" * 300)
+        uploads.append((reader, writer))
+    for reader, _ in uploads:
+        status, body = await asyncio.wait_for(answer_of(reader), 10)  # without the other 700 bytes
+        assert status == 415 and b"application/json" in body
+    async with httpx.AsyncClient(base_url=node.members["n1"].client_url) as client:
+        assert (await client.post("/v1/entries", content=b"w" * 800)).status_code == 201
+    for _, writer in uploads:
+        writer.close()
+    await wait_for_gauge(node, "raftlog_inflight_body_bytes", 0)
+
+
 async def test_oversized_requests_get_413_before_or_while_they_arrive(node: LocalCluster) -> None:
     async with httpx.AsyncClient(base_url=node.members["n1"].client_url) as client:
         end = (await client.get("/v1/cluster")).json()["end_index"]
