@@ -28,11 +28,13 @@ from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer
 from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
+from raftlog.api.connection_slots import CreditCalls
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error
 from raftlog.api.follow import committed_chunks
 from raftlog.api.grpc_budget import Held, Refused, bounded, decoder, streamed
 from raftlog.api.grpc_health import Readiness
+from raftlog.api.grpc_port import GrpcPort
 from raftlog.api.limits import InflightBytes
 from raftlog.api.schemas import NewMember
 from raftlog.api.service import LogService, shown
@@ -97,6 +99,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
     def __init__(self, service: LogService, handlers: EntryHandlers) -> None:
         self.service = service
         self.handlers = handlers
+        self.peer_name = _same  # a caller's address, from gRPC's name of it (GrpcApi sets it)
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -205,7 +208,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
             await _abort(context, exc)
         except TimeoutError:
             log.info("cut off a gRPC follow stream to %s: it took nothing for %d ms (follow_stall_ms)",
-                     context.peer(), limits.follow_stall_ms)
+                     self.peer_name(context.peer()), limits.follow_stall_ms)
             await _abort(context, ApiError(Code.SERVER_BUSY, "the reader took nothing for follow_stall_ms"))
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
@@ -291,6 +294,7 @@ class CallGuard(grpc.aio.ServerInterceptor):
         self.failures = failures
         self.budget = budget
         self.max_batch_entries = max_batch_entries
+        self.peer_name = _same  # a caller's address, from gRPC's name of it (GrpcApi sets it)
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
         service, _, method = details.method[1:].rpartition("/")
@@ -318,18 +322,19 @@ class CallGuard(grpc.aio.ServerInterceptor):
         return refusal(self.tokens, _bearer(metadata), ROLES.get(method, Role.ADMIN), method)
 
     def _refusing(self, method: str, reason: str, error: ApiError) -> grpc.RpcMethodHandler:
-        failures = self.failures
+        failures, peer_name = self.failures, self.peer_name
 
         async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> None:
             if failures is not None:
-                failures.note(reason, f"{SERVICE}/{method}", context.peer())
+                failures.note(reason, f"{SERVICE}/{method}", peer_name(context.peer()))
             await _abort(context, error)
 
         return grpc.stream_unary_rpc_method_handler(refuse)
 
 
 class GrpcApi:
-    """The gRPC server of the public API, on its own port, in the node's event loop."""
+    """The gRPC server of the public API, in the node's event loop, behind its port's listener
+    (api.grpc_port: connections per address, and closed unless a call passes CallGuard soon)."""
 
     def __init__(self, service: LogService, handlers: EntryHandlers, tokens: Tokens | None,
                  failures: AuthFailures | None, address: str,
@@ -351,32 +356,48 @@ class GrpcApi:
             ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_connection_idle_ms", limits.grpc_idle_connection_ms),
+            ("grpc.max_connection_age_ms", limits.grpc_connection_age_ms),  # its grace: none, a follow stream goes on
         ]
+        self.port = GrpcPort(address, limits)  # OSError when the port is taken
         self.guard = CallGuard(tokens, failures, budget or InflightBytes(limits.max_inflight_body_bytes),
                                limits.max_batch_entries)
-        self.server = grpc.aio.server(options=options, interceptors=(self.guard,),
+        self.guard.peer_name = self.port.slots.peer_name
+        credit = CreditCalls(self.port.slots.credit_name, frozenset({SERVICE}))  # after the token check
+        self.server = grpc.aio.server(options=options, interceptors=(self.guard, credit),
                                       # beyond the calls at once: RESOURCE_EXHAUSTED
                                       maximum_concurrent_rpcs=limits.max_inflight_requests + limits.max_followers)
         self.readiness = Readiness(service, SERVICE)
-        log_pb2_grpc.add_LogServicer_to_server(LogServicer(service, handlers), self.server)
+        servicer = LogServicer(service, handlers)
+        servicer.peer_name = self.port.slots.peer_name
+        log_pb2_grpc.add_LogServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.readiness, self.server)
         reflection.enable_server_reflection((SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                              reflection.SERVICE_NAME), self.server)
-        bound = (self.server.add_secure_port(address, credentials) if credentials is not None
-                 else self.server.add_insecure_port(address))
+        inner = self.port.server_address  # TLS passes the port's listener, for gRPC's server to do
+        bound = (self.server.add_secure_port(inner, credentials) if credentials is not None
+                 else self.server.add_insecure_port(inner))
         if bound == 0:
-            raise OSError(f"cannot listen on {address}")
+            self.port.close()
+            raise OSError(f"cannot listen on {inner}")
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.server.start()
+        self.port.start()
         self._watch = asyncio.create_task(self.readiness.watch_loop(), name="grpc-readiness")
 
     async def stop(self, grace_s: float) -> None:
         if self._watch is not None:
             self._watch.cancel()
         await self.readiness.enter_graceful_shutdown()
+        self.port.stop_accepting()
         await self.server.stop(grace_s)
+        self.port.close()
+
+
+def _same(peer: str) -> str:
+    return peer
 
 
 def _bearer(metadata: Any) -> bytes | None:

@@ -67,8 +67,15 @@ class ApiLimits:
     follow_buffer_bytes_max: int = 64 << 20  # log bytes held by all follow streams' unsent chunks together
     follow_stall_ms: int = 30_000  # a client that takes nothing of an answer (a stream) this long is cut off
     grpc_connections_max: int = 1024  # gRPC port connections at once, counted from accept (TLS handshakes too)
-    peer_connections_max: int = 256  # peer port connections at once, counted from accept (TLS handshakes too)
+    peer_connections_max: int = 1024  # peer port connections at once, counted from accept (TLS handshakes too)
     peer_calls_max: int = 1024  # peer port unary calls at once (votes, heartbeats, read index, ...)
+    # api.connection_slots: who may hold a connection, and how long
+    connections_per_address_max: int = 256  # each port's connections from one address (IPv6: its /64) at once
+    unauthenticated_idle_ms: int = 5000  # a connection no credited request came on this long after its accept: closed
+    idle_connection_ms: int = 75_000  # client port: closed this long after its last credited request (keep-alive)
+    grpc_idle_connection_ms: int = 300_000  # gRPC port: a connection with no call this long is closed (GOAWAY)
+    grpc_connection_age_ms: int = 3_600_000  # gRPC port: a connection this old takes no new call (GOAWAY)
+    peer_idle_connection_ms: int = 75_000  # peer port: a connection with no call or stream message this long: closed
     peer_window_bytes: int = 8 << 20  # log a leader may push on a stream ahead of this member's reading
     peer_answers_ahead_max: int = 1024  # a stream's messages taken and not yet answered: then it reads no more
     append_stream_window_batches: int = 32  # batches of one gRPC AppendStream appended and not yet answered
@@ -88,6 +95,10 @@ class ApiLimits:
             raise ValueError(f"consumer_commit_interval_ms {self.consumer_commit_interval_ms} must be at least 0")
         if not 65_535 <= self.peer_window_bytes < 1 << 31:
             raise ValueError(f"peer_window_bytes {self.peer_window_bytes} must be 65535 to 2 GiB (HTTP/2's bounds)")
+        for name in ("connections_per_address_max", "unauthenticated_idle_ms", "idle_connection_ms",
+                     "grpc_idle_connection_ms", "grpc_connection_age_ms", "peer_idle_connection_ms"):
+            if not 1 <= getattr(self, name) < 1 << 31:  # gRPC's options are C ints
+                raise ValueError(f"{name} {getattr(self, name)} must be 1 to 2^31 - 1")
 
 
 class InflightBytes:

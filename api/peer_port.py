@@ -10,10 +10,15 @@ next member to start: sweep_abandoned_sockets). The choice is made on the HTTP/2
 the SETTINGS frame that must follow it, which a client sends before it waits for anything: no
 byte of either protocol is changed or answered on the way. Mutual TLS, when on, ends here for both.
 
-At most `peer_connections_max` connections are open at once, counted from the moment one is
-accepted (this port accepts them itself, for that reason), its TLS handshake included: one more
-is closed at once. The handshake must end within ROUTE_TIMEOUT_S, and the preface and first
-SETTINGS arrive within ROUTE_TIMEOUT_S of it. gRPC's server takes at most `peer_calls_max` calls at once (beyond them:
+At most `peer_connections_max` connections are open at once, and `connections_per_address_max`
+from one address, counted from the moment one is accepted (this port accepts them itself, for that
+reason), its TLS handshake included: one more is closed at once (api.connection_slots). The
+handshake must end within ROUTE_TIMEOUT_S (and unauthenticated_idle_ms), and the preface and first
+SETTINGS arrive within ROUTE_TIMEOUT_S of it. A connection on which no call or stream passed the
+cluster secret (with no secret: none was made) within `unauthenticated_idle_ms` of its accept is
+closed, whatever else it sends (PINGs): a stranger cannot hold the places members reconnect to.
+Once used, a connection with no call, or a stream with no message, for `peer_idle_connection_ms`
+is closed. gRPC's server takes at most `peer_calls_max` calls at once (beyond them:
 RESOURCE_EXHAUSTED) and headers of at most `max_header_bytes`.
 """
 
@@ -28,25 +33,23 @@ import socket
 import ssl
 import tempfile
 import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from raftlog.api.connection_slots import CreditCalls, PortSlots, Slot
 from raftlog.api.peer_client import PeerTls, channel_options, load_identity
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_wire import GRPC, REPLICATE, route_of
+from raftlog.api.splice import splice
 from raftlog.api.stream_server import StreamConnection
-from raftlog.raft.waiting import loop_time
 
 log = logging.getLogger("raftlog.api.peer_server")
 
 ROUTE_TIMEOUT_S = 10.0  # a connection that has not sent its preface and SETTINGS by then is closed
 PEER_STREAMS_MAX = 256  # concurrent calls per gRPC connection
-IDLE_CONNECTION_MS = 75_000  # a gRPC connection with no call for this long is closed
 GRACE_S = 1.0  # at stop, calls under way get this long to finish
-REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are logged at most this often
 ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
 BACKLOG = 128
 SOCKET_DIR_PREFIX = "raftlog-peer-"  # grpcio's socket's directory, under the system's temporary directory
@@ -61,26 +64,23 @@ class PeerPort:
         self.max_message_bytes = max_message_bytes
         self.tls = tls
         self.limits = service.service.limits
+        self.slots = PortSlots("peer", "peer_connections_max", self.limits.peer_connections_max, self.limits)
         self._tls_context: ssl.SSLContext | None = None
-        self._refusal_logged = float("-inf")
-        self._refused = 0  # connections refused since the last line about them
         self._dir = ""
         self._grpc: grpc.aio.Server | None = None
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Future[None] | None = None
-        self._handshaking: set[socket.socket] = set()  # accepted, TLS handshake under way
-        self._connections: set[Any] = set()  # transports, to close at stop
         self._streams: set[StreamConnection] = set()
-        self._names: dict[str, str] = {}  # gRPC's name of a spliced connection -> the peer's address
         self._numbers = itertools.count()
-        self.splicing: set[asyncio.Future[None]] = set()
-        service.peer_name = lambda peer: self._names.get(peer, peer)
+        self.splicing: set[asyncio.Future[Any]] = set()
+        service.peer_name = self.slots.peer_name
 
     async def start(self) -> None:
         """Listen; fails with OSError when the port is taken."""
         sweep_abandoned_sockets(tempfile.gettempdir())
         self._dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)  # 0700
-        self._grpc = grpc_server(self.service, f"unix:{self._dir}/grpc", self.max_message_bytes)
+        self._grpc = grpc_server(self.service, f"unix:{self._dir}/grpc", self.max_message_bytes,
+                                 CreditCalls(self.slots.credit_name))
         await self._grpc.start()
         self._tls_context = None if self.tls is None else server_tls(self.tls)
         try:
@@ -103,22 +103,23 @@ class PeerPort:
                 log.warning("peer port: cannot accept a connection: %s", exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
-            if not self.admit(sock):
+            slot = self.slots.admit(sock)
+            if slot is None:
                 continue
-            connecting = asyncio.ensure_future(self._connect(sock))
+            connecting = asyncio.ensure_future(self._connect(sock, slot))
             self.splicing.add(connecting)
             connecting.add_done_callback(self.splicing.discard)
 
-    async def _connect(self, sock: socket.socket) -> None:
+    async def _connect(self, sock: socket.socket, slot: Slot) -> None:
+        handshake_s = min(ROUTE_TIMEOUT_S, self.slots.unauthenticated_s)
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: _Door(self), sock, ssl=self._tls_context,
-                ssl_handshake_timeout=ROUTE_TIMEOUT_S if self._tls_context else None)
+                lambda: _Door(self, slot), sock, ssl=self._tls_context,
+                ssl_handshake_timeout=handshake_s if self._tls_context else None)
         except (OSError, TimeoutError) as exc:  # a TLS handshake that failed or did not end in time
-            log.info("peer port: TLS handshake with %s failed: %s", _address(sock), exc)
+            log.info("peer port: TLS handshake with %s failed: %s", slot.peer, exc)
             sock.close()
-        finally:
-            self._handshaking.discard(sock)  # counted now as its transport, if it got one
+            self.slots.ended(slot)
 
     async def stop(self, grace: float | None = GRACE_S) -> None:
         if self._accepting is not None:
@@ -131,7 +132,7 @@ class PeerPort:
             connection.close()
         if self._grpc is not None:
             await self._grpc.stop(grace)
-        for transport in list(self._connections):
+        for transport in self.slots.transports():
             transport.abort()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -144,77 +145,49 @@ class PeerPort:
     @property
     def open_connections(self) -> int:
         """Connections counted against peer_connections_max: from their accept to their end."""
-        return len(self._connections) + len(self._handshaking)
-
-    def admit(self, sock: socket.socket) -> bool:
-        """Count a new connection in; False (closed, logged at most once a second) past peer_connections_max."""
-        if self.open_connections < self.limits.peer_connections_max:
-            self._handshaking.add(sock)
-            return True
-        self._refused += 1
-        now = loop_time()
-        if now - self._refusal_logged >= REFUSAL_LOG_INTERVAL_S:
-            self._refusal_logged = now
-            log.warning("peer port: refused %d connection(s), the latest from %s: %d open (peer_connections_max)",
-                        self._refused, _address(sock), self.open_connections)
-            self._refused = 0
-        sock.close()
-        return False
+        return self.slots.open
 
     # -- a connection, once it has said what it is ----------------------------------------
 
-    def serve_stream(self, transport: Any, first_bytes: bytes) -> None:
-        connection = StreamConnection(self.service, _peer(transport), self.max_message_bytes)
+    def serve_stream(self, transport: Any, first_bytes: bytes, slot: Slot) -> None:
+        connection = StreamConnection(self.service, slot.peer, self.max_message_bytes)
         self._streams.add(connection)
 
         def lost() -> None:
             self._streams.discard(connection)
-            self._connections.discard(transport)
+            self.slots.ended(slot)
 
         connection.on_lost = lost
+        connection.on_credited = lambda: self.slots.credit(slot)
         transport.set_protocol(connection)
         connection.connection_made(transport)
         connection.data_received(first_bytes)
 
-    async def splice(self, transport: Any, first_bytes: bytes) -> None:
-        """Join the connection to gRPC's server, from a socket bound to a name of its own, which
-        gRPC then gives as the call's peer: refused calls are logged with the real address."""
+    def splice(self, transport: Any, first_bytes: bytes, slot: Slot) -> None:
+        """Join the connection to gRPC's server (api.splice): gRPC names the call's peer by the
+        socket it comes from, so refused calls are logged with the real address, and a call that
+        passes credits this connection."""
         name = f"{self._dir}/c{next(self._numbers)}"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(name)
-            sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, f"{self._dir}/grpc")
-            os.unlink(name)  # the socket keeps its name
-            upstream, _ = await asyncio.get_running_loop().create_unix_connection(lambda: _Pipe(transport), sock=sock)
-        except OSError as exc:
-            sock.close()
-            log.warning("peer port: cannot reach the gRPC server: %s", exc)
-            transport.abort()
-            return
-        self._names[f"unix:{name}"] = _peer(transport)
-
-        def lost() -> None:
-            self._connections.discard(transport)
-            self._names.pop(f"unix:{name}", None)
-
-        transport.set_protocol(_Pipe(upstream, on_lost=lost))
-        upstream.write(first_bytes)
-        transport.resume_reading()
+        self.slots.named(slot, f"unix:{name}")
+        splicing = asyncio.ensure_future(splice(transport, first_bytes, f"{self._dir}/grpc", name,
+                                                lambda: self.slots.ended(slot)))
+        self.splicing.add(splicing)
+        splicing.add_done_callback(self.splicing.discard)
 
 
 class _Door(asyncio.Protocol):
     """A new connection, until its first bytes say where it goes."""
 
-    def __init__(self, port: PeerPort) -> None:
+    def __init__(self, port: PeerPort, slot: Slot) -> None:
         self.port = port
+        self.slot = slot
         self._received = bytearray()
         self._transport: Any = None
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
-        self.port._connections.add(transport)
+        self.port.slots.opened(self.slot, transport)
         self._timer = asyncio.get_running_loop().call_later(ROUTE_TIMEOUT_S, transport.abort)
 
     def data_received(self, data: bytes) -> None:
@@ -226,48 +199,21 @@ class _Door(asyncio.Protocol):
         self._timer.cancel()
         first_bytes = bytes(self._received)
         if route == REPLICATE:
-            self.port.serve_stream(self._transport, first_bytes)
+            self.port.serve_stream(self._transport, first_bytes, self.slot)
         elif route == GRPC:
             self._transport.pause_reading()
-            splicing = asyncio.ensure_future(self.port.splice(self._transport, first_bytes))
-            self.port.splicing.add(splicing)
-            splicing.add_done_callback(self.port.splicing.discard)
+            self.port.splice(self._transport, first_bytes, self.slot)
         else:
-            log.info("peer port: %s sent something else than HTTP/2; closed", _peer(self._transport))
+            log.info("peer port: %s sent something else than HTTP/2; closed", self.slot.peer)
             self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.port._connections.discard(self._transport)
+        self.port.slots.ended(self.slot)
         if self._timer is not None:
             self._timer.cancel()
 
 
-class _Pipe(asyncio.Protocol):
-    """Bytes from one connection to the other; reading stops while the other cannot take them."""
-
-    def __init__(self, to: Any, on_lost: Callable[[], None] | None = None) -> None:
-        self.to = to
-        self.on_lost = on_lost
-
-    def data_received(self, data: bytes) -> None:
-        self.to.write(data)
-
-    def eof_received(self) -> None:
-        self.to.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.to.close()
-        if self.on_lost is not None:
-            self.on_lost()
-
-    def pause_writing(self) -> None:  # this connection's own buffer is full: read no more from the other
-        self.to.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.to.resume_reading()
-
-
-def sweep_abandoned_sockets(root: str) -> int:
+def sweep_abandoned_sockets(root: str, prefix: str = SOCKET_DIR_PREFIX) -> int:
     """Remove the socket directories of this user's members that died without a clean stop (SIGKILL,
     a power cut): older than ABANDONED_AFTER_S (a member starting now may not have bound its socket
     yet) and with no process listening on the socket. How many went.
@@ -278,7 +224,7 @@ def sweep_abandoned_sockets(root: str) -> int:
     removed, uid, now = 0, os.getuid(), time.time()
     with os.scandir(root) as entries:
         for entry in entries:
-            if not entry.name.startswith(SOCKET_DIR_PREFIX) or not entry.is_dir(follow_symlinks=False):
+            if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
                 continue
             try:
                 stat = entry.stat(follow_symlinks=False)
@@ -303,17 +249,19 @@ def _served(path: str) -> bool:
     return True
 
 
-def grpc_server(service: PeerService, address: str, max_message_bytes: int) -> grpc.aio.Server:
-    """gRPC's server for the peer service's unary calls, bound to `address` (fails if it cannot)."""
+def grpc_server(service: PeerService, address: str, max_message_bytes: int,
+                credit: CreditCalls | None = None) -> grpc.aio.Server:
+    """gRPC's server for the peer service's unary calls, bound to `address` (fails if it cannot);
+    `credit` sees the calls that passed the secret."""
     limits = service.service.limits
     options = [*channel_options(max_message_bytes),
                ("grpc.max_concurrent_streams", PEER_STREAMS_MAX),
-               ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+               ("grpc.max_connection_idle_ms", limits.peer_idle_connection_ms),
                ("grpc.max_metadata_size", limits.max_header_bytes),
                ("grpc.absolute_max_metadata_size", limits.max_header_bytes),
                ("grpc.http2.min_ping_interval_without_data_ms", 1000),  # members ping every KEEPALIVE_MS
                ("grpc.http2.max_ping_strikes", 0)]
-    server = grpc.aio.server(options=options, interceptors=(service.guard(),),
+    server = grpc.aio.server(options=options, interceptors=(service.guard(), *([credit] if credit else [])),
                              maximum_concurrent_rpcs=limits.peer_calls_max)
     server.add_generic_rpc_handlers((service.handler(),))
     if server.add_insecure_port(address) == 0:
@@ -344,16 +292,3 @@ async def _listen(address: str) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-def _address(sock: socket.socket) -> str:
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        return "?"
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-
-
-def _peer(transport: Any) -> str:
-    peer = transport.get_extra_info("peername")
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

@@ -25,7 +25,10 @@ KEEPALIVE_MS) is closed: that member is gone.
 The secret is checked on the stream's HEADERS, before any of its DATA is taken: a refused stream
 is answered (trailers only), reset, and what it still sends is dropped. Its header block may not
 pass `max_header_bytes`, neither as sent (HEADERS and CONTINUATION frames together) nor decoded
-(MAX_HEADER_LIST_SIZE): more is a protocol error, and the connection closes.
+(MAX_HEADER_LIST_SIZE): more is a protocol error, and the connection closes. The first stream that
+passes makes the connection a member's (`on_credited`: api.peer_port closes one that none passed
+within unauthenticated_idle_ms); it is then closed, with a GOAWAY, once no stream opens or sends a
+message for `peer_idle_connection_ms` (PINGs do not count).
 """
 
 from __future__ import annotations
@@ -123,6 +126,10 @@ class StreamConnection(asyncio.Protocol):
         self._heard = self._loop.time()
         self._silence = self._loop.call_later(SILENT_PEER_S, self._check_silence)
         self.on_lost: Callable[[], None] | None = None
+        self.on_credited: Callable[[], None] | None = None  # a stream passed the secret: the connection is a member's
+        self.idle_s = limits.peer_idle_connection_ms / 1000
+        self._used = self._heard  # when a stream last opened or sent a message (PINGs do not count)
+        self._idle: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------
 
@@ -146,6 +153,8 @@ class StreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._silence.cancel()
+        if self._idle is not None:
+            self._idle.cancel()
         self._stream_id = None
         self._answers.clear()  # the node's handling runs on (PeerService._handling); nobody waits for it
         if self.on_lost is not None:
@@ -236,6 +245,11 @@ class StreamConnection(asyncio.Protocol):
         self._ended_meanwhile = False
         self._h2.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"application/grpc")])
         self._frames.opened(stream_id)
+        self._used = self._loop.time()
+        if self._idle is None:  # the first stream: a member's connection, closed once it goes unused
+            self._idle = self._loop.call_later(self.idle_s, self._check_idle)
+            if self.on_credited is not None:
+                self.on_credited()
 
     def _refuse(self, stream_id: int, status: int, message: str) -> None:
         """A trailers-only answer, as gRPC ends a call it refuses; the stream is reset, so the leader
@@ -248,6 +262,7 @@ class StreamConnection(asyncio.Protocol):
 
     def _take(self, data: bytes) -> None:
         """Each whole message to the node now, its answer in line behind the others'."""
+        self._used = self._loop.time()
         received, take = self._received, self._method.take  # type: ignore[union-attr]  # a stream is open
         received += data
         try:
@@ -308,6 +323,14 @@ class StreamConnection(asyncio.Protocol):
         data = b"".join(out)
         if data and self._transport is not None:
             self._transport.write(data)
+
+    def _check_idle(self) -> None:
+        unused = self._loop.time() - self._used
+        if unused >= self.idle_s:
+            log.debug("peer stream from %s: no message for %.0f s (peer_idle_connection_ms), closed", self.peer, unused)
+            self.close()
+            return
+        self._idle = self._loop.call_later(self.idle_s - unused, self._check_idle)
 
     def _check_silence(self) -> None:
         quiet = self._loop.time() - self._heard

@@ -30,8 +30,19 @@ every small answer.
 The deadline runs only while the client is the one to act: not while a request
 waits behind another on the same connection (uvicorn pauses reading until the
 answer before it is out), and not once a request has fully arrived, so a long
-answer (a read that follows the log) is not cut. Idle connections between
-requests are uvicorn's keep-alive timeout's.
+answer (a read that follows the log) is not cut.
+
+Who holds a connection, and how long (`rules`, api.connection_slots), when no
+request is under way:
+- at most `connections_per_address_max` connections from one address: one more
+  is answered 503 with Retry-After and closed, as one over max_connections is;
+- a connection no credited request came on within `unauthenticated_idle_ms` of
+  its opening is closed, whatever else it sent; a credited request is one not
+  for /healthz, /readyz or /metrics and not answered 401, 403 or 421 (its
+  status is looked at only until the connection is credited);
+- then it is closed `idle_connection_ms` after its last credited request: a
+  probe now and then does not keep it (uvicorn's keep-alive timeout is the same
+  time, counted from any answer).
 """
 
 from __future__ import annotations
@@ -45,12 +56,13 @@ from typing import TYPE_CHECKING, cast
 from starlette.types import ASGIApp, Scope
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from raftlog.api.connection_slots import PROBE_PATHS, REFUSED_STATUSES, HoldRules, Tally, address_key
 from raftlog.api.errors import RETRY_AFTER_S, ApiError
 from raftlog.api.follow import ABORT_EXTENSION
 from raftlog.raft.messages import Code
 
 if TYPE_CHECKING:
-    from uvicorn._types import ASGI3Application  # uvicorn's own type of an app (a private module: types only)
+    from uvicorn._types import ASGI3Application, ASGISendEvent  # uvicorn's own types (a private module: types only)
 
 log = logging.getLogger("raftlog.server")
 
@@ -61,9 +73,15 @@ LINGER_S = 1.0  # after an answer that ends a connection, what the client still 
 
 def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connections: int,
                      write_stall_s: float, below_asgi: Callable[[Scope], ASGIApp | None] | None = None,
-                     ) -> type[asyncio.Protocol]:
-    """The protocol class to give uvicorn.Config(http=...)."""
+                     rules: HoldRules | None = None) -> type[asyncio.Protocol]:
+    """The protocol class to give uvicorn.Config(http=...); without `rules`, no bound per address
+    and no clock on an idle connection but uvicorn's keep-alive."""
     refused_logged = [float("-inf")]  # when a refused connection was last logged
+    over_address = Tally(logging.WARNING, "client port: refused %d connection(s), the latest from %s: "
+                                          "connections_per_address_max open from its address")
+    # probes make these routine on the client port: debug, not info as on the gRPC and peer ports
+    unused = Tally(logging.DEBUG, "client port: closed %d connection(s), the latest from %s: no credited request "
+                                  "within unauthenticated_idle_ms of its opening")
 
     class GuardedHttpProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -76,6 +94,12 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._mid_message = False  # a request has begun and not fully arrived
             self._lingering = False  # answered and closing: what arrives is dropped
             self._stalled: asyncio.TimerHandle | None = None  # the client has not taken what was sent
+            self._address: str | None = None  # counted in rules.addresses
+            self._idle: asyncio.TimerHandle | None = None  # closes the connection at _close_at, if idle then
+            self._close_at = 0.0  # a loop time; it only grows (the timer, once due, looks again)
+            self._credited = False
+            self._probe = True  # the request being answered credits nothing (until _start_asgi_task says)
+            self._refused = False  # ... it was answered 401, 403 or 421
             if len(self.connections) > max_connections:
                 now = self.loop.time()
                 if now - refused_logged[0] >= REFUSAL_LOG_INTERVAL_S:  # a flood of them is one line a second
@@ -86,10 +110,27 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
                                        f"too many connections to this member (max_connections {max_connections})",
                                        retry=True)
                 return
+            if rules is not None:
+                address = address_key(self.client[0]) if self.client else "?"
+                if not rules.addresses.take(address):
+                    over_address.note(self._peer())
+                    self._answer_and_close(503, "Service Unavailable", Code.SERVER_BUSY,
+                                           f"too many connections from {address} to this member "
+                                           f"(connections_per_address_max {rules.addresses.per_address_max})",
+                                           retry=True)
+                    return
+                self._address = address
+                self._close_at = self.loop.time() + rules.unauthenticated_s
+                self._rest()
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._hold()
+            if self._address is not None:
+                assert rules is not None
+                rules.addresses.give(self._address)
+                self._address = None
             self.resume_writing()
             super().connection_lost(exc)
 
@@ -147,9 +188,15 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            if rules is not None and not self._probe and not self._refused:
+                self._credited = True
+                self._close_at = self.loop.time() + rules.idle_s
+            self._probe, self._refused = True, False
+            super().on_response_complete()  # the next request, if it waited, starts here
             if self._mid_message and not self.transport.is_closing():
                 self._arm()  # the next request, which had to wait, now reads on
+            if rules is not None and not self._mid_message and not self._answering():
+                self._rest()
 
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             """Run the request's cycle, with what `below_asgi` answers it by in place of the app (never
@@ -158,7 +205,21 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
                 below = below_asgi(cast(Scope, cycle.scope))  # uvicorn's typed scope is starlette's mapping
                 if below is not None:
                     app = cast("ASGI3Application", below)
+            self._probe = cycle.scope["path"] in PROBE_PATHS
+            if rules is not None and not self._credited and not self._probe:
+                self._note_refusal(cycle)
             super()._start_asgi_task(cycle, app)
+
+        def _note_refusal(self, cycle: RequestResponseCycle) -> None:
+            """Whether the answer refuses who sent the request (then it credits nothing)."""
+            send = cycle.send
+
+            async def noting(message: ASGISendEvent) -> None:
+                if message["type"] == "http.response.start":
+                    self._refused = message["status"] in REFUSED_STATUSES
+                await send(message)
+
+            cycle.send = noting  # type: ignore[method-assign]
 
         def _answering(self) -> bool:
             return self.cycle is not None and not self.cycle.response_complete
@@ -171,6 +232,28 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             if self._deadline is not None:
                 self._deadline.cancel()
                 self._deadline = None
+
+        def _rest(self) -> None:
+            """No request under way: the connection is closed at _close_at unless one is then. One
+            timer serves many requests: due, it looks at _close_at again."""
+            if self._idle is None and not self.transport.is_closing():
+                self._idle = self.loop.call_later(max(self._close_at - self.loop.time(), 0.0), self._idle_over)
+
+        def _hold(self) -> None:
+            if self._idle is not None:
+                self._idle.cancel()
+                self._idle = None
+
+        def _idle_over(self) -> None:
+            self._idle = None
+            if self.transport.is_closing() or self._mid_message or self._answering():
+                return  # closed already, or a request is under way: its answer's end calls _rest
+            if self.loop.time() < self._close_at:
+                self._rest()  # a credited request since the timer was set
+                return
+            if not self._credited:
+                unused.note(self._peer())
+            self.transport.close()
 
         def _too_slow(self) -> None:
             self._deadline = None

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import resource
 import signal
 import socket
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 import uvicorn
 import uvloop
 
+from raftlog.api.connection_slots import AddressSlots, HoldRules, address_key
 from raftlog.api.peer_port import GRACE_S, PeerPort
 from raftlog.app.client_protocol import guarded_protocol
 from raftlog.app.logs import configure_logging
@@ -30,7 +32,6 @@ from raftlog.storage import StorageError, codec
 
 log = logging.getLogger("raftlog.server")
 
-CLIENT_KEEP_ALIVE_S = 75  # and a client's (load balancers keep theirs 60 s)
 CLIENT_DRAIN_S = 5  # at stop, requests in flight get this long to finish
 GC_THRESHOLDS = (10_000, 50, 100)  # gc.set_threshold: Python's are (700, 10, 10)
 CLIENT_BACKLOG = 2048
@@ -59,15 +60,18 @@ class _Uvicorn(uvicorn.Server):
 
     With TLS, its connections are accepted here rather than by a loop.create_server, whose protocol
     sees a connection only once its handshake is done: each counts against max_connections from
-    its accept, so connections that never finish their handshake cannot pile up beyond it. (Once
-    the handshake is done, the protocol answers one over max_connections with 503, as without TLS.)
+    its accept, so connections that never finish their handshake cannot pile up beyond it, nor
+    beyond `addresses`' bound per address. (Once the handshake is done, the protocol answers one
+    over max_connections with 503, as without TLS.)
     """
 
-    def __init__(self, config: uvicorn.Config, max_connections: int) -> None:
+    def __init__(self, config: uvicorn.Config, max_connections: int, addresses: AddressSlots | None = None) -> None:
         super().__init__(config)
         self.max_connections = max_connections
+        self.addresses = addresses  # the protocol's count of its connections per address
         self._accepting: list[asyncio.Future[None]] = []
         self._handshaking: set[socket.socket] = set()
+        self._handshaking_from: dict[str, int] = {}  # per address
         self._securing: set[asyncio.Future[None]] = set()  # handshakes under way
         self._refused_logged = float("-inf")
 
@@ -96,7 +100,7 @@ class _Uvicorn(uvicorn.Server):
             return config.http_protocol_class(config=config, server_state=state,  # type: ignore[call-arg]
                                               app_state=self.lifespan.state)
 
-        async def secure(sock: socket.socket) -> None:
+        async def secure(sock: socket.socket, address: str) -> None:
             try:
                 await loop.connect_accepted_socket(protocol, sock, ssl=config.ssl)
             except (OSError, TimeoutError) as exc:  # a handshake that failed or did not end in time
@@ -104,6 +108,9 @@ class _Uvicorn(uvicorn.Server):
                 sock.close()
             finally:
                 self._handshaking.discard(sock)
+                self._handshaking_from[address] -= 1  # counted now by the protocol, if it got through
+                if not self._handshaking_from[address]:
+                    del self._handshaking_from[address]
 
         while True:
             try:
@@ -112,18 +119,32 @@ class _Uvicorn(uvicorn.Server):
                 log.warning("client port: cannot accept a connection: %s", exc)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
-            if len(self._handshaking) + len(state.connections) >= self.max_connections:
+            address = _address_of(sock)
+            pending = self._handshaking_from.get(address, 0)
+            why, held = None, len(self._handshaking) + len(state.connections)
+            if held >= self.max_connections:
+                why = f"{held} open or in their TLS handshake (max_connections)"
+            elif self.addresses is not None and self.addresses.full(address, pending):
+                why = f"{address} holds all it may (connections_per_address_max)"
+            if why is not None:
                 now = loop.time()
                 if now - self._refused_logged >= REFUSAL_LOG_INTERVAL_S:
                     self._refused_logged = now
-                    log.warning("refusing connections: %d open or in their TLS handshake (max_connections)",
-                                len(self._handshaking) + len(state.connections))
+                    log.warning("refusing connections: %s", why)
                 sock.close()
                 continue
             self._handshaking.add(sock)
-            task = asyncio.ensure_future(secure(sock))
+            self._handshaking_from[address] = pending + 1
+            task = asyncio.ensure_future(secure(sock, address))
             self._securing.add(task)
             task.add_done_callback(self._securing.discard)
+
+
+def _address_of(sock: socket.socket) -> str:
+    try:
+        return address_key(str(sock.getpeername()[0]))
+    except OSError:
+        return "?"
 
 
 def raise_open_files(connections: int) -> None:
@@ -185,12 +206,14 @@ async def serve(settings: NodeSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     limits = settings.api_limits()
+    rules = HoldRules.client(limits)  # its keep-alive is uvicorn's too (rounded up: the protocol's clock is first)
     client = _Uvicorn(uvicorn.Config(
         node.public_asgi, log_level=settings.log_level, access_log=False, lifespan="off",
-        timeout_keep_alive=CLIENT_KEEP_ALIVE_S, timeout_graceful_shutdown=CLIENT_DRAIN_S, server_header=False,
+        timeout_keep_alive=math.ceil(limits.idle_connection_ms / 1000), timeout_graceful_shutdown=CLIENT_DRAIN_S,
+        server_header=False,
         http=guarded_protocol(limits.request_read_timeout_ms / 1000, limits.max_header_bytes, limits.max_connections,
-                              limits.follow_stall_ms / 1000, node.below_asgi.take),
-        **settings.client_proxies(), **settings.client_tls()), limits.max_connections)
+                              limits.follow_stall_ms / 1000, node.below_asgi.take, rules),
+        **settings.client_proxies(), **settings.client_tls()), limits.max_connections, rules.addresses)
     host, port = settings.peer_address
     peer = PeerPort(node.peer_service, peer_sock, settings.peer_message_bytes_max(), settings.peer_tls())
     node.start()

@@ -1,10 +1,11 @@
 """The public gRPC port against hostile clients, on a member in this process: the token is checked
 from the call's metadata before the message is read; a batch is counted before it is decoded; the
 bytes of appends draw on the member's one request budget; connections are bounded from their
-accept (DESIGN, Security posture)."""
+accept, and per address, and one on which no call passed is closed soon (DESIGN, Security posture)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -118,3 +119,39 @@ async def test_connections_are_bounded_from_their_accept(node: Node) -> None:
         for sock in silent:
             sock.close()
         await api.stop(None)  # type: ignore[arg-type]
+
+
+async def test_a_connection_no_call_passed_on_is_closed_and_one_address_holds_its_share(node: Node) -> None:
+    """A connection that sends the HTTP/2 preface and nothing else is closed unauthenticated_idle_ms
+    after its accept; one on which a call of raftlog.v1.Log passed stays; with two connections from
+    127.0.0.1 held, a third is closed at once."""
+    node.service.limits = replace(node.service.limits, unauthenticated_idle_ms=300, connections_per_address_max=2)
+    (port,) = free_ports(1)
+    api = GrpcApi(node.service, node.handlers, None, None, f"127.0.0.1:{port}")
+    await api.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await channel.unary_unary("/raftlog.v1.Log/Cluster")(b"", timeout=10)
+            silent = socket.create_connection(("127.0.0.1", port))
+            silent.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            silent.setblocking(False)
+            with socket.create_connection(("127.0.0.1", port)) as third:
+                third.setblocking(False)
+                assert await asyncio.wait_for(_ended(third), 10) == 0  # closed at once: nothing from gRPC
+            assert await asyncio.wait_for(_ended(silent), 10) > 0  # gRPC's SETTINGS, then the end
+            silent.close()
+            assert channel.get_state() is grpc.ChannelConnectivity.READY  # its connection stayed
+            await channel.unary_unary("/raftlog.v1.Log/Cluster")(b"", timeout=10)
+    finally:
+        await api.stop(None)  # type: ignore[arg-type]
+
+
+async def _ended(sock: socket.socket) -> int:
+    """The bytes a socket gets until the other end closes it (reset or not)."""
+    received, loop = 0, asyncio.get_running_loop()
+    try:
+        while data := await loop.sock_recv(sock, 65_536):
+            received += len(data)
+    except ConnectionResetError:
+        pass
+    return received

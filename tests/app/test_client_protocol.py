@@ -1,7 +1,8 @@
 """The client port's connection protocol in a real uvicorn server on loopback, with a small app:
 the read deadline spares requests waiting behind a slow answer, header bytes are bounded however
-they arrive, and connections beyond max_connections are refused. (tests/e2e/test_limits.py has the
-same bounds on a real node.)"""
+they arrive, connections beyond max_connections are refused, and, with HoldRules, beyond one
+address's share, and only a credited request keeps a connection. (tests/e2e/test_limits.py and
+test_connection_slots.py have the same bounds on a real node.)"""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from typing import Any
 
 import uvicorn
 
+from raftlog.api.connection_slots import AddressSlots, HoldRules
 from raftlog.app.client_protocol import CORK_BYTES_MAX, CorkedTransport, guarded_protocol
 from raftlog.app.launcher import free_ports
 from raftlog.app.server import bind
 
 DEADLINE_S = 0.3
+UNUSED_S = 0.15  # unauthenticated_idle_ms, below the read deadline: a silent connection is closed, not answered 408
+IDLE_S = 1.0  # idle_connection_ms
 BIG_ANSWER_MB = 64
 
 
@@ -39,6 +43,10 @@ class Echo:
                 break
         if scope["path"] == "/slow":
             await self.release.wait()
+        if scope["path"] == "/refused":  # as a request without its token is answered
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
         if scope["path"] == "/big":  # more than the socket buffers hold, then the end of the connection seen
             await send({"type": "http.response.start", "status": 200, "headers": []})
             for _ in range(BIG_ANSWER_MB):
@@ -52,12 +60,13 @@ class Echo:
 
 
 @contextlib.asynccontextmanager
-async def serving(app: Echo, max_header_bytes: int = 4096, max_connections: int = 100) -> AsyncIterator[int]:
+async def serving(app: Echo, max_header_bytes: int = 4096, max_connections: int = 100,
+                  rules: HoldRules | None = None) -> AsyncIterator[int]:
     (port,) = free_ports(1)
     sock = bind("127.0.0.1", port, "client")
     server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning",
                                            http=guarded_protocol(DEADLINE_S, max_header_bytes, max_connections,
-                                                                 write_stall_s=DEADLINE_S)))
+                                                                 write_stall_s=DEADLINE_S, rules=rules)))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.01)
@@ -136,6 +145,42 @@ async def test_connections_beyond_the_limit_are_refused_with_retry_after() -> No
         for _, w in held:
             w.close()
 
+
+async def test_one_address_holds_at_most_its_share() -> None:
+    async with serving(Echo(), rules=HoldRules(AddressSlots(2), 30.0, 30.0)) as port:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        status, headers, body = await answer(reader)
+        assert status == 503 and headers["retry-after"] == "1" and b"connections_per_address_max 2" in body
+        writer.close()
+        for _, w in held:
+            w.close()
+
+
+async def test_only_a_credited_request_keeps_a_connection() -> None:
+    """Silent, a probe, a refused request: closed UNUSED_S after the connection opened, with no
+    answer of its own; a credited request keeps it, until IDLE_S after the last one."""
+    async def request(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, int]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+        return reader, writer, (await answer(reader))[0]
+
+    async with serving(Echo(), rules=HoldRules(AddressSlots(10), UNUSED_S, IDLE_S)) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # no 408: closed before the read deadline
+        writer.close()
+        for path, status in (("/healthz", 200), ("/refused", 401)):
+            reader, writer, answered = await request(path)
+            assert answered == status
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+        reader, writer, answered = await request("/v1/cluster")
+        assert answered == 200
+        await asyncio.sleep(2 * UNUSED_S)
+        writer.write(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")  # still open: answered
+        assert (await answer(reader))[0] == 200
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # then closed, IDLE_S after the credited one
+        writer.close()
 
 
 class Recorded(asyncio.Transport):
