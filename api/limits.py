@@ -44,6 +44,7 @@ from raftlog.raft.waiting import Signal
 
 EXEMPT_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 BODIES_KEY = 0x0A  # field 1, length-delimited: the key before each body of a batch's protobuf message
+OTHER_FIELDS_MAX = 64  # a batch's fields besides its bodies (a producer's: four) are a few, even repeated
 FOLLOWED_PATH = "/v1/entries"
 SMALL_REQUEST_BYTES_MIN = 16 << 10  # a consumer commit: 1 KiB of metadata, each byte escaped (6 bytes)
 
@@ -226,11 +227,14 @@ def busy(message: str) -> ApiError:
 def batch_entries(data: bytes, stop: int) -> int:
     """How many bodies a batch's protobuf bytes hold (field 1: raftlog.v1.AppendBatchRequest,
     raftlog.peer.v1.AppendRequest), counted no further than `stop`. Other
-    fields are skipped as protobuf skips unknown ones; bytes that do not parse end the count
-    (protobuf then says what is wrong)."""
-    count, at, end = 0, 0, len(data)
+    fields are skipped as protobuf skips unknown ones, up to OTHER_FIELDS_MAX: past that the count
+    is `stop` (64 MiB of two-byte fields walked here would hold the loop for seconds); bytes that
+    do not parse end the count (protobuf then says what is wrong)."""
+    count, at, end, others = 0, 0, len(data), 0
     try:
         while at < end and count < stop:
+            if others > OTHER_FIELDS_MAX:  # no batch has that many: garbage, counted as too many to decode
+                return stop
             if data[at] == BODIES_KEY:  # a body, its length in one or two bytes: the common case, inline
                 low = data[at + 1]
                 if low < 0x80:
@@ -243,6 +247,7 @@ def batch_entries(data: bytes, stop: int) -> int:
                     count += 1
                     continue
             key, at = _varint_at(data, at)
+            others += key != BODIES_KEY
             wire = key & 7
             if wire == 2:
                 size, at = _varint_at(data, at)
