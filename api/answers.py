@@ -27,10 +27,21 @@ class AppendAnswer:
 
 @dataclass(frozen=True, slots=True)
 class ProducerAnswer:
-    """A producer session to append with: its id and the epoch to use."""
+    """A producer session to append with (or just closed): its id and the epoch to use."""
 
     id: int
     epoch: int
+
+    def json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> ProducerAnswer:
+        """What `json` gave, back (a forwarded session change's answer); ValueError if it is not that."""
+        try:
+            return cls(int(fields["id"]), int(fields["epoch"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a producer session: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +132,7 @@ class MemberStatus:
     last_contact_ms: int | None
     rejoining: bool | None
     reachable: bool
+    level: int | None  # the level it reports (raft.cluster_version); None: no answer, or a release before levels
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +153,7 @@ class StatusAnswer:
     uptime_s: float
     flush_mode: str
     disk: DiskStatus
+    cluster_version: int
 
     def json(self) -> dict[str, Any]:
         """As the API shows it (its member is `self`)."""

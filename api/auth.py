@@ -42,6 +42,7 @@ OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/opena
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch", "/v1/producers"})
 CONSUMERS_PATH = "/v1/consumers/"
+PRODUCERS_PATH = "/v1/producers/"
 
 
 class Role(IntEnum):
@@ -89,17 +90,14 @@ class Tokens:
             entry = entry.strip()
             if not entry or (lines and entry.startswith("#")):
                 continue
-            role_name, sep, rest = entry.partition(":")
+            role_name, name, token = token_entry(entry)
             where = f"{source}, {'line' if lines else 'entry'} {number}"
             try:
                 role = Role[role_name.strip().upper()]
             except KeyError:
                 raise TokenError(f"{where}: expected role:name:token with a role of reader, writer or admin") from None
-            name, named, token = rest.partition(":")
-            if not named or CALLER_NAME.fullmatch(name) is None:
-                name, token = "", rest
             token = token.strip()
-            if not sep or not is_credential(token) or "," in token:
+            if not is_credential(token) or "," in token:
                 raise TokenError(f"{where}: a token is {TOKEN_CHARS_MIN} or more printable ASCII characters, "
                                  "without spaces or commas")
             digest = _digest(token.encode())
@@ -123,6 +121,14 @@ class Tokens:
         return None if caller is None else caller.role
 
 
+def token_entry(entry: str) -> tuple[str, str, str]:
+    """The role, name ("" for the form without one) and token of a `role:name:token` or `role:token`
+    entry (a token may hold colons: a name is one only where CALLER_NAME takes it)."""
+    role, _, rest = entry.partition(":")
+    name, named, token = rest.partition(":")
+    return (role, name, token) if named and CALLER_NAME.fullmatch(name) else (role, "", rest)
+
+
 def is_credential(value: str) -> bool:
     """Long enough not to be guessed, and fit for an HTTP header as it is."""
     return len(value) >= TOKEN_CHARS_MIN and value.isascii() and value.isprintable() and " " not in value
@@ -144,6 +150,8 @@ def required_role(method: str, path: str) -> Role | None:
     if method in SAFE_METHODS:
         return None if path in OPEN_PATHS else Role.READER
     if method == "POST" and path in WRITE_PATHS:
+        return Role.WRITER
+    if method == "DELETE" and path.startswith(PRODUCERS_PATH):  # its owner's own session
         return Role.WRITER
     if method == "PUT" and path.startswith(CONSUMERS_PATH):  # a consumer's own progress: a reader's to commit
         return Role.READER

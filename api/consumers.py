@@ -108,7 +108,7 @@ class ConsumerCommits:
     async def get(self, name: str, linearizable: bool = True) -> ConsumerAnswer:
         found = (await self._table(linearizable)).get(name)
         if found is None:
-            raise ApiError(Code.CONSUMER_NOT_FOUND, f"no consumer {name!r}", self.service.node.leader_id)
+            raise ApiError(Code.CONSUMER_NOT_FOUND, f"no consumer {name[:140]!r}", self.service.node.leader_id)
         return self._answer(name, found)
 
     async def list_all(self, linearizable: bool = True) -> list[ConsumerAnswer]:

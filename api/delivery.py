@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from raftlog.api.auth import caller_name
 from raftlog.api.entry_handlers import EntryHandlers, ModelResponse, is_json, not_json, parse_model
 from raftlog.api.schemas import (
     CONSISTENCY,
@@ -20,6 +21,7 @@ from raftlog.api.schemas import (
     NewProducer,
     ProducerSession,
 )
+from raftlog.raft.producers import PRODUCER_ID_MAX
 
 
 def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
@@ -39,7 +41,17 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
             raise not_json(request)
         data = await handlers.read_small_body(request)
         asked = parse_model(NewProducer, data if data else b"{}")
-        return ModelResponse(ProducerSession.of(service.new_producer(asked.id)), status_code=201)
+        return ModelResponse(ProducerSession.of(await service.new_producer(asked.id, caller_name(request.scope))),
+                             status_code=201)
+
+    @app.delete("/v1/producers/{producer_id}", tags=["producers"], summary="Close a producer session",
+                responses={200: {"model": ProducerSession, "description": "Closed: its id takes no more batches"},
+                           **errors(400, 403, 409, 502, 503, 504)})
+    async def close_producer(request: Request, producer_id: int = Path(ge=0, le=PRODUCER_ID_MAX)) -> JSONResponse:
+        """Only its owner (the caller that opened it) may close it; a producer closes its session when
+        it is done, so that it does not count against producer_sessions_per_name_max until it expires."""
+        return ModelResponse(ProducerSession.of(await service.change_session(producer_id, caller_name(request.scope),
+                                                                              close=True)))
 
     name_path = Path(examples=["billing"], description="1 to 128 letters, digits, '.', '_' or '-'")
 

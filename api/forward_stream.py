@@ -53,8 +53,10 @@ class ForwardStream(H2CallStream):
         self._ahead = 0  # messages sent and not answered
         self._soon: asyncio.Handle | None = None
 
-    def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> asyncio.Future[Slice]:
-        """Send `bodies` with the appends around them (a producer's alone); the leader's answer and
+    def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None,
+               caller: str = "") -> asyncio.Future[Slice]:
+        """Send `bodies` with the appends around them (a producer's alone, with its caller, who must own
+        its session); the leader's answer and
         where in it they are: (answer, offset, count). The batch fits one message alone (the caller
         checked it)."""
         answer: asyncio.Future[Slice] = self._loop.create_future()
@@ -64,7 +66,7 @@ class ForwardStream(H2CallStream):
         if producer is not None:
             self._send()  # the appends before it go first
             self._appends.append((answer, len(bodies)))
-            self._ship(append_request(bodies, producer))
+            self._ship(append_request(bodies, producer, caller))
             return answer
         size = sum(map(len, bodies))
         if self._bodies and (len(self._bodies) + len(bodies) > self.max_entries or self._bytes + size > self.max_bytes):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -27,7 +27,7 @@ from grpc_status import rpc_status
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer
-from raftlog.api.auth import AuthFailures, Role, Tokens, bearer_credentials, refusal
+from raftlog.api.auth import LOCAL_CALLER, AuthFailures, Role, Tokens, bearer_credentials, refusal
 from raftlog.api.connection_slots import CreditCalls
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error
@@ -71,11 +71,13 @@ BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
                            grpc.StatusCode.FAILED_PRECONDITION)}  # OUT_OF_ORDER_SEQUENCE: ABORTED, as its 409
 ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
                                         Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL,
-                                        Magic.CONSUMER: pb.CONSUMER, Magic.CONTINUED: pb.NORMAL}
-T = TypeVar("T")
+                                        Magic.CONSUMER: pb.CONSUMER, Magic.CONTINUED: pb.NORMAL,
+                                        Magic.PRODUCER_SESSION: pb.PRODUCER_SESSION,
+                                        Magic.CLUSTER_VERSION: pb.CLUSTER_VERSION}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
          "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN, "NewProducer": Role.WRITER,
+         "CloseProducer": Role.WRITER,
          "CommitConsumer": Role.READER, "GetConsumer": Role.READER, "ListConsumers": Role.READER,
          "DeleteConsumer": Role.ADMIN}
 
@@ -96,21 +98,23 @@ def error_status(error: ApiError) -> grpc.Status:
 class LogServicer(log_pb2_grpc.LogServicer):
     """The methods, for calls that CallGuard let through (tokens and bounds are its concern)."""
 
-    def __init__(self, service: LogService, handlers: EntryHandlers) -> None:
+    def __init__(self, service: LogService, handlers: EntryHandlers, tokens: Tokens | None) -> None:
         self.service = service
         self.handlers = handlers
         self.peer_name = _same  # a caller's address, from gRPC's name of it (GrpcApi sets it)
+        self.tokens = tokens  # whose the call is: a producer session's owner
 
     # -- appends ---------------------------------------------------------------------------
 
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
-        answer = await self._answer(context, self._append([request.body], request))
+        answer = await self._answer(context, self._append([request.body], request, self._caller(context)))
         return pb.AppendResponse(index=answer.first_index, term=answer.term, pos=answer.positions[0],
                                  leader=answer.leader, duplicate=answer.duplicate)
 
     async def AppendBatch(self, request: pb.AppendBatchRequest,
                           context: grpc.aio.ServicerContext) -> pb.AppendBatchResponse:
-        return _batch_response(await self._answer(context, self._append(list(request.bodies), request)))
+        return _batch_response(await self._answer(context, self._append(list(request.bodies), request,
+                                                                         self._caller(context))))
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AppendBatchResponse]:
@@ -119,6 +123,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
         served); a follower forwards one batch at a time, so that order holds there too."""
         window: asyncio.Queue[asyncio.Future[AppendAnswer] | None] = asyncio.Queue(
             self.service.limits.append_stream_window_batches)
+        caller = self._caller(context)
 
         async def take() -> None:
             previous: asyncio.Future[Any] | None = None
@@ -132,9 +137,9 @@ class LogServicer(log_pb2_grpc.LogServicer):
                     bodies = list(request.bodies)
                     behind_a_forward = forwarded and previous is not None and not previous.done()
                     if self.service.node.role is RaftRole.LEADER and not behind_a_forward:
-                        previous, forwarded = asyncio.ensure_future(self._append(bodies, request)), False
+                        previous, forwarded = asyncio.ensure_future(self._append(bodies, request, caller)), False
                     else:  # behind the batch before it, wherever that one went
-                        previous = asyncio.ensure_future(_after(previous, self._append(bodies, request)))
+                        previous = asyncio.ensure_future(_after(previous, self._append(bodies, request, caller)))
                         forwarded = True
                     if isinstance(item, Held):  # its bytes are the budget's until its append is done
                         previous.add_done_callback(item.release)
@@ -153,12 +158,20 @@ class LogServicer(log_pb2_grpc.LogServicer):
                 if (left := window.get_nowait()) is not None:
                     left.add_done_callback(consume)
 
-    async def _append(self, bodies: list[bytes],
-                      request: pb.AppendRequest | pb.AppendBatchRequest | None) -> AppendAnswer:
+    async def _append(self, bodies: list[bytes], request: pb.AppendRequest | pb.AppendBatchRequest | None,
+                      caller: str) -> AppendAnswer:
         async def given() -> list[bytes]:
             return bodies
 
-        return await self.handlers.appending(given, _producer(request))
+        return await self.handlers.appending(given, _producer(request), caller)
+
+    def _caller(self, context: grpc.aio.ServicerContext) -> str:
+        """The name of the call's caller (CallGuard let it through: its token, if needed, is valid)."""
+        if self.tokens is None:
+            return LOCAL_CALLER
+        token = _bearer(context.invocation_metadata())
+        caller = None if token is None else self.tokens.caller_of(token)
+        return LOCAL_CALLER if caller is None else caller.name
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -225,8 +238,14 @@ class LogServicer(log_pb2_grpc.LogServicer):
         return pb.TransferLeaderResponse(leader=transferred.leader, previous=transferred.previous)
 
     async def NewProducer(self, request: pb.NewProducerRequest, context: grpc.aio.ServicerContext) -> pb.Producer:
-        answer = await self._answer(context, _call(self.service.new_producer,
-                                                   request.id if request.HasField("id") else None))
+        answer = await self._answer(context, self.service.new_producer(request.id if request.HasField("id") else None,
+                                                                       self._caller(context)))
+        return pb.Producer(id=answer.id, epoch=answer.epoch, sequence=0)
+
+    async def CloseProducer(self, request: pb.CloseProducerRequest,
+                            context: grpc.aio.ServicerContext) -> pb.Producer:
+        answer = await self._answer(context, self.service.change_session(request.id, self._caller(context),
+                                                                         close=True))
         return pb.Producer(id=answer.id, epoch=answer.epoch, sequence=0)
 
     async def CommitConsumer(self, request: pb.CommitConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
@@ -368,7 +387,7 @@ class GrpcApi:
                                       # beyond the calls at once: RESOURCE_EXHAUSTED
                                       maximum_concurrent_rpcs=limits.max_inflight_requests + limits.max_followers)
         self.readiness = Readiness(service, SERVICE)
-        servicer = LogServicer(service, handlers)
+        servicer = LogServicer(service, handlers, tokens)
         servicer.peer_name = self.port.slots.peer_name
         log_pb2_grpc.add_LogServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.readiness, self.server)
@@ -408,11 +427,6 @@ def _bearer(metadata: Any) -> bytes | None:
 async def _abort(context: grpc.aio.ServicerContext, error: ApiError) -> None:
     status = error_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
-
-
-async def _call(fn: Callable[..., T], *args: Any) -> T:
-    """A plain call, as an awaitable for _answer (its error ends the call as any other)."""
-    return fn(*args)
 
 
 async def _fail(error: ApiError) -> Any:

@@ -18,12 +18,16 @@ class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NOOP: _ClassVar[EntryType]
     CONFIG_CHANGE: _ClassVar[EntryType]
     CONSUMER: _ClassVar[EntryType]
+    PRODUCER_SESSION: _ClassVar[EntryType]
+    CLUSTER_VERSION: _ClassVar[EntryType]
 LINEARIZABLE: Consistency
 LOCAL: Consistency
 NORMAL: EntryType
 NOOP: EntryType
 CONFIG_CHANGE: EntryType
 CONSUMER: EntryType
+PRODUCER_SESSION: EntryType
+CLUSTER_VERSION: EntryType
 
 class Producer(_message.Message):
     __slots__ = ("id", "epoch", "sequence")
@@ -92,6 +96,12 @@ class ConsumerList(_message.Message):
     def __init__(self, consumers: _Optional[_Iterable[_Union[Consumer, _Mapping]]] = ...) -> None: ...
 
 class NewProducerRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    def __init__(self, id: _Optional[int] = ...) -> None: ...
+
+class CloseProducerRequest(_message.Message):
     __slots__ = ("id",)
     ID_FIELD_NUMBER: _ClassVar[int]
     id: int
@@ -194,7 +204,7 @@ class ClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("id", "peer_url", "client_url", "grpc_address", "voter", "role", "term", "end_index", "committed_index", "applied_index", "match_index", "lag", "lag_bytes", "inflight_bytes", "last_contact_ms", "rejoining", "reachable")
+    __slots__ = ("id", "peer_url", "client_url", "grpc_address", "voter", "role", "term", "end_index", "committed_index", "applied_index", "match_index", "lag", "lag_bytes", "inflight_bytes", "last_contact_ms", "rejoining", "reachable", "level")
     ID_FIELD_NUMBER: _ClassVar[int]
     PEER_URL_FIELD_NUMBER: _ClassVar[int]
     CLIENT_URL_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +222,7 @@ class Member(_message.Message):
     LAST_CONTACT_MS_FIELD_NUMBER: _ClassVar[int]
     REJOINING_FIELD_NUMBER: _ClassVar[int]
     REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
     id: str
     peer_url: str
     client_url: str
@@ -229,7 +240,8 @@ class Member(_message.Message):
     last_contact_ms: int
     rejoining: bool
     reachable: bool
-    def __init__(self, id: _Optional[str] = ..., peer_url: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., voter: _Optional[bool] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., match_index: _Optional[int] = ..., lag: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., inflight_bytes: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., rejoining: _Optional[bool] = ..., reachable: _Optional[bool] = ...) -> None: ...
+    level: int
+    def __init__(self, id: _Optional[str] = ..., peer_url: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., voter: _Optional[bool] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., match_index: _Optional[int] = ..., lag: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., inflight_bytes: _Optional[int] = ..., last_contact_ms: _Optional[int] = ..., rejoining: _Optional[bool] = ..., reachable: _Optional[bool] = ..., level: _Optional[int] = ...) -> None: ...
 
 class Disk(_message.Message):
     __slots__ = ("data_dir", "usage_ratio", "full")
@@ -242,7 +254,7 @@ class Disk(_message.Message):
     def __init__(self, data_dir: _Optional[str] = ..., usage_ratio: _Optional[float] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class ClusterResponse(_message.Message):
-    __slots__ = ("group", "self", "role", "term", "leader", "members", "begin_index", "end_index", "committed_index", "applied_index", "uptime_s", "flush_mode", "disk", "configuration_index")
+    __slots__ = ("group", "self", "role", "term", "leader", "members", "begin_index", "end_index", "committed_index", "applied_index", "uptime_s", "flush_mode", "disk", "configuration_index", "cluster_version")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SELF_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +269,7 @@ class ClusterResponse(_message.Message):
     FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
     DISK_FIELD_NUMBER: _ClassVar[int]
     CONFIGURATION_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     group: str
     self: str
     role: str
@@ -271,7 +284,8 @@ class ClusterResponse(_message.Message):
     flush_mode: str
     disk: Disk
     configuration_index: int
-    def __init__(self_, group: _Optional[str] = ..., self: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., uptime_s: _Optional[float] = ..., flush_mode: _Optional[str] = ..., disk: _Optional[_Union[Disk, _Mapping]] = ..., configuration_index: _Optional[int] = ...) -> None: ...
+    cluster_version: int
+    def __init__(self_, group: _Optional[str] = ..., self: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., uptime_s: _Optional[float] = ..., flush_mode: _Optional[str] = ..., disk: _Optional[_Union[Disk, _Mapping]] = ..., configuration_index: _Optional[int] = ..., cluster_version: _Optional[int] = ...) -> None: ...
 
 class TransferLeaderRequest(_message.Message):
     __slots__ = ("target",)

@@ -94,6 +94,11 @@ class LogStub:
                 request_serializer=raftlog_dot_v1_dot_log__pb2.NewProducerRequest.SerializeToString,
                 response_deserializer=raftlog_dot_v1_dot_log__pb2.Producer.FromString,
                 _registered_method=True)
+        self.CloseProducer = channel.unary_unary(
+                '/raftlog.v1.Log/CloseProducer',
+                request_serializer=raftlog_dot_v1_dot_log__pb2.CloseProducerRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Producer.FromString,
+                _registered_method=True)
         self.CommitConsumer = channel.unary_unary(
                 '/raftlog.v1.Log/CommitConsumer',
                 request_serializer=raftlog_dot_v1_dot_log__pb2.CommitConsumerRequest.SerializeToString,
@@ -200,8 +205,17 @@ class LogServicer:
         raise NotImplementedError('Method not implemented!')
 
     def NewProducer(self, request, context):
-        """A producer session to append with (REST: POST /v1/producers): a new random id at epoch 0, or
-        for a producer restarting under its own id the next epoch, which fences the one before.
+        """A producer session to append with (REST: POST /v1/producers), owned by the caller (the name its
+        token gives): a new random id at epoch 0, or for a producer restarting under its own id the next
+        epoch, which fences the one before. Needs cluster version 1 (FAILED_PRECONDITION
+        CLUSTER_VERSION_TOO_LOW names the members holding it back).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseProducer(self, request, context):
+        """The caller's producer session, closed (REST: DELETE /v1/producers/{id}): its id takes no more batches.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -295,6 +309,11 @@ def add_LogServicer_to_server(servicer, server):
             'NewProducer': grpc.unary_unary_rpc_method_handler(
                     servicer.NewProducer,
                     request_deserializer=raftlog_dot_v1_dot_log__pb2.NewProducerRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Producer.SerializeToString,
+            ),
+            'CloseProducer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseProducer,
+                    request_deserializer=raftlog_dot_v1_dot_log__pb2.CloseProducerRequest.FromString,
                     response_serializer=raftlog_dot_v1_dot_log__pb2.Producer.SerializeToString,
             ),
             'CommitConsumer': grpc.unary_unary_rpc_method_handler(
@@ -641,6 +660,33 @@ class Log:
             target,
             '/raftlog.v1.Log/NewProducer',
             raftlog_dot_v1_dot_log__pb2.NewProducerRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Producer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseProducer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/CloseProducer',
+            raftlog_dot_v1_dot_log__pb2.CloseProducerRequest.SerializeToString,
             raftlog_dot_v1_dot_log__pb2.Producer.FromString,
             options,
             channel_credentials,

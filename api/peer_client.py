@@ -35,7 +35,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
-from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer, TransferAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer, ProducerAnswer, TransferAnswer
 from raftlog.api.errors import ApiError
 from raftlog.api.forward_stream import ForwardStream
 from raftlog.api.peer_codec import (
@@ -70,7 +70,7 @@ FORWARD_FIELD_BYTES_MAX = 6  # a body's tag and length in a forwarded message
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
-A = TypeVar("A", MembershipAnswer, TransferAnswer, ConsumerAnswer)
+A = TypeVar("A", MembershipAnswer, TransferAnswer, ConsumerAnswer, ProducerAnswer)
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,10 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
             ("grpc.http2.min_time_between_pings_ms", KEEPALIVE_MS),
             ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.http2.max_frame_size", FRAME_BYTES_MAX)]
+
+
+class UnimplementedCall(PeerUnavailable):
+    """A call the peer's release does not have (gRPC's UNIMPLEMENTED)."""
 
 
 class PeerClient:
@@ -184,7 +188,7 @@ class PeerClient:
     # -- the public API's calls to other members ----------------------------------------
 
     async def forward_append(self, leader_id: str, bodies: Sequence[bytes],
-                             producer: Sequenced | None = None) -> AppendAnswer:
+                             producer: Sequenced | None = None, caller: str = "") -> AppendAnswer:
         """Append through the leader, with the appends around it; its answer, or its error as an ApiError."""
         stream = self._forwards.get(leader_id)
         if stream is None or stream.broken:
@@ -195,7 +199,7 @@ class PeerClient:
                 self, leader_id, address, self._stream_tls, max_entries=self.max_batch_entries,
                 max_bytes=self.max_forward_bytes)
         try:
-            answer, offset, count = await stream.append(bodies, producer)
+            answer, offset, count = await stream.append(bodies, producer, caller)
         except PeerUnavailable as exc:
             raise ApiError(Code.NETWORK_ERROR, f"no answer from {leader_id}: {exc}") from None
         if answer.HasField("error"):
@@ -225,6 +229,17 @@ class PeerClient:
                                       pb.JsonAnswer)
         return _typed(ConsumerAnswer, answer.json, leader_id)
 
+    async def change_session(self, leader_id: str, producer_id: int, caller: str, close: bool) -> ProducerAnswer:
+        """A producer session opened or closed by the leader. A leader of a release before cluster
+        versions has no such call: its group is below the version sessions need."""
+        request = pb.SessionChange(producer_id=producer_id, caller=caller, close=close)
+        try:
+            answer = await self._api_call(leader_id, "ChangeSession", request, pb.JsonAnswer)
+        except UnimplementedCall:
+            raise ApiError(Code.CLUSTER_VERSION_TOO_LOW, f"producer sessions with owners need cluster version 1; "
+                           f"the leader {leader_id} runs a release before cluster versions", leader_id) from None
+        return _typed(ProducerAnswer, answer.json, leader_id)
+
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
         answer = await self._api_call(peer_id, "Status", pb.StatusRequest(), pb.JsonAnswer, timeout_s)
         return _json(answer.json, peer_id)
@@ -240,11 +255,14 @@ class PeerClient:
 
     async def _api_call(self, peer_id: str, method: str, request: Message, answer_type: type[Any],
                         timeout_s: float | None = None) -> Any:
-        """An API call; transport failures become NETWORK_ERROR, the peer's errors pass through
-        with their code and status, so a member answers as the leader did."""
+        """An API call; transport failures become NETWORK_ERROR (but a call the peer's release does not
+        have: UnimplementedCall), the peer's errors pass through with their code and status, so a
+        member answers as the leader did."""
         try:
             data = await self._unary(peer_id, method, request.SerializeToString(), timeout_s or self.wait_timeout_s)
             answer = _parse(answer_type, data, peer_id)
+        except UnimplementedCall:
+            raise
         except PeerUnavailable as exc:
             raise ApiError(Code.NETWORK_ERROR, f"no answer from {peer_id}: {exc}") from None
         if answer.HasField("error"):
@@ -257,7 +275,8 @@ class PeerClient:
         try:
             answer: bytes = await call(request, timeout=timeout_s, metadata=self.metadata)
         except grpc.aio.AioRpcError as exc:  # refused, reset, timed out, a protocol error, a wrong secret
-            raise PeerUnavailable(f"{peer_id} {method}: {self.failed(peer_id, method, exc)}") from None
+            failure = UnimplementedCall if exc.code() is grpc.StatusCode.UNIMPLEMENTED else PeerUnavailable
+            raise failure(f"{peer_id} {method}: {self.failed(peer_id, method, exc)}") from None
         self.answered(peer_id)
         return answer
 

@@ -95,7 +95,7 @@ def encode_push(request: PushRequest) -> bytes:
         first_index=request.first_index, count=request.count,
         pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
         chain_crc=request.chain_crc, next_pos=request.next_pos, producers=request.producers,
-        consumers=request.consumers).SerializeToString()
+        consumers=request.consumers, cluster_version=request.cluster_version).SerializeToString()
     size = len(request.data)
     if not size:  # as protobuf writes an empty bytes field: not at all
         return head
@@ -123,7 +123,7 @@ def decode_push(data: bytes) -> PushRequest:
                        proto.first_index, proto.count, proto.data, proto.pre_log_index, proto.pre_log_term,
                        proto.chain_crc if proto.HasField("chain_crc") else None,
                        proto.next_pos if proto.HasField("next_pos") else None, proto.producers,
-                       proto.consumers)
+                       proto.consumers, proto.cluster_version)
 
 
 def encode_push_response(response: PushResponse) -> bytes:
@@ -150,20 +150,20 @@ def append_answer_message(answer: AppendAnswer) -> pb.AppendResponse:
                              positions=answer.positions, leader=answer.leader, duplicate=answer.duplicate)
 
 
-def append_request(bodies: Sequence[bytes], producer: Sequenced | None) -> bytes:
-    """A forwarded message: many clients' bodies, or one producer's batch alone."""
+def append_request(bodies: Sequence[bytes], producer: Sequenced | None, caller: str = "") -> bytes:
+    """A forwarded message: many clients' bodies, or one producer's batch alone, with its caller."""
     if producer is None:
         return pb.AppendRequest(bodies=bodies).SerializeToString()
     return pb.AppendRequest(bodies=bodies, producer_id=producer.producer_id, producer_epoch=producer.epoch,
-                            sequence=producer.sequence).SerializeToString()
+                            sequence=producer.sequence, caller=caller).SerializeToString()
 
 
-def forwarded_append(message: bytes) -> tuple[list[bytes], Sequenced | None]:
+def forwarded_append(message: bytes) -> tuple[list[bytes], Sequenced | None, str]:
     """What append_request sent (DecodeError if it is not a message)."""
     request = pb.AppendRequest.FromString(message)
     producer = (Sequenced(request.producer_id, request.producer_epoch, request.sequence)
                 if request.HasField("producer_id") else None)
-    return list(request.bodies), producer
+    return list(request.bodies), producer, request.caller
 
 
 def consumer_commit_request(commit: ConsumerCommit, expected: int | None) -> pb.ConsumerCommit:

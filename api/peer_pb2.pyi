@@ -21,7 +21,7 @@ TRUNCATE: PushType
 INSTALL_SNAPSHOT: PushType
 
 class PushRequest(_message.Message):
-    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers", "consumers")
+    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers", "consumers", "cluster_version")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class PushRequest(_message.Message):
     NEXT_POS_FIELD_NUMBER: _ClassVar[int]
     PRODUCERS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
     group: str
     leader_id: str
     term: int
@@ -50,7 +51,8 @@ class PushRequest(_message.Message):
     next_pos: int
     producers: bytes
     consumers: bytes
-    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ..., consumers: _Optional[bytes] = ...) -> None: ...
+    cluster_version: bytes
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ..., consumers: _Optional[bytes] = ..., cluster_version: _Optional[bytes] = ...) -> None: ...
 
 class PushResponse(_message.Message):
     __slots__ = ("code", "term", "index", "end_index", "end_term", "x_term", "x_index", "ack_index")
@@ -109,12 +111,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("code", "term")
+    __slots__ = ("code", "term", "level")
     CODE_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
     code: int
     term: int
-    def __init__(self, code: _Optional[int] = ..., term: _Optional[int] = ...) -> None: ...
+    level: int
+    def __init__(self, code: _Optional[int] = ..., term: _Optional[int] = ..., level: _Optional[int] = ...) -> None: ...
 
 class TransferRequest(_message.Message):
     __slots__ = ("group", "leader_id", "term", "transferee_id")
@@ -163,16 +167,18 @@ class ApiError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., leader: _Optional[str] = ..., status: _Optional[int] = ...) -> None: ...
 
 class AppendRequest(_message.Message):
-    __slots__ = ("bodies", "producer_id", "producer_epoch", "sequence")
+    __slots__ = ("bodies", "producer_id", "producer_epoch", "sequence", "caller")
     BODIES_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     producer_id: int
     producer_epoch: int
     sequence: int
-    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+    caller: str
+    def __init__(self, bodies: _Optional[_Iterable[bytes]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., sequence: _Optional[int] = ..., caller: _Optional[str] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("error", "first_index", "last_index", "term", "positions", "leader", "duplicate")
@@ -241,6 +247,16 @@ class ConsumerCommit(_message.Message):
     metadata: str
     expected: int
     def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ...) -> None: ...
+
+class SessionChange(_message.Message):
+    __slots__ = ("producer_id", "caller", "close")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    caller: str
+    close: bool
+    def __init__(self, producer_id: _Optional[int] = ..., caller: _Optional[str] = ..., close: _Optional[bool] = ...) -> None: ...
 
 class JsonAnswer(_message.Message):
     __slots__ = ("error", "json")

@@ -99,6 +99,7 @@ class PeerService:
             "Fetch": self._fetch, "ReadIndex": self._read_index,
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
             "ChangeMembership": self._change_membership, "CommitConsumer": self._commit_consumer,
+            "ChangeSession": self._change_session,
         }
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
@@ -182,17 +183,17 @@ class PeerService:
             answer.set_result(pb.AppendResponse(error=api_error_message(refused)))
             return answer
         try:
-            bodies, producer = forwarded_append(message)
+            bodies, producer, caller = forwarded_append(message)
         except DecodeError as exc:
             self.budget.give(size)
             raise PeerMessageError(f"a forwarded append that does not decode: {exc}") from None
-        appending = self._keep(asyncio.ensure_future(self._append(bodies, producer)))
+        appending = self._keep(asyncio.ensure_future(self._append(bodies, producer, caller)))
         appending.add_done_callback(lambda _: self.budget.give(size))  # the message itself is not held
         return appending
 
-    async def _append(self, bodies: list[bytes], producer: Sequenced | None) -> pb.AppendResponse:
+    async def _append(self, bodies: list[bytes], producer: Sequenced | None, caller: str) -> pb.AppendResponse:
         try:
-            answer = await self.service.append_forwarded(bodies, producer)
+            answer = await self.service.append_forwarded(bodies, producer, caller)
         except ApiError as exc:
             return pb.AppendResponse(error=api_error_message(exc))
         return append_answer_message(answer)
@@ -258,6 +259,15 @@ class PeerService:
             if self.consumers is None:
                 raise ApiError(Code.INTERNAL_ERROR, "this member keeps no named consumers")
             return _json_answer((await self.consumers.write(commit, expected)).json())
+        except ApiError as exc:
+            return _answer(pb.JsonAnswer(error=api_error_message(exc)))
+
+    async def _change_session(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        change = pb.SessionChange.FromString(request)
+        try:
+            self._check_leader()
+            answer = await self.service.change_session(change.producer_id, change.caller, change.close)
+            return _json_answer(answer.json())
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 

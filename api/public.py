@@ -218,7 +218,8 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                                "`start` when it has none; PUT /v1/consumers/{name} commits one)"),
                                                         examples=["billing"]),
                            control: bool = Query(False, description=(
-                               "Also the control entries (type consumer: named consumers' commits), which "
+                               "Also the bookkeeping entries (types consumer: named consumers' commits; "
+                               "producer_session: sessions opened and closed; cluster_version), which "
                                "reads of data skip; the stored format always has them")),
                            ) -> Response:
         linearizable = consistency == "linearizable"

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from raftlog.api.errors import ApiError, error_response
-
-if TYPE_CHECKING:
-    from raftlog.api.auth import AuthFailures  # which imports this module's names
 
 HEAD_FIELDS = {b"host": "host", b"origin": "origin", b"authorization": "authorization",
                b"content-length": "content_length", b"content-type": "content_type"}
@@ -58,11 +55,17 @@ class Refusal:
 RequestCheck = Callable[[Scope, RequestHead], "Refusal | None"]
 
 
+class Failures(Protocol):
+    """Where refusals of who is asking are counted and logged (api.auth.AuthFailures)."""
+
+    async def refuse(self, scope: Scope, receive: Receive, send: Send, error: ApiError, reason: str) -> None: ...
+
+
 class RequestChecks:
     """ASGI middleware: each check of `checks` in turn, the first refusal answered. `checks` is the
     list BelowAsgi iterates too."""
 
-    def __init__(self, app: ASGIApp, checks: list[RequestCheck], failures: AuthFailures) -> None:
+    def __init__(self, app: ASGIApp, checks: list[RequestCheck], failures: Failures) -> None:
         self.app = app
         self.checks = checks
         self.failures = failures

@@ -146,8 +146,10 @@ class EntryOut(BaseModel):
     index: int
     term: int
     pos: int
-    type: Literal["normal", "noop", "config_change", "consumer"] = Field(description=(
-        "consumer: a named consumer's commit, a control entry that reads show only with control=true"))
+    type: Literal["normal", "noop", "config_change", "consumer", "producer_session", "cluster_version"] = Field(
+        description="consumer (a named consumer's commit), producer_session (a session opened or closed) and "
+                    "cluster_version (the group's level raised): bookkeeping entries that reads show only with "
+                    "control=true")
     body: str
     encoding: Encoding = Field(description="utf-8 when the body is valid UTF-8, else base64")
     body_crc: int = Field(description="CRC-32 of the body")
@@ -179,6 +181,8 @@ class Member(BaseModel):
     rejoining: bool | None = Field(description="It lost committed entries (a damaged disk) and gets them back "
                                    "from the others; until then it neither votes nor stands")
     reachable: bool = Field(description="Whether it answered this status request")
+    level: int | None = Field(description="The format and protocol level it reports (null: it did not answer, "
+                              "or its release is from before levels, and counts as 0)")
 
 
 class Disk(BaseModel):
@@ -203,6 +207,8 @@ class ClusterStatus(BaseModel):
     uptime_s: float
     flush_mode: Literal["sync", "async"]
     disk: Disk
+    cluster_version: int = Field(description="The level every member knows, as this member's log says: "
+                                 "formats and calls of higher levels are refused (docs/operations.md, Upgrades)")
 
     @classmethod
     def of(cls, answer: StatusAnswer) -> ClusterStatus:

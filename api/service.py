@@ -15,7 +15,7 @@ import base64
 import secrets
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from raftlog.api.answers import (
     AppendAnswer,
@@ -26,17 +26,27 @@ from raftlog.api.answers import (
     StatusAnswer,
     TransferAnswer,
 )
-from raftlog.api.auth import is_loopback
+from raftlog.api.auth import LOCAL_CALLER, is_loopback
 from raftlog.api.errors import ApiError, api_error, bad_request, too_large
 from raftlog.api.limits import ApiLimits, ByteBudget
 from raftlog.api.peer_client import PeerClient
+from raftlog.api.shared_rounds import SharedRounds
 from raftlog.raft.config import Peer
 from raftlog.raft.errors import NotLeaderError
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
-from raftlog.raft.producers import EPOCH_MAX, Sequenced, out_of_range
-from raftlog.raft.waiting import consume, wait_event
-from raftlog.storage.codec import DATA_MAGICS, Entry, Magic, Stamp, client_body, client_body_crc, iter_entries
+from raftlog.raft.producers import PRODUCER_ID_MAX, Sequenced, out_of_range
+from raftlog.raft.waiting import wait_event
+from raftlog.storage.codec import (
+    BOOKKEEPING_MAGICS,
+    DATA_MAGICS,
+    Entry,
+    Magic,
+    Stamp,
+    client_body,
+    client_body_crc,
+    iter_entries,
+)
 from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
@@ -89,47 +99,62 @@ class LogService:
             i = next(i for i, size in enumerate(sizes) if size > self.limits.max_entry_bytes)
             raise too_large(f"entry {i} has {sizes[i]} bytes; max_entry_bytes is {self.limits.max_entry_bytes}")
 
-    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> AppendAnswer:
-        """Append on the leader, here or through the peer connection, once committed."""
+    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None,
+                     caller: str = LOCAL_CALLER) -> AppendAnswer:
+        """Append on the leader, here or through the peer connection, once committed. `caller`: who
+        sends it, the owner a producer's session must have."""
         self.check_bodies(bodies, producer)
         if self.node.role is Role.LEADER:
-            return await self._append_here(bodies, producer)
+            return await self._append_here(bodies, producer, caller)
+        return await self._through_leader(lambda leader: self.peers.forward_append(leader, bodies, producer, caller))
+
+    async def _through_leader(self, call: Callable[[str], Awaitable[T]]) -> T:
+        """`call` made to the leader this member knows, and once more to the leader that one names."""
         leader, tried = self.node.leader_id, set[str]()
         while True:
             if leader is None or leader in tried or leader == self.node.config.self_id:
                 raise ApiError(Code.NOT_LEADER, "no leader is known; retry later", leader)
             tried.add(leader)
             try:
-                return await self.peers.forward_append(leader, bodies, producer)
+                return await call(leader)
             except ApiError as exc:
                 if exc.code is not Code.NOT_LEADER:  # NOT_LEADER: nothing was written there
                     raise
                 leader = exc.leader  # it names the leader it knows of: follow once more
 
-    async def append_forwarded(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> AppendAnswer:
+    async def append_forwarded(self, bodies: Sequence[bytes], producer: Sequenced | None = None,
+                               caller: str = LOCAL_CALLER) -> AppendAnswer:
         """A batch another member's clients sent: checked against this member's limits too (each
         member has its own settings), and appended here if this member leads."""
         self.check_bodies(bodies, producer)
-        return await self._append_here(bodies, producer)
+        return await self._append_here(bodies, producer, caller)
 
-    async def _append_here(self, bodies: Sequence[bytes], producer: Sequenced | None) -> AppendAnswer:
+    async def _append_here(self, bodies: Sequence[bytes], producer: Sequenced | None, caller: str) -> AppendAnswer:
         try:
-            appended = await self.node.append(bodies, producer)
+            appended = await self.node.append(bodies, producer, caller)
         except Exception as exc:
             raise api_error(exc, self.node.leader_id) from None
         return AppendAnswer(appended.first_index, appended.last_index, appended.term, appended.positions,
                             self.node.config.self_id, appended.duplicate)
 
-    def new_producer(self, producer_id: int | None) -> ProducerAnswer:
-        """A producer session: a new random id at epoch 0, or for `producer_id` (a producer restarting
-        under its own id) the epoch after the latest this member's log holds, which fences the older
-        one once it appends."""
-        if producer_id is None:
-            return ProducerAnswer(secrets.randbits(63), 0)
-        state = self.node.sessions.table.producers.get(producer_id)
-        if state is not None and state.epoch >= EPOCH_MAX:
-            raise ApiError(Code.PRODUCER_FENCED, f"producer {producer_id} has used its last epoch; take a new id")
-        return ProducerAnswer(producer_id, 0 if state is None else state.epoch + 1)
+    async def new_producer(self, producer_id: int | None, caller: str) -> ProducerAnswer:
+        """A producer session owned by `caller`: a new random id at epoch 0, or for `producer_id` (a
+        producer restarting under its own id) its next epoch, which fences the older one. In the log
+        once committed, so every member knows its owner."""
+        return await self.change_session(secrets.randbits(63) if producer_id is None else producer_id, caller)
+
+    async def change_session(self, producer_id: int, caller: str, close: bool = False) -> ProducerAnswer:
+        """A producer session opened (or closed) by the leader, here or through the peer connection."""
+        if producer_id > PRODUCER_ID_MAX:
+            raise bad_request(f"a producer's id is at most {PRODUCER_ID_MAX}")
+        if self.node.role is not Role.LEADER:
+            return await self._through_leader(lambda leader: self.peers.change_session(leader, producer_id, caller,
+                                                                                        close))
+        try:
+            change = await self.node.change_session(producer_id, caller, close)
+        except Exception as exc:
+            raise api_error(exc, self.node.leader_id) from None
+        return ProducerAnswer(change.producer_id, change.epoch)
 
     # -- reads -------------------------------------------------------------------------
 
@@ -360,7 +385,7 @@ class LogService:
             "role": progress.role.value,
             "term": progress.term, "leader": progress.leader_id, "end_index": store.end_index,
             "committed_index": progress.committed_index, "applied_index": progress.applied_index,
-            "rejoining": progress.rejoining}
+            "rejoining": progress.rejoining, "level": self.node.config.reported_level}
         if progress.role is Role.LEADER:
             now = self.node.now()
             status["progress"] = {
@@ -406,7 +431,7 @@ class LogService:
                 lag_bytes=0 if peer.id == leader else follower.get("lag_bytes"),
                 inflight_bytes=follower.get("inflight_bytes"),
                 last_contact_ms=0 if peer.id == leader else follower.get("last_contact_ms"),
-                rejoining=answer.get("rejoining"), reachable=bool(answer)))
+                rejoining=answer.get("rejoining"), reachable=bool(answer), level=answer.get("level")))
         flush_mode, disk = self.describe()
         uptime_s = 0.0 if node.started_at is None else round(node.now() - node.started_at, 3)
         return StatusAnswer(
@@ -414,7 +439,7 @@ class LogService:
             leader=leader, members=members, configuration_index=configuration.index,
             begin_index=store.begin_index, end_index=store.end_index, committed_index=node.committed_index,
             applied_index=node.applied_index, uptime_s=uptime_s,
-            flush_mode=flush_mode, disk=disk)
+            flush_mode=flush_mode, disk=disk, cluster_version=node.version.level)
 
     async def _peer_status(self, peer_id: str) -> dict[str, Any] | None:
         try:
@@ -423,44 +448,10 @@ class LogService:
             return None
 
 
-class SharedRounds(Generic[T]):
-    """Calls of `round` shared by the callers that arrive while one is out. A caller joins the next
-    round to start, never one already out, whose answer may predate the caller: so every answer is
-    from a round that began after its caller asked (etcd batches read index requests so)."""
-
-    def __init__(self, round_: Callable[[], Awaitable[T]]) -> None:
-        self._round = round_
-        self._next: asyncio.Future[T] | None = None  # the round the next callers join
-        self._out: asyncio.Future[T] | None = None  # the round being run
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def __call__(self) -> T:
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-            self._next.add_done_callback(consume)  # its callers may all have left
-            task = asyncio.ensure_future(self._run(self._next))
-            self._tasks.add(task)  # held: the loop keeps only weak references to tasks
-            task.add_done_callback(self._tasks.discard)
-        return await asyncio.shield(self._next)
-
-    async def _run(self, future: asyncio.Future[T]) -> None:
-        while self._out is not None:  # one round at a time
-            await asyncio.wait((self._out,))
-        self._next, self._out = None, future
-        try:
-            future.set_result(await self._round())
-        except Exception as exc:
-            future.set_exception(exc)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        finally:
-            self._out = None
-
-
 def shown(entries: Iterable[Entry], control: bool) -> Iterator[Entry]:
-    """What a reader of data gets: the control entries (named consumers' commits) only when it asks."""
-    return iter(entries) if control else (entry for entry in entries if entry.magic != Magic.CONSUMER)
+    """What a reader of data gets: the bookkeeping entries (named consumers' commits, producer sessions,
+    the cluster version) only when it asks."""
+    return iter(entries) if control else (entry for entry in entries if entry.magic not in BOOKKEEPING_MAGICS)
 
 
 def entry_json(entry: Entry, stamp: Stamp | None) -> dict[str, Any]:

@@ -290,7 +290,8 @@ def _get(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     status = _request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"group {status['group']}  term {status['term']}  leader {status['leader']}  "
-          f"committed {status['committed_index']}  log {status['begin_index']}..{status['end_index']}")
+          f"committed {status['committed_index']}  log {status['begin_index']}..{status['end_index']}  "
+          f"cluster version {status.get('cluster_version', 0)}")
     _print_members(status)
     return 0
 
@@ -298,17 +299,18 @@ def _status(args: argparse.Namespace) -> int:
 def _members_list(args: argparse.Namespace) -> int:
     status = _request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"configuration of entry {status['configuration_index']}  leader {status['leader']}  "
-          f"term {status['term']}")
+          f"term {status['term']}  cluster version {status.get('cluster_version', 0)}")
     _print_members(status)
     return 0
 
 
 def _print_members(status: dict[str, Any]) -> None:
-    print(f"{'id':<6}{'kind':<9}{'role':<11}{'match':>8}{'lag':>7}{'contact ms':>12}  {'peer address':<22}client url")
+    print(f"{'id':<6}{'kind':<9}{'role':<11}{'level':>6}{'match':>8}{'lag':>7}{'contact ms':>12}  "
+          f"{'peer address':<22}client url")
     for m in status["members"]:
         print(f"{m['id']:<6}{'voter' if m['voter'] else 'learner':<9}{m['role'] or 'down':<11}"
-              f"{_dash(m['match_index']):>8}{_dash(m['lag']):>7}{_dash(m['last_contact_ms']):>12}  "
-              f"{m['peer_url'].removeprefix('http://'):<22}{m['client_url'] or '-'}")
+              f"{_dash(m.get('level')):>6}{_dash(m['match_index']):>8}{_dash(m['lag']):>7}"
+              f"{_dash(m['last_contact_ms']):>12}  {m['peer_url'].removeprefix('http://'):<22}{m['client_url'] or '-'}")
 
 
 def _members_add(args: argparse.Namespace) -> int:

@@ -24,6 +24,8 @@ from typing import IO, Any
 
 import httpx
 
+from raftlog.api.auth import token_entry
+
 # For throwaway nodes (tests, generating openapi.yaml): files that reserve a MiB, not gigabytes
 SECRET_SETTINGS = frozenset({"cluster_secret", "tokens"})
 SMALL_FILES = {"data_file_size": 1 << 20, "index_file_size": 32 << 12, "max_entry_bytes": 64 << 10}
@@ -49,6 +51,7 @@ class Member:
     log_file: IO[bytes] | None = field(default=None, repr=False)
     scheme: str = "http"
     join: str | None = None  # a member added later: the client URL it joins the group through
+    settings: dict[str, Any] = field(default_factory=dict)  # this member's own, over the cluster's
 
     @property
     def client_url(self) -> str:
@@ -145,7 +148,7 @@ class LocalCluster:
                 "--grpc-port", str(member.grpc_port)]
         if member.join is not None:
             args += ["--join", member.join]
-        for name, value in self.settings.items():
+        for name, value in {**self.settings, **member.settings}.items():
             if name not in SECRET_SETTINGS:
                 args += [f"--{name.replace('_', '-')}", str(value)]
         return args
@@ -154,7 +157,7 @@ class LocalCluster:
         """Secrets go to a member in its environment: a command line is there for anyone to read (ps)."""
         secrets = {f"RAFTLOG_{name.upper()}": str(value) for name, value in self.settings.items()
                    if name in SECRET_SETTINGS}
-        admin = next((entry.partition(":")[2] for entry in str(self.settings.get("tokens", "")).split(",")
+        admin = next((token_entry(entry)[2] for entry in str(self.settings.get("tokens", "")).split(",")
                       if entry.startswith("admin:")), None)
         if member.join is not None and admin:
             secrets["RAFTLOG_JOIN_TOKEN"] = admin
@@ -221,14 +224,16 @@ class LocalCluster:
                    [member])
 
     def wait_leader(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
-        """Wait until every running member (or those in `among`) is ready under one leader."""
+        """Wait until every running member (or those in `among`) is ready under one leader, and the
+        leader has raised the cluster version to the level those members report (its entry is in the
+        log: what comes next has indices of its own)."""
         ids = among or [m for m, member in self.members.items() if member.running]
         leaders: list[str | None] = []
 
         def agreed() -> bool:
             answers = [self._get(self.members[m], "/readyz") for m in ids]
             leaders[:] = [a.get("leader") if a and a.get("status") == "ready" else None for a in answers]
-            return leaders[0] is not None and len(set(leaders)) == 1
+            return leaders[0] is not None and len(set(leaders)) == 1 and self._version_settled(leaders[0], ids)
 
         try:
             self._wait(agreed, timeout_s, f"one leader among {ids}",
@@ -237,6 +242,15 @@ class LocalCluster:
             raise TimeoutError(f"{exc} (last seen {leaders})") from None
         assert leaders[0] is not None
         return leaders[0]
+
+    def _version_settled(self, leader: str, ids: list[str]) -> bool:
+        if leader not in self.members:
+            return True
+        status = self._get(self.members[leader], "/v1/cluster")
+        if status is None or "cluster_version" not in status:
+            return status is not None  # a member of a release before levels: nothing to wait for
+        levels = [m.get("level") for m in status["members"] if m["id"] in ids]
+        return status["cluster_version"] >= min((level or 0 for level in levels), default=0)
 
     def _wait(self, condition: Callable[[], bool], timeout_s: float, what: str,
               watched: list[Member] | None = None) -> None:

@@ -21,7 +21,17 @@ from typing import Any, NamedTuple
 import httpx
 
 from raftlog.client.connection import BACKOFF_S, Connection, LoopThread, RaftlogError, error_of
-from raftlog.storage.codec import DISTANCE, DISTANCE_SIZE, HEADER, HEADER_SIZE, SEQUENCE_BITS, STAMP, STAMP_SIZE, Magic
+from raftlog.storage.codec import (
+    BOOKKEEPING_MAGICS,
+    DISTANCE,
+    DISTANCE_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    SEQUENCE_BITS,
+    STAMP,
+    STAMP_SIZE,
+    Magic,
+)
 
 ENTRIES = "application/vnd.raftlog.entries"
 TYPES = {Magic.NORMAL: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
@@ -148,7 +158,7 @@ class AsyncConsumer:
                 else:  # stamped once its head is read
                     self._orphans.append((len(records), index - distance))
                 append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + DISTANCE_SIZE:end + size], stamp))
-            elif magic != Magic.CONSUMER:  # a control entry: not data
+            elif magic not in BOOKKEEPING_MAGICS:  # a control entry a reader of data sees
                 append(Record(index, term, pos, TYPES.get(magic, "other"), data[end + HEADER_SIZE:end + size]))
             end += size
             self._next = index + 1

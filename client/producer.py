@@ -9,9 +9,17 @@ the same entries with the same sequence, through any member, until the group
 answers: the session makes the retry safe (a batch that went in is answered
 with its original entries, `duplicate` set). A batch refused as out of order
 (a batch before it had not arrived) waits for that one and is sent again.
-The session's first batch goes alone: a member takes any sequence from a
-producer it has no record of, so a later batch arriving first would leave the
-earlier ones out of order for good.
+The session's first batch goes alone, so that the others follow one the group
+has taken.
+
+A session the group no longer has (UNKNOWN_PRODUCER: it expired after
+producer_idle_entries of log time, or was closed) is opened again, at the next
+epoch: the batches not yet answered are numbered again from 0 and sent in it,
+except those whose outcome the producer cannot know (an attempt went
+unanswered while the old session lived): each of those fails with
+OUTCOME_UNKNOWN, for the application to decide (it is in the log once, or not
+at all). The session is the caller's own (the name of its token): the
+producer closes it when it is closed.
 Entries not yet answered are bounded by `buffer_entries`: `send` waits for
 room (back-pressure). `flush` waits for every entry sent so far, `close`
 too, and then ends the session's sender.
@@ -20,11 +28,14 @@ too, and then ends the session's sender.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
+
+import httpx
 
 from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 from raftlog.client.connection import BACKOFF_S, RETRY_LATER, Connection, LoopThread, RaftlogError
@@ -45,12 +56,13 @@ class Appended:
 
 
 class _Batch:
-    __slots__ = ("answer", "bodies", "done", "error", "future", "sequence", "size")
+    __slots__ = ("answer", "bodies", "done", "error", "future", "maybe_appended", "sequence", "size")
 
     def __init__(self, future: asyncio.Future[None]) -> None:
         self.bodies: list[bytes] = []
         self.size = 0
         self.sequence = -1
+        self.maybe_appended = False  # an attempt went unanswered: it may be in the log
         self.answer: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()  # for .result() from other threads
@@ -117,16 +129,26 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None  # the session cannot go on (fenced, refused)
         self._established = False  # a batch was answered: the group has a record of the session
+        self._calls_out = 0  # appends sent and not yet answered (renewing the session waits for none)
+        self._quiet: asyncio.Event | None = None  # set while _calls_out is 0
+        self._renewed: asyncio.Event | None = None  # cleared while the session is opened again
 
     async def start(self) -> AsyncProducer:
         """Take the producer session (POST /v1/producers) and start sending."""
         self._loop = asyncio.get_running_loop()
         self._wake, self._has_room = asyncio.Event(), asyncio.Event()
+        self._quiet, self._renewed = asyncio.Event(), asyncio.Event()
+        self._quiet.set()
+        self._renewed.set()
+        await self._open_session()
+        self._sender = asyncio.create_task(self._send_batches())
+        return self
+
+    async def _open_session(self) -> None:
+        """POST /v1/producers: a new session, or the next epoch of `producer_id`'s."""
         body = {} if self.producer_id is None else {"id": self.producer_id}
         session = (await self.connection.retried("POST", "/v1/producers", json=body)).json()
         self.producer_id, self.epoch = session["id"], session["epoch"]
-        self._sender = asyncio.create_task(self._send_batches())
-        return self
 
     async def __aenter__(self) -> AsyncProducer:
         return await self.start()
@@ -185,13 +207,17 @@ class AsyncProducer:
             await asyncio.wait(waiting)
 
     async def close(self) -> None:
-        """Flush, then stop the sender."""
+        """Flush, stop the sender, and close the session (it no longer counts against the caller's
+        producer_sessions_per_name_max)."""
         try:
             await self.flush()
         finally:
             if self._sender is not None:
                 self._sender.cancel()
                 await asyncio.gather(self._sender, return_exceptions=True)
+                self._sender = None
+                with contextlib.suppress(RaftlogError):  # gone already, or no answer: it expires in log time
+                    await self.connection.retried("DELETE", f"/v1/producers/{self.producer_id}", until_s=5.0)
 
     # -- the sender -----------------------------------------------------------------------
 
@@ -220,19 +246,29 @@ class AsyncProducer:
 
     async def _send_until_answered(self, batch: _Batch) -> None:
         content = encode_bodies(batch.bodies)
-        headers = {"content-type": BATCH_CONTENT_TYPE, "x-raftlog-producer-id": str(self.producer_id),
-                   "x-raftlog-producer-epoch": str(self.epoch), "x-raftlog-sequence": str(batch.sequence)}
         attempt = out_of_order = 0
+        assert self._renewed is not None
         while True:
+            await self._renewed.wait()
+            if batch.done.is_set():  # reported when the session was opened again
+                return
             if self._failure is not None:
                 return self._settle(batch, error=self._failure)
+            epoch = self.epoch
+            headers = {"content-type": BATCH_CONTENT_TYPE, "x-raftlog-producer-id": str(self.producer_id),
+                       "x-raftlog-producer-epoch": str(epoch), "x-raftlog-sequence": str(batch.sequence)}
             try:
-                response = await self.connection.call("POST", "/v1/entries/batch", content=content, headers=headers)
+                response = await self._attempt(batch, content, headers)
             except RaftlogError as exc:
+                if epoch != self.epoch:  # refused in a session opened again since: sent again in the new one
+                    continue
+                if exc.code == "UNKNOWN_PRODUCER":  # the group has no record of the session now
+                    await self._renew(epoch)
+                    continue
                 if exc.code == "OUT_OF_ORDER_SEQUENCE":  # a batch before it has not arrived yet
                     out_of_order += batch is self._in_flight[0]
-                    if out_of_order > OUT_OF_ORDER_MAX:  # none before it is on its way: the group lost the
-                        self._failure = exc  # session's record (an idle producer forgotten): it cannot go on
+                    if out_of_order > OUT_OF_ORDER_MAX:  # none before it is on its way: it cannot go on
+                        self._failure = exc
                         return self._settle(batch, error=exc)
                     await self._before_answered(batch)
                 elif exc.status not in (0, *RETRY_LATER):  # fenced, or refused: the session cannot go on
@@ -243,9 +279,55 @@ class AsyncProducer:
                 attempt += 1
                 self.retried += attempt == 1
                 continue
-            answer = response.json()
-            await self.connection.note_leader(answer.get("leader"))
-            return self._settle(batch, answer=answer)
+            await self.connection.note_leader(response.json().get("leader"))
+            return
+
+    async def _attempt(self, batch: _Batch, content: bytes, headers: dict[str, str]) -> httpx.Response:
+        """One append of `batch`, its outcome noted in it before any other task runs: answered (the
+        batch settled), or unknown (it may be in the log)."""
+        assert self._quiet is not None
+        self._calls_out += 1
+        self._quiet.clear()
+        try:
+            response = await self.connection.call("POST", "/v1/entries/batch", content=content, headers=headers)
+            self._settle(batch, answer=response.json())
+            return response
+        except RaftlogError as exc:
+            batch.maybe_appended = batch.maybe_appended or exc.outcome_unknown
+            raise
+        finally:
+            self._calls_out -= 1
+            if not self._calls_out:
+                self._quiet.set()
+
+    async def _renew(self, epoch: int) -> None:
+        """The session of `epoch` is gone: once no append is out, take the next epoch, report the
+        batches that may be in the log, and number the others again from 0 (in their order)."""
+        assert self._renewed is not None and self._quiet is not None
+        if epoch != self.epoch or not self._renewed.is_set():
+            await self._renewed.wait()  # another batch's refusal renews it
+            return
+        self._renewed.clear()
+        try:
+            await self._quiet.wait()
+            await self._open_session()
+            sequence = 0
+            for batch in [*self._in_flight, *self._sealed]:
+                if batch.done.is_set():
+                    continue
+                if batch.maybe_appended:
+                    self._settle(batch, error=RaftlogError(
+                        "OUTCOME_UNKNOWN", f"producer {self.producer_id}'s session ended while this batch's "
+                        "outcome was unknown: it is in the log once, or not at all", 0))
+                    continue
+                batch.sequence = sequence
+                sequence += len(batch.bodies)
+            self._next_sequence = sequence
+            self._established = False
+        except RaftlogError as exc:
+            self._failure = exc
+        finally:
+            self._renewed.set()
 
     async def _before_answered(self, batch: _Batch) -> None:
         """Wait until the batch before `batch` in sequence order is answered (or a moment, if none is)."""
@@ -257,11 +339,13 @@ class AsyncProducer:
 
     def _settle(self, batch: _Batch, *, answer: dict[str, Any] | None = None,
                 error: BaseException | None = None) -> None:
+        if batch.done.is_set():
+            return
         batch.answer, batch.error = answer, error
         self._established = self._established or answer is not None
         batch.done.set()
         batch.future.set_result(None)
-        self._in_flight.remove(batch)
+        (self._in_flight if batch in self._in_flight else self._sealed).remove(batch)
         self._buffered -= len(batch.bodies)
         assert self._wake is not None and self._has_room is not None
         self._wake.set()

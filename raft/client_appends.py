@@ -4,7 +4,10 @@ An append is written to the leader's own log under the member's lock, so
 its term cannot change underneath it, then waits until a quorum holds it
 (raft.commitment). A producer's batch is checked against its session there
 first (raft.producers): a duplicate is answered with its original entries once
-they commit, a batch out of order or from a fenced epoch is refused. A new
+they commit, a batch out of order, from a fenced epoch, of a session it has no
+record of or of another caller's is refused. Control entries the leader writes
+itself (a session opened or closed, a consumer's position, the cluster
+version) are decided under the same lock, against the log's tail. A new
 leader's first entry is a NOOP, so that its commit index can reach its own term
 at once. The leader's own flushes are grouped:
 one fdatasync covers every append written since the last.
@@ -13,31 +16,42 @@ one fdatasync covers every append written since the last.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from raftlog.raft.cluster_version import PRODUCER_OWNERS, ClusterVersion, encode_level
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.consumers import ConsumerCommit, ConsumerPositions
 from raftlog.raft.errors import (
     AckTimeoutError,
+    ClusterVersionError,
     ConsumerConflictError,
     ConsumerNotFoundError,
     ConsumersFullError,
     LeaderTransferringError,
     NotLeaderError,
+    NotProducerOwnerError,
     OutOfOrderSequenceError,
     PendingFullError,
     ProducerFencedError,
+    ProducersFullError,
     RaftError,
     TermChangedError,
+    UnknownProducerError,
 )
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration
-from raftlog.raft.producers import ProducerSessions, Sequenced, Verdict
-from raftlog.raft.waiting import Wakeup
+from raftlog.raft.producers import EPOCH_MAX, ProducerSessions, Sequenced, SessionChange, Verdict
+from raftlog.raft.waiting import Wakeup, log_if_died
 from raftlog.storage.codec import Magic
 from raftlog.storage.protocol import LogStore
+
+log = logging.getLogger("raftlog.raft.client_appends")
+# refusals a deposed leader may make by a table the group has moved past: they stand only once a quorum confirms it
+REFUSALS = (OutOfOrderSequenceError, ProducerFencedError, ConsumerConflictError, ConsumerNotFoundError,
+            ConsumersFullError, UnknownProducerError, NotProducerOwnerError, ProducersFullError, ClusterVersionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +65,12 @@ class Appended:
 
 class ClientAppends:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, commitment: Commitment,
-                 sessions: ProducerSessions, consumers: ConsumerPositions,
-                 configuration_appended: Callable[[Configuration], None],
+                 sessions: ProducerSessions, consumers: ConsumerPositions, version: ClusterVersion,
+                 member_ids: Callable[[], Sequence[str]], configuration_appended: Callable[[Configuration], None],
                  appended: Callable[[], None], durable_moved: Callable[[], None],
                  confirm_leadership: Callable[[], Awaitable[object]]) -> None:
-        """`configuration_appended`: a CONFIG_CHANGE entry is in the log (in force at once);
+        """`member_ids`: the voters and learners in force; `configuration_appended`: a CONFIG_CHANGE
+        entry is in the log (in force at once);
         `appended`: the log grew (the dispatchers push it); `durable_moved`: a flush covered more;
         `confirm_leadership`: a heartbeat round, NotLeaderError if a quorum no longer follows."""
         self.config = config
@@ -64,43 +79,105 @@ class ClientAppends:
         self.commitment = commitment
         self.sessions = sessions
         self.consumers = consumers
+        self.version = version
+        self._member_ids = member_ids
         self._configuration_appended = configuration_appended
         self._appended = appended
         self._durable_moved = durable_moved
         self._confirm_leadership = confirm_leadership
         self._flush = Wakeup()  # the log grew: flush it
         self.term_first_index = -1  # the leader's NOOP: reads and membership changes wait for it to commit
+        self._raising_version: asyncio.Task[None] | None = None
 
     @property
     def caught_up(self) -> bool:
         """The leader's first entry of its term is committed."""
         return 0 <= self.term_first_index <= self.state.committed_index
 
-    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> Appended:
+    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None, caller: str = "") -> Appended:
         """Append entries and wait until they are committed (stored on a quorum, durable); a producer's
-        batch that is in the log already is answered with its entries once they commit."""
+        batch that is in the log already is answered with its entries once they commit. `caller`: who
+        sends it (a producer's session must be its own)."""
         if not bodies:
             raise ValueError("nothing to append")
-        return await self.append_committed(bodies, self.state.current_term, Magic.NORMAL, producer)
+        return await self.append_committed(bodies, self.state.current_term, Magic.NORMAL, producer, caller=caller)
+
+    async def change_session(self, producer_id: int, caller: str, close: bool = False) -> SessionChange:
+        """Open a producer session of `producer_id` for `caller` (a new one at epoch 0, or its next
+        epoch, which fences the one before), or close it: a PRODUCER_SESSION entry, once committed.
+        Below the cluster version sessions need, it waits up to max_wait_ack_ms for the leader to raise
+        it (a group just started, or a new leader, has not heard every member's level yet)."""
+        await self.version.wait_for(PRODUCER_OWNERS, self.config.max_wait_ack_ms / 1000)
+        decided: list[SessionChange] = []
+
+        def decide() -> list[bytes]:
+            self.version.require(PRODUCER_OWNERS, self._member_ids())
+            state = self.sessions.table.producers.get(producer_id)
+            if state is not None and state.owner not in (None, caller):
+                raise NotProducerOwnerError(f"producer {producer_id}'s session is another caller's",
+                                            self.state.leader_id)
+            if close:
+                if state is None or state.owner is None:
+                    raise UnknownProducerError(f"producer {producer_id} has no open session", self.state.leader_id)
+                change = SessionChange(producer_id, state.epoch, caller, closed=True)
+            else:
+                if (problem := self.sessions.table.room_for(producer_id, caller)) is not None:
+                    raise ProducersFullError(problem, self.state.leader_id)
+                epoch = 0 if state is None else state.epoch + 1
+                if epoch > EPOCH_MAX:
+                    raise ProducerFencedError(f"producer {producer_id} has used its last epoch; take a new id",
+                                              self.state.leader_id)
+                change = SessionChange(producer_id, epoch, caller)
+            decided.append(change)
+            return [change.encode()]
+
+        await self.append_committed([b""], self.state.current_term, Magic.PRODUCER_SESSION, decide=decide)
+        return decided[0]
+
+    def check_cluster_version(self) -> None:
+        """The leader raises the cluster version once every member reports a higher level: one entry at
+        a time, after its first entry of the term has committed (a heartbeat round's duty)."""
+        if not self.state.is_leader or not self.caught_up or self._raising_version is not None:
+            return
+        target = self.version.target(self._member_ids())
+        if target is None or target <= self.version.level:
+            return
+        log.info("%s raises the cluster version from %d to %d: every member reports it", self.config.self_id,
+                 self.version.level, target)
+        task = self._raising_version = asyncio.create_task(self._raise_version(self.state.current_term, target))
+        task.add_done_callback(lambda done: log_if_died(done, log, self.config.self_id))
+
+    async def _raise_version(self, term: int, level: int) -> None:
+        def decide() -> list[bytes]:
+            if self.version.level >= level:
+                raise ClusterVersionError(f"the cluster version is {self.version.level} already", None, [])
+            return [encode_level(level)]
+
+        try:
+            await self.append_committed([b""], term, Magic.CLUSTER_VERSION, decide=decide)
+        except RaftError as exc:  # deposed, or a slow quorum: the next leader, or the next heartbeat, tries again
+            log.info("%s: cluster version %d not raised: %s", self.config.self_id, level, exc)
+        finally:
+            self._raising_version = None
 
     async def commit_consumer(self, commit: ConsumerCommit, expected: int | None) -> Appended:
         """A consumer's position as a CONSUMER entry, once committed (and in the table); `expected`: the
         position it must be at now (ABSENT: no such consumer), else ConsumerConflictError."""
         appended = await self.append_committed([commit.encode()], self.state.current_term, Magic.CONSUMER,
-                                               check=lambda: self.consumers.check(commit, expected))
+                                               decide=lambda: self.consumers.check(commit, expected))
         self.consumers.fold()
         return appended
 
     async def append_committed(self, bodies: Sequence[bytes], term: int, magic: int,
-                               producer: Sequenced | None = None,
-                               check: Callable[[], None] | None = None) -> Appended:
-        """`check` runs under the append lock first, and raises to refuse the append."""
+                               producer: Sequenced | None = None, *, caller: str = "",
+                               decide: Callable[[], Sequence[bytes] | None] | None = None) -> Appended:
+        """`decide` runs under the append lock first: it raises to refuse the append, and may give the
+        bodies to write in place of `bodies` (a control entry made of the table it checks)."""
         if self.commitment.pending >= self.config.max_pending_requests:
             raise PendingFullError(f"{self.commitment.pending} appends are waiting for a quorum")
         try:
-            appended, committed = await self.append_local(bodies, term, magic, producer, check)
-        except (OutOfOrderSequenceError, ProducerFencedError, ConsumerConflictError, ConsumerNotFoundError,
-                ConsumersFullError):
+            appended, committed = await self.append_local(bodies, term, magic, producer, caller, decide)
+        except REFUSALS:
             # a deposed leader that has not heard of it yet judges by a table the group has moved past:
             # its refusal stands only once a quorum confirms it leads (else NOT_LEADER: ask the leader)
             await self._confirm_leadership()
@@ -117,7 +194,8 @@ class ClientAppends:
         return appended
 
     async def append_local(self, bodies: Sequence[bytes], term: int, magic: int, producer: Sequenced | None = None,
-                           check: Callable[[], None] | None = None) -> tuple[Appended, asyncio.Future[None] | None]:
+                           caller: str = "", decide: Callable[[], Sequence[bytes] | None] | None = None,
+                           ) -> tuple[Appended, asyncio.Future[None] | None]:
         """Into the leader's own log; with the future of its commit (None: committed already, or a
         producer's duplicate, which waits for its original entries)."""
         async with self.state.lock:
@@ -127,12 +205,12 @@ class ClientAppends:
                 # checked here, under the lock: an append queued on it when a transfer began would land after
                 # the transferee was found caught up, and a log behind loses the transferee its vote round
                 raise LeaderTransferringError("a leadership transfer is in progress", self.state.leader_id)
-            if check is not None:
-                check()
+            if decide is not None:
+                bodies = decide() or bodies
             if producer is None:
                 result = await self.store.append_as_leader(bodies, term, magic)
             else:
-                original = self._original(producer, len(bodies))
+                original = self._original(producer, len(bodies), caller)
                 if original is not None:
                     return original, None
                 result = await self.store.append_as_leader(bodies, term, Magic.PRODUCED, stamp=producer)
@@ -141,6 +219,10 @@ class ClientAppends:
                 self._configuration_appended(Configuration.decode(bodies[0], result.first_index))
             elif magic == Magic.CONSUMER:
                 self.consumers.appended([result.first_index])
+            elif magic == Magic.PRODUCER_SESSION:
+                self.sessions.session_changed(result.first_index, bodies[0])
+            elif magic == Magic.CLUSTER_VERSION:
+                self.version.appended(result.first_index, bodies[0])
         last = result.first_index + len(bodies) - 1
         committed = self.commitment.wait_for(last)
         self._flush.set()
@@ -148,11 +230,21 @@ class ClientAppends:
         self._appended()
         return Appended(result.first_index, last, term, result.positions), committed
 
-    def _original(self, producer: Sequenced, count: int) -> Appended | None:
-        """A duplicate's original entries, or None for a new batch; raises for one out of order or fenced."""
-        checked = self.sessions.table.check(producer.producer_id, producer.epoch, producer.sequence, count)
+    def _original(self, producer: Sequenced, count: int, caller: str) -> Appended | None:
+        """A duplicate's original entries, or None for a new batch; raises for one out of order, fenced,
+        of no open session, or of another caller's."""
+        checked = self.sessions.table.check(producer.producer_id, producer.epoch, producer.sequence, count,
+                                            caller=caller, owned=self.version.level >= PRODUCER_OWNERS)
         if checked.verdict is Verdict.NEW:
             return None
+        if checked.verdict is Verdict.UNKNOWN:
+            raise UnknownProducerError(
+                f"producer {producer.producer_id} has no open session of epoch {producer.epoch} to take sequence "
+                f"{producer.sequence} (never opened, closed or expired): open one with POST /v1/producers",
+                self.state.leader_id)
+        if checked.verdict is Verdict.NOT_OWNER:
+            raise NotProducerOwnerError(f"producer {producer.producer_id}'s session is another caller's",
+                                        self.state.leader_id)
         if checked.verdict is Verdict.OUT_OF_ORDER:
             assert checked.expected_seq is not None
             raise OutOfOrderSequenceError(

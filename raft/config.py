@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from raftlog.raft.cluster_version import LEVEL
+
 LEARNER_MARK = "@learner"
 
 
@@ -112,14 +114,19 @@ class RaftConfig:
     max_promote_lag_entries: int = 1000  # a learner further behind the leader is not promoted yet
     control_queue_max: int = 1024  # compares and truncates a follower holds (DLedger's compareOrTruncateRequests)
     waiting_pushes_max: int = 1024  # appends a follower holds that arrived ahead of their turn
-    # producer sessions (raft.producers): Kafka's 5 batches kept per producer; producers kept, least
-    # recently appended first out; a producer that appended nothing in this many entries is forgotten
+    # producer sessions (raft.producers): Kafka's 5 batches kept per producer; sessions open at most, and at
+    # most of one owner (a caller's name); a session that did nothing in this many entries expires: a day of a
+    # steady 1,160 entries a second (docs/api.md, "The bounds")
     producer_batches_kept: int = 5
     producers_max: int = 100_000
-    producer_idle_entries: int = 1_000_000_000
+    producer_sessions_per_name_max: int = 10_000
+    producer_idle_entries: int = 100_000_000
     # named consumers (raft.consumers): at most this many; one that committed nothing in this many entries expires
     consumers_max: int = 10_000
     consumer_idle_entries: int = 1_000_000_000
+    # the format and protocol level this member reports (raft.cluster_version): its release's, or lower to hold
+    # a rolling upgrade's new formats back until every member runs the new release
+    reported_level: int = LEVEL
 
     def __post_init__(self) -> None:
         ids = {p.id for p in self.peers}
@@ -130,7 +137,8 @@ class RaftConfig:
                      "push_bytes_max", "push_entries_max", "push_window_max", "push_inflight_bytes_max",
                      "rpc_timeout_ms", "apply_batch_max", "min_take_leadership_vote_interval_ms",
                      "control_queue_max", "waiting_pushes_max", "producer_batches_kept", "producers_max",
-                     "producer_idle_entries", "consumers_max", "consumer_idle_entries"):
+                     "producer_sessions_per_name_max", "producer_idle_entries", "consumers_max",
+                     "consumer_idle_entries"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.scrub_interval_ms < 0:
@@ -140,6 +148,8 @@ class RaftConfig:
         if self.max_take_leadership_vote_interval_ms < self.min_take_leadership_vote_interval_ms:
             raise ValueError("max_take_leadership_vote_interval_ms must be at least "
                              "min_take_leadership_vote_interval_ms")
+        if not 0 <= self.reported_level <= LEVEL:
+            raise ValueError(f"reported_level is 0 to {LEVEL}, the levels this release knows")
         if self.max_promote_lag_entries < 0:
             raise ValueError("max_promote_lag_entries must not be negative")
         unknown = set(self.preferred_leader_ids) - {p.id for p in self.peers if not p.learner}

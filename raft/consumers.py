@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
@@ -67,7 +67,7 @@ class ConsumerCommit(NamedTuple):
 def commit_problem(name: str, position: int, metadata: str) -> str | None:
     """Why a client's commit is malformed (None: it is not): its bad request's message."""
     if NAME.fullmatch(name) is None:
-        return f"a consumer name is 1 to 128 letters, digits, '.', '_' or '-', not {name!r}"
+        return f"a consumer name is 1 to 128 letters, digits, '.', '_' or '-', not {name[:140]!r}"
     if not 0 <= position < 1 << 63:  # RECORD's signed 64 bits
         return f"a position is the index of the last entry processed, 0 to 2^63 - 1, not {position}"
     if len(metadata.encode()) > METADATA_BYTES_MAX:
@@ -106,22 +106,6 @@ class ConsumerPositions:
     def appended(self, indices: Iterable[int]) -> None:
         """Consumer entries joined the log, in log order (those a snapshot's table holds are skipped)."""
         self.pending.extend(i for i in indices if i > self.folded_index)
-
-    def took(self, indices: Sequence[int]) -> list[int]:
-        """A follower took control entries at `indices`: the consumer entries among them join the log's;
-        the others (configurations) are returned."""
-        others = []
-        for index in indices:
-            try:
-                consumer = self.store.get(index).magic == Magic.CONSUMER
-            except StorageError as exc:  # damaged as it arrived: the scrub repairs it
-                log.error("%s: control entry %d not read: %s", self.config.self_id, index, exc)
-                continue
-            if consumer:
-                self.appended([index])
-            else:
-                others.append(index)
-        return others
 
     def truncated(self, from_index: int) -> None:
         """Entries from `from_index` on left the log (never committed ones: the table keeps)."""

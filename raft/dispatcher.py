@@ -20,6 +20,7 @@ import logging
 from enum import Enum
 from typing import Protocol
 
+from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.consumers import ConsumerPositions
@@ -83,10 +84,12 @@ class Leadership(Protocol):
 class EntryDispatcher:
     def __init__(self, peer_id: str, config: RaftConfig, member: MemberState, store: LogStore,
                  members: ConfigLog, commitment: Commitment, transport: Transport, clock: Clock,
-                 leadership: Leadership, sessions: ProducerSessions, consumers: ConsumerPositions) -> None:
+                 leadership: Leadership, sessions: ProducerSessions, consumers: ConsumerPositions,
+                 version: ClusterVersion) -> None:
         self.peer_id = peer_id
         self.sessions = sessions  # a snapshot install carries the producer table
         self.consumers = consumers  # and the consumer table
+        self.version = version  # and the cluster version
         self.config = config
         self.member = member
         self.store = store
@@ -249,7 +252,7 @@ class EntryDispatcher:
             term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
             pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
             next_pos=store.begin_pos, data=self.members.base.encode_with_index(), producers=self.sessions.encode(),
-            consumers=self.consumers.encode()))
+            consumers=self.consumers.encode(), cluster_version=self.version.encode()))
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"install snapshot: {response.code.name}")
         self.match_index = store.before_begin_index

@@ -61,6 +61,10 @@ class Candidacy(Protocol):
 
     def check_preferred_leader(self) -> None: ...
 
+    def heard_level(self, peer: str, level: int) -> None: ...
+
+    def check_cluster_version(self) -> None: ...
+
 
 class LeaderElector:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, members: ConfigLog,
@@ -127,6 +131,7 @@ class LeaderElector:
         if verdict is LeaderVerdict.RESEND:
             self.last_send_heartbeat = float("-inf")
         self.member.check_preferred_leader()
+        self.member.check_cluster_version()
 
     async def heartbeat_round(self, term: int) -> LeaderVerdict:
         """Beat every other member once and act on the answers (sendHeartbeats)."""
@@ -143,8 +148,10 @@ class LeaderElector:
         for peer, task in tasks.items():
             response = _result(task)
             self.peer_alive[peer] = response is not None
-            if response is not None and peer in voters:
-                answers.append((response.code, response.term))
+            if response is not None:
+                self.member.heard_level(peer, response.level)
+                if peer in voters:
+                    answers.append((response.code, response.term))
         now = self.clock()
         lost_too_long = now - self.last_success_heartbeat > self._leak()
         verdict, step_term = parse_heartbeats(term, answers, self._quorum(), lost_too_long)
@@ -344,7 +351,7 @@ class LeaderElector:
             # its write (under load that wait made followers miss beats and leaders step down).
             if action is HeartbeatAction.REFRESH:
                 self.last_leader_heartbeat = self.clock()
-            return HeartbeatResponse(code, self.state.current_term)
+            return HeartbeatResponse(code, self.state.current_term, self.config.reported_level)
         async with self.state.lock:
             code, action = decide_heartbeat(self._view(), request)
             if action is HeartbeatAction.STEP_UP_TERM and self.member.passive:
@@ -361,7 +368,7 @@ class LeaderElector:
                 self.state.change_to_candidate(request.term)
                 self.need_increase_term_immediately = True
                 self.wake.set()
-            return HeartbeatResponse(code, self.state.current_term)
+            return HeartbeatResponse(code, self.state.current_term, self.config.reported_level)
 
     def heartbeat_now(self) -> None:
         """A follower answered with a larger term: the next heartbeat round, at once, steps down."""

@@ -10,7 +10,11 @@
     ├── ProducerFencedError     PRODUCER_FENCED (a newer epoch of the producer appended)
     ├── ConsumerConflictError   CONSUMER_CONFLICT (found says where the consumer is)
     ├── ConsumerNotFoundError   CONSUMER_NOT_FOUND
-    └── ConsumersFullError      CONSUMERS_FULL (consumers_max)
+    ├── ConsumersFullError      CONSUMERS_FULL (consumers_max)
+    ├── UnknownProducerError    UNKNOWN_PRODUCER (no open session of this id and epoch)
+    ├── NotProducerOwnerError   NOT_PRODUCER_OWNER (the session is another caller's)
+    ├── ProducersFullError      PRODUCERS_FULL (producers_max, or the caller's producer_sessions_per_name_max)
+    └── ClusterVersionError     CLUSTER_VERSION_TOO_LOW (behind names the members holding it back)
 """
 
 from __future__ import annotations
@@ -72,3 +76,23 @@ class ConsumerNotFoundError(RaftError):
 
 class ConsumersFullError(RaftError):
     code = Code.CONSUMERS_FULL
+
+
+class UnknownProducerError(RaftError):
+    code = Code.UNKNOWN_PRODUCER
+
+
+class NotProducerOwnerError(RaftError):
+    code = Code.NOT_PRODUCER_OWNER
+
+
+class ProducersFullError(RaftError):
+    code = Code.PRODUCERS_FULL
+
+
+class ClusterVersionError(RaftError):
+    code = Code.CLUSTER_VERSION_TOO_LOW
+
+    def __init__(self, message: str, leader_id: str | None, behind: list[str]) -> None:
+        super().__init__(message, leader_id)
+        self.behind = behind

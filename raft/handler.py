@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
+from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.member_state import MemberState
@@ -28,7 +29,7 @@ from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
 from raftlog.raft.producers import ProducerSessions
 from raftlog.raft.waiting import Clock, Wakeup
-from raftlog.storage.codec import HEADER, HEADER_SIZE
+from raftlog.storage.codec import HEADER, HEADER_SIZE, Magic
 from raftlog.storage.errors import AppendRejectedError, DiskFullError, StorageError
 from raftlog.storage.protocol import FollowerAppend, LogStore
 
@@ -55,10 +56,12 @@ class Following(Protocol):
 
 class EntryHandler:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock: Clock,
-                 member: Following, sessions: ProducerSessions, consumers: ConsumerPositions) -> None:
+                 member: Following, sessions: ProducerSessions, consumers: ConsumerPositions,
+                 version: ClusterVersion) -> None:
         self.config = config
         self.sessions = sessions
         self.consumers = consumers
+        self.version = version
         self.state = state
         self.store = store
         self.clock = clock
@@ -282,12 +285,34 @@ class EntryHandler:
         self._ack(request, future, self._answer(request, Code.SUCCESS))
 
     def _took(self, appended: FollowerAppend) -> None:
-        """What the entries a push brought change: configurations, in force at once as the log holds
-        them (a vote may depend on one), consumer positions (once committed) and producer sessions."""
-        if appended.control_indices and (configurations := self.consumers.took(appended.control_indices)):
+        """What the entries a push brought change, each control entry read once, in log order with the
+        producers' runs: configurations, in force at once as the log holds them (a vote may depend on
+        one), consumer positions (once committed), producer sessions and the cluster version."""
+        runs = iter(appended.produced)
+        run = next(runs, None)
+        configurations = []
+        for index in appended.control_indices:
+            while run is not None and run[3] < index:  # the producers' entries before this one
+                self.sessions.appended_one(*run)
+                run = next(runs, None)
+            try:
+                entry = self.store.get(index)
+            except StorageError as exc:  # damaged as it arrived: the scrub repairs it
+                log.error("%s: control entry %d not read: %s", self.config.self_id, index, exc)
+                continue
+            if entry.magic == Magic.CONFIG_CHANGE:
+                configurations.append(index)
+            elif entry.magic == Magic.CONSUMER:
+                self.consumers.appended([index])
+            elif entry.magic == Magic.PRODUCER_SESSION:
+                self.sessions.session_changed(index, entry.body)
+            elif entry.magic == Magic.CLUSTER_VERSION:
+                self.version.appended(index, entry.body)
+        while run is not None:
+            self.sessions.appended_one(*run)
+            run = next(runs, None)
+        if configurations:
             self.member.note_config_entries(configurations)
-        if appended.produced:
-            self.sessions.appended(appended.produced)
 
     async def _control(self, request: PushRequest) -> PushResponse:
         try:
@@ -348,6 +373,7 @@ class EntryHandler:
         self.member.log_truncated(truncated_to + 1)
         self.sessions.truncated(truncated_to + 1)
         self.consumers.truncated(truncated_to + 1)
+        self.version.truncated(truncated_to + 1)
         if truncated_to != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1
@@ -373,6 +399,7 @@ class EntryHandler:
         self.matched_end = request.pre_log_index
         self.sessions.installed(request.pre_log_index, request.producers)
         self.consumers.installed(request.pre_log_index, request.consumers)
+        self.version.installed(request.pre_log_index, request.cluster_version)
         self.member.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
 

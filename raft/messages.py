@@ -66,6 +66,11 @@ class Code(IntEnum):
     CONSUMER_CONFLICT = 615  # a compare-and-set found the consumer at another position
     CONSUMER_NOT_FOUND = 616  # no consumer of that name (or it expired)
     CONSUMERS_FULL = 617  # a new consumer would pass consumers_max
+    # raftlog's own: producer sessions with owners, and the cluster version (raft.producers, raft.cluster_version)
+    UNKNOWN_PRODUCER = 618  # no open session of this producer id and epoch (never opened, closed or expired)
+    NOT_PRODUCER_OWNER = 619  # a session another caller opened
+    PRODUCERS_FULL = 620  # a new session would pass producers_max, or its caller's producer_sessions_per_name_max
+    CLUSTER_VERSION_TOO_LOW = 621  # what the request needs is written from a cluster version the group is below
 
 
 class Role(Enum):
@@ -134,6 +139,7 @@ class HeartbeatRequest:
 class HeartbeatResponse:
     code: Code
     term: int = -1
+    level: int = 0  # the format and protocol level the member knows (raft.cluster_version); 0: says none
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,7 @@ class PushRequest:
     next_pos: int | None = None
     producers: bytes = b""  # INSTALL_SNAPSHOT: the leader's producer table (raft.producers)
     consumers: bytes = b""  # INSTALL_SNAPSHOT: the leader's consumer table (raft.consumers)
+    cluster_version: bytes = b""  # INSTALL_SNAPSHOT: the leader's cluster version entries (raft.cluster_version)
 
     @property
     def last_index(self) -> int:

@@ -23,13 +23,13 @@ from typing import Any
 
 from raftlog.raft.apply import Applier, ProgressStore, StateMachine, restore_tables
 from raftlog.raft.client_appends import Appended, ClientAppends
+from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import Peer, RaftConfig
 from raftlog.raft.consumers import ConsumerCommit, ConsumerPositions
 from raftlog.raft.dispatcher import EntryDispatcher
-from raftlog.raft.election import LeaderVerdict
 from raftlog.raft.elector import LeaderElector
-from raftlog.raft.errors import AckTimeoutError, NotLeaderError, TermChangedError
+from raftlog.raft.errors import TermChangedError
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import ConfigLog, Configuration, MembershipError
@@ -46,13 +46,14 @@ from raftlog.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from raftlog.raft.producers import ProducerSessions, Sequenced
+from raftlog.raft.producers import ProducerSessions, Sequenced, SessionChange
 from raftlog.raft.progress import PeerProgress, Progress
+from raftlog.raft.read_index import ReadIndex
 from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
 from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
-from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time, wait_event
+from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time
 from raftlog.storage.codec import Magic
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
@@ -79,11 +80,12 @@ class RaftNode:
                  rng: random.Random | None = None, rejoining: bool = False,
                  configuration: Configuration | None = None, config_scan_from: int = 0,
                  producers: bytes | None = None, consumers: bytes | None = None,
-                 work_clock: Clock = time.perf_counter) -> None:
+                 cluster_version: bytes | None = None, work_clock: Clock = time.perf_counter) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
         holds every configuration up to the commit index it saved), as do the producer sessions
-        `producers` holds and the consumer positions `consumers` holds. `work_clock` times the
+        `producers` holds, the consumer positions `consumers` holds and the cluster version
+        `cluster_version` holds. `work_clock` times the
         scrub's batches, to pace it (the simulation gives its virtual clock, so a seed replays the same)."""
         self.config = config
         self.store = store
@@ -101,13 +103,18 @@ class RaftNode:
         self.commitment = Commitment(config, self.state, store, self.members, self.now, self)
         self.sessions = ProducerSessions(config, self.state, store)
         self.consumers = ConsumerPositions(config, self.state, store)
-        restore_tables(config.self_id, store, (self.sessions, producers), (self.consumers, consumers))
-        progress.watch_tables(producers=self.sessions, consumers=self.consumers)
+        self.version = ClusterVersion(config.self_id, config.reported_level, self.state, store)
+        restore_tables(config.self_id, store, (self.sessions, producers), (self.consumers, consumers),
+                       (self.version, cluster_version))
+        self.version.check_startable()
+        progress.watch_tables(producers=self.sessions, consumers=self.consumers, cluster_version=self.version)
         self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions, self.consumers,
-                                     self._configuration_appended, self.wake_dispatchers, self.durable_moved,
-                                     self.read_index)
+                                     self.version, self._member_ids, self._configuration_appended,
+                                     self.wake_dispatchers, self.durable_moved, self.read_index)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
-        self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions, self.consumers)
+        self.reads = ReadIndex(config, self.state, self.commitment, self.appends, self.elector, self.now)
+        self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions, self.consumers,
+                                    self.version)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids, work_clock)
@@ -133,7 +140,7 @@ class RaftNode:
 
     def _dispatcher(self, peer: str) -> EntryDispatcher:
         return EntryDispatcher(peer, self.config, self.state, self.store, self.members, self.commitment,
-                               self.transport, self.now, self, self.sessions, self.consumers)
+                               self.transport, self.now, self, self.sessions, self.consumers, self.version)
 
     # -- life ------------------------------------------------------------------------
 
@@ -175,6 +182,7 @@ class RaftNode:
                                                       self.state.leader_id))
         if role is Role.LEADER:
             self._leading.set()
+            self.version.forget_reports()
             self.commitment.lead(term)
             self.appends.term_first_index = -1
             task = asyncio.create_task(self.appends.append_noop(term))
@@ -199,9 +207,13 @@ class RaftNode:
 
     # -- client appends (leader; raft.client_appends) -------------------------------------
 
-    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None) -> Appended:
+    async def append(self, bodies: Sequence[bytes], producer: Sequenced | None = None, caller: str = "") -> Appended:
         """Append entries and wait until they are committed (stored on a quorum, durable)."""
-        return await self.appends.append(bodies, producer)
+        return await self.appends.append(bodies, producer, caller)
+
+    async def change_session(self, producer_id: int, caller: str, close: bool = False) -> SessionChange:
+        """Open (or close) `caller`'s producer session of `producer_id`, in the log once committed."""
+        return await self.appends.change_session(producer_id, caller, close)
 
     async def commit_consumer(self, commit: ConsumerCommit, expected: int | None = None) -> Appended:
         """A named consumer's position, in the log once committed (raft.consumers); `expected`: a compare-and-set."""
@@ -256,32 +268,7 @@ class RaftNode:
 
     async def read_index(self) -> int:
         """The leader's commit index, confirmed by a heartbeat round (linearizable reads)."""
-        term = self.state.current_term
-        if not self.state.is_leader:
-            raise NotLeaderError(f"{self.config.self_id} is not the leader", self.state.leader_id)
-        deadline = self.now() + self.config.max_wait_ack_ms / 1000
-        while True:
-            moved = self.commitment.moved.current()
-            if self.appends.caught_up:
-                break
-            if not await wait_event(moved, deadline - self.now()):
-                raise AckTimeoutError("the new leader has not committed its first entry yet",
-                                      self.state.leader_id)
-            if self.state.current_term != term or not self.state.is_leader:
-                raise NotLeaderError("leadership changed", self.state.leader_id)
-        committed = self.state.committed_index
-        interval = self.config.heartbeat_interval_ms / 1000
-        while True:  # a round that is not conclusive is tried again, once a heartbeat interval, until the deadline
-            started = self.now()
-            verdict = await self.elector.heartbeat_round(term)
-            if self.state.current_term != term or not self.state.is_leader:
-                raise NotLeaderError("leadership lost while confirming", self.state.leader_id)
-            if verdict is LeaderVerdict.HEALTHY:
-                return committed
-            if self.now() >= deadline:
-                raise NotLeaderError("leadership could not be confirmed by a quorum", None)
-            if verdict is not LeaderVerdict.RESEND:  # peers that failed at once (refused) fail again at once
-                await asyncio.sleep(max(0.0, min(started + interval, deadline) - self.now()))
+        return await self.reads.confirm()
 
     async def wait_committed(self, index: int, timeout_s: float) -> bool:
         """Wait until this member's commit index reaches `index`; False after `timeout_s`."""
@@ -396,6 +383,17 @@ class RaftNode:
 
     def check_preferred_leader(self) -> None:
         self.transfer.check_preferred_leader()
+
+    def heard_level(self, peer: str, level: int) -> None:
+        self.version.heard(peer, level)
+
+    def check_cluster_version(self) -> None:
+        self.appends.check_cluster_version()
+
+    def _member_ids(self) -> list[str]:
+        """The voters and learners still in play (a member being added or removed included): every one
+        must read what the leader writes."""
+        return list(self.members.members)
 
     def alive(self, peer: str) -> bool:
         return bool(self.elector.peer_alive.get(peer))

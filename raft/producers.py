@@ -1,4 +1,5 @@
-"""Producer sessions: what each producer last appended, as the log says it (Kafka's ProducerStateManager).
+"""Producer sessions: who owns each, and what each last appended, as the log says it (Kafka's
+ProducerStateManager).
 
 A producer names itself (an id and an epoch) and numbers its appends (a sequence per entry). Its
 entries carry the three in the log, so the table below is a function of the log's entries in
@@ -9,24 +10,34 @@ from its own log. The leader consults it before it appends a batch:
   entries, not written again;
 - a batch that starts past the next sequence is out of order, and one from an epoch below the
   producer's is fenced: both are refused;
-- anything else is new: it starts where the producer left off, a new epoch of a producer starts at
-  sequence 0 (as Kafka's does), and a producer with no record starts anywhere (its record may have
-  been forgotten, by the bounds below; Kafka's unknown producer is taken the same way).
+- anything else is new: it starts where the producer left off.
+
+From cluster version 1 (raft.cluster_version) a session has an owner. Its owner opens it, and
+each new epoch of it, with a PRODUCER_SESSION entry naming the caller (the name its token gives),
+and may close it with another; the leader takes a producer's batch only from the owner of an open
+session of that id and epoch (else NOT_PRODUCER_OWNER or UNKNOWN_PRODUCER), so a reader who sees a
+producer's id in the log can neither write under it nor fence it. Below version 1, a session is
+opened by its first batch at sequence 0 and has no owner, as before levels. At any version a batch
+at a sequence above 0 from a producer with no session is refused (UNKNOWN_PRODUCER, Kafka's
+UNKNOWN_PRODUCER_ID): it is never appended as new, which would make a retry a duplicate.
 
 A batch is a run of a producer's entries back to back in the log and in sequence (one append, or
 several with nothing between them). The table is bounded: the last `batches_kept` batches of each
-producer (Kafka keeps 5; a retry of an older one is out of order, as Kafka's is), at most
-`producers_max` producers (the least recently appended go first), and a producer that appended
-nothing in the last `idle_entries` entries of the log is forgotten: idle by log time, the entries'
-own order, so every member reaches the same answer. A batch above the commit index is never
-forgotten: a truncation may take it away again, and `truncate` must then find the batch before it.
+producer (Kafka keeps 5; a retry of an older one is out of order, as Kafka's is); at most
+`producers_max` sessions, a new one refused beyond (an owned session is never forgotten to make
+room; sessions without an owner, of the releases before levels, are, the least recently active
+first); at most `sessions_per_name_max` open sessions of one owner; and a session that did nothing in
+the last `idle_entries` entries of the log expires: idle by log time, the entries' own order, so
+every member reaches the same answer. A session whose open, or batch, is above the commit index is
+never forgotten: a truncation may take it away again, and `truncate` must then find what came before.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
+import struct
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -34,7 +45,7 @@ from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import PRODUCER_MAGICS, Entry, ProducedRun, Stamp, Stamps
+from raftlog.storage.codec import PRODUCER_MAGICS, Entry, Magic, ProducedRun, Stamp, Stamps
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
@@ -55,6 +66,33 @@ def out_of_range(producer: Sequenced, count: int) -> str | None:
 
 Sequenced = Stamp  # what a producer says of its batch: who it is, and its first entry's sequence (its stamp)
 
+SESSION = struct.Struct(">QHB")  # a PRODUCER_SESSION entry's body: producer_id, epoch, closed; then the owner
+OWNER_BYTES_MAX = 255
+
+
+class SessionChange(NamedTuple):
+    """A PRODUCER_SESSION entry's body: a session opened (at `epoch`) or closed by its owner."""
+
+    producer_id: int
+    epoch: int
+    owner: str
+    closed: bool = False
+
+    def encode(self) -> bytes:
+        owner = self.owner.encode()
+        assert len(owner) <= OWNER_BYTES_MAX
+        return SESSION.pack(self.producer_id, self.epoch, self.closed) + owner
+
+    @classmethod
+    def decode(cls, body: bytes | memoryview) -> SessionChange:
+        """ValueError if `body` is not what `encode` writes."""
+        if not SESSION.size <= len(body) <= SESSION.size + OWNER_BYTES_MAX:
+            raise ValueError(f"a producer session entry of {len(body)} bytes")
+        producer_id, epoch, closed = SESSION.unpack_from(body)
+        if producer_id > PRODUCER_ID_MAX or closed > 1:
+            raise ValueError("a producer session entry's id or flag is out of bounds")
+        return cls(producer_id, epoch, bytes(body[SESSION.size:]).decode(), bool(closed))
+
 
 class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on the leader and each follower
     """Entries first_index..last_index, sequences first_seq..first_seq + count - 1 of one epoch."""
@@ -72,10 +110,21 @@ class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on th
 class ProducerState:
     epoch: int
     batches: list[ProducedBatch] = field(default_factory=list)  # oldest first
+    owner: str | None = None  # who opened it (None: a session of the releases before owners)
+    opened_index: int = -1  # its PRODUCER_SESSION entry (-1: opened by its first batch)
 
     @property
     def last(self) -> ProducedBatch:
         return self.batches[-1]
+
+    @property
+    def active_index(self) -> int:
+        """The last entry that was its: its open, or its last batch's end (its age, in log time)."""
+        return self.batches[-1].last_index if self.batches else self.opened_index
+
+    @property
+    def next_seq(self) -> int:
+        return self.batches[-1].last_seq + 1 if self.batches else 0
 
 
 class Verdict(Enum):
@@ -83,6 +132,8 @@ class Verdict(Enum):
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out of order"
     FENCED = "fenced"
+    UNKNOWN = "unknown"  # no open session of this id and epoch
+    NOT_OWNER = "not owner"  # the session is another caller's
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,31 +145,41 @@ class Checked:
 
 
 NEW_BATCH = Checked(Verdict.NEW)
+UNKNOWN = Checked(Verdict.UNKNOWN)
 
 
 class ProducerTable:
-    def __init__(self, *, batches_kept: int = 5, producers_max: int = 100_000,
+    def __init__(self, *, batches_kept: int = 5, producers_max: int = 100_000, sessions_per_name_max: int = 10_000,
                  idle_entries: int = 1_000_000_000) -> None:
-        if batches_kept < 1 or producers_max < 1 or idle_entries < 1:
-            raise ValueError("batches_kept, producers_max and idle_entries must be positive")
+        if min(batches_kept, producers_max, sessions_per_name_max, idle_entries) < 1:
+            raise ValueError("batches_kept, producers_max, sessions_per_name_max and idle_entries must be positive")
         self.batches_kept = batches_kept
         self.producers_max = producers_max
+        self.sessions_per_name_max = sessions_per_name_max
         self.idle_entries = idle_entries
-        self.producers: OrderedDict[int, ProducerState] = OrderedDict()  # least recently appended first
+        self.producers: OrderedDict[int, ProducerState] = OrderedDict()  # least recently active first
+        self.owned: Counter[str] = Counter()  # open sessions by owner
         self.end_index = -1  # the last entry recorded: entries up to it are in the table already
         self.stable_index = -1  # of a loaded table: its entries up to here were committed, and cannot change
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> Checked:
-        """What to do with a batch of `count` entries from `first_seq` (nothing is recorded)."""
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int, *, caller: str,
+              owned: bool) -> Checked:
+        """What to do with a batch of `count` entries from `first_seq` by `caller` (nothing is recorded).
+        `owned`: sessions have owners (cluster version 1), and only an opened session takes batches."""
         state = self.producers.get(producer_id)
         if state is None:
-            return NEW_BATCH
+            return UNKNOWN if owned or first_seq > 0 else NEW_BATCH
+        if state.owner is not None and state.owner != caller:
+            return Checked(Verdict.NOT_OWNER)
         if epoch != state.epoch:
             if epoch < state.epoch:
                 return Checked(Verdict.FENCED, epoch=state.epoch)
+            if owned:
+                return UNKNOWN  # an epoch never opened
             return NEW_BATCH if first_seq == 0 else Checked(Verdict.OUT_OF_ORDER, expected_seq=0)
-        last_first_seq, last_first, last_last = state.batches[-1]  # its last batch (the common case: right after it)
-        next_seq = last_first_seq + last_last - last_first + 1
+        if owned and state.owner is None:
+            return UNKNOWN  # a session of the releases before owners: its producer opens one
+        next_seq = state.next_seq  # the common case: right after its last batch
         if first_seq == next_seq:
             return NEW_BATCH
         if first_seq < next_seq:
@@ -126,6 +187,29 @@ class ProducerTable:
                 if batch.first_seq <= first_seq and first_seq + count - 1 <= batch.last_seq:
                     return Checked(Verdict.DUPLICATE, original=batch)
         return Checked(Verdict.OUT_OF_ORDER, expected_seq=next_seq)
+
+    def room_for(self, producer_id: int | None, owner: str) -> str | None:
+        """Why a new session of `producer_id` (None: a new id) by `owner` would pass a bound, or None."""
+        state = None if producer_id is None else self.producers.get(producer_id)
+        if state is not None and state.owner == owner:
+            return None  # a new epoch of its own session takes no more room
+        if len(self.producers) >= self.producers_max:
+            return f"{len(self.producers)} producer sessions are open: producers_max"
+        if self.owned[owner] >= self.sessions_per_name_max:
+            return f"{owner} has {self.owned[owner]} producer sessions open: producer_sessions_per_name_max"
+        return None
+
+    def change(self, change: SessionChange, index: int, committed_index: int) -> None:
+        """Entry `index` opened (or closed) a session: in force from its append on."""
+        if index <= self.end_index:
+            return  # in the table already (a snapshot's, then the same entries pushed again)
+        self.end_index = index
+        self._forget(change.producer_id)
+        if not change.closed:
+            self.producers[change.producer_id] = ProducerState(change.epoch, owner=change.owner, opened_index=index)
+            self.owned[change.owner] += 1
+        if self.end_index - self.idle_entries > 0:
+            self._evict(committed_index)
 
     def record(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int,
                committed_index: int) -> None:
@@ -140,7 +224,8 @@ class ProducerTable:
         self.end_index = last_index
         producers = self.producers
         state = producers.get(producer_id)
-        if state is None or epoch != state.epoch:
+        if state is None or epoch != state.epoch:  # a session of the releases before owners: its first batch
+            self._forget(producer_id)
             state = producers[producer_id] = ProducerState(epoch)
         producers.move_to_end(producer_id)
         batches = state.batches
@@ -157,36 +242,52 @@ class ProducerTable:
             self._evict(committed_index)
 
     def truncate(self, after_index: int) -> None:
-        """The log ends at `after_index` now: entries past it are gone from their batches, and a
-        producer left with none is forgotten."""
+        """The log ends at `after_index` now: entries past it are gone from their batches, a session
+        opened past it is gone, and so is one of the releases before owners left with no batch."""
         self.end_index = min(self.end_index, after_index)
         for producer_id in list(self.producers):
             state = self.producers[producer_id]
+            if state.opened_index > after_index:
+                self._forget(producer_id)
+                continue
             state.batches = [b if b.last_index <= after_index else
                              ProducedBatch(b.first_seq, b.first_index, after_index)
                              for b in state.batches if b.first_index <= after_index]
-            if not state.batches:
-                del self.producers[producer_id]
+            if not state.batches and state.owner is None:
+                self._forget(producer_id)
+
+    def _forget(self, producer_id: int) -> None:
+        state = self.producers.pop(producer_id, None)
+        if state is not None and state.owner is not None:
+            self.owned[state.owner] -= 1
+            if not self.owned[state.owner]:
+                del self.owned[state.owner]
 
     def _evict(self, committed_index: int) -> None:
-        """Forget the least recently appended producers past producers_max, and the idle ones."""
+        """Forget the idle sessions, and the least recently active of the releases before owners past
+        producers_max (an owned session is never forgotten to make room)."""
         horizon = self.end_index - self.idle_entries
         while self.producers:
             producer_id, state = next(iter(self.producers.items()))
-            idle = state.last.last_index < horizon
-            if not (idle or len(self.producers) > self.producers_max) or state.last.last_index > committed_index:
+            active = state.active_index
+            crowded = state.owner is None and len(self.producers) > self.producers_max
+            if not (active < horizon or crowded) or active > committed_index:
                 break
-            del self.producers[producer_id]
+            self._forget(producer_id)
 
     # -- the checkpoint and snapshot installs --------------------------------------------
 
     def encode(self, committed_index: int) -> bytes:
         """The table, and up to where the log it was built from is committed (its entries after that
-        may yet be truncated: a table read back is cut there, and the log after it replayed)."""
+        may yet be truncated: a table read back is cut there, and the log after it replayed). Owners
+        are apart from the producers' rows, which keep the form of the releases before owners."""
         return json.dumps({"end_index": self.end_index, "stable_index": min(committed_index, self.end_index),
                            "producers": [
             [producer_id, state.epoch, [list(batch) for batch in state.batches]]
-            for producer_id, state in self.producers.items()]}, separators=(",", ":")).encode()
+            for producer_id, state in self.producers.items()],
+                           "owners": [[producer_id, state.owner, state.opened_index]
+                                      for producer_id, state in self.producers.items() if state.owner is not None]},
+                          separators=(",", ":")).encode()
 
     def load(self, data: bytes) -> None:
         """What `encode` wrote (ValueError if it is not that), in place of this table's contents."""
@@ -196,17 +297,22 @@ class ProducerTable:
             for producer_id, epoch, batches in fields["producers"]:
                 producers[int(producer_id)] = ProducerState(int(epoch), [
                     ProducedBatch(int(s), int(f), int(last)) for s, f, last in batches])
+            owned: Counter[str] = Counter()
+            for producer_id, owner, opened_index in fields.get("owners", ()):
+                state = producers[int(producer_id)]
+                state.owner, state.opened_index = str(owner), int(opened_index)
+                owned[state.owner] += 1
             end_index, stable_index = int(fields["end_index"]), int(fields["stable_index"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a producer table: {exc}") from None
-        self.producers, self.end_index, self.stable_index = producers, end_index, stable_index
+        self.producers, self.owned, self.end_index, self.stable_index = producers, owned, end_index, stable_index
 
 
 class ProducerSessions:
     """The producer table kept in step with this member's log: the leader's appends, a follower's,
     truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
 
-    magics: frozenset[int] = PRODUCER_MAGICS  # what a start replays
+    magics: frozenset[int] = PRODUCER_MAGICS | {Magic.PRODUCER_SESSION}  # what a start replays
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
@@ -218,6 +324,7 @@ class ProducerSessions:
 
     def _empty(self) -> ProducerTable:
         return ProducerTable(batches_kept=self.config.producer_batches_kept, producers_max=self.config.producers_max,
+                             sessions_per_name_max=self.config.producer_sessions_per_name_max,
                              idle_entries=self.config.producer_idle_entries)
 
     def appended(self, runs: Iterable[ProducedRun]) -> None:
@@ -228,6 +335,16 @@ class ProducerSessions:
     def appended_one(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int) -> None:
         """One producer's entries first_index..last_index joined the log (a leader's append)."""
         self.table.record(producer_id, epoch, first_seq, first_index, last_index, self.state.committed_index)
+        self.changes += 1
+
+    def session_changed(self, index: int, body: bytes | memoryview) -> None:
+        """A PRODUCER_SESSION entry joined the log, in log order among the producers' entries."""
+        try:
+            change = SessionChange.decode(body)
+        except ValueError as exc:  # not ours: said, skipped (the leader writes only what encode does)
+            log.error("%s: producer session entry %d not taken: %s", self.config.self_id, index, exc)
+            return
+        self.table.change(change, index, self.state.committed_index)
         self.changes += 1
 
     def truncated(self, from_index: int) -> None:
@@ -265,6 +382,8 @@ class ProducerSessions:
 
     def replayed(self, entry: Entry) -> None:
         """On start, the log after the saved table, entry by entry in log order."""
-        if (stamp := self._stamps(entry)) is not None:
+        if entry.magic == Magic.PRODUCER_SESSION:
+            self.session_changed(entry.index, entry.body)
+        elif (stamp := self._stamps(entry)) is not None:
             self.table.record(*stamp, entry.index, entry.index, self.state.committed_index)
             self.changes += 1

@@ -27,6 +27,15 @@
 #define MAGIC_PRODUCED 4
 #define MAGIC_CONSUMER 5
 #define MAGIC_CONTINUED 6
+#define MAGIC_PRODUCER_SESSION 7
+#define MAGIC_CLUSTER_VERSION 8
+#define MAGIC_LAST MAGIC_CLUSTER_VERSION
+
+/* storage.codec.CONTROL_MAGICS: the entries a follower reads as they join its log */
+static inline int is_control(int32_t magic) {
+    return magic == MAGIC_CONFIG_CHANGE || magic == MAGIC_CONSUMER || magic == MAGIC_PRODUCER_SESSION
+        || magic == MAGIC_CLUSTER_VERSION;
+}
 #define STAMP_SIZE 16
 #define DISTANCE_SIZE 1
 #define DISTANCE_MAX 255
@@ -192,7 +201,7 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
     uint32_t chain = get32(h + 36);
     uint32_t bcrc = get32(h + 40);
     int32_t body_size = (int32_t)get32(h + 44);
-    if (magic < MAGIC_NORMAL || magic > MAGIC_CONTINUED || body_size < 0
+    if (magic < MAGIC_NORMAL || magic > MAGIC_LAST || body_size < 0
             || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (magic == MAGIC_PRODUCED && body_size < STAMP_SIZE)
             || (magic == MAGIC_CONTINUED && body_size < DISTANCE_SIZE)
             || (int64_t)get64(h + 8) != index || term < term_floor)
@@ -555,7 +564,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
             goto failed;
         chain = entry.chain;
         has_chain = 1;
-        if ((entry.magic == MAGIC_CONFIG_CHANGE || entry.magic == MAGIC_CONSUMER) && append_int(controls, expected) < 0)
+        if (is_control(entry.magic) && append_int(controls, expected) < 0)
             goto failed;
         const unsigned char *body = buf + offset + HEADER_SIZE;
         if (entry.magic == MAGIC_PRODUCED) {

@@ -19,7 +19,11 @@ when they changed (each says itself up to where the log it was built from was
 committed: a restart replays the log after it).
 
 Schema 2 added the configuration, schema 3 the producer table, schema 4 the
-consumer table; an older file is upgraded when it is opened for writing.
+consumer table; an older file is upgraded when it is opened for writing. Tables
+added since (the cluster version, raft.cluster_version) share one more column,
+`tables` (a JSON object of table name to its text), added without a schema
+change when a file is opened for writing: a build of schema 4 that knows
+nothing of it reads and writes the columns it names, and leaves it alone.
 
 The connection runs in EXCLUSIVE locking mode: once open, no other process
 can read or write the file, and a second opener gets CheckpointLockedError.
@@ -29,11 +33,12 @@ All database work runs in one thread of its own, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -88,8 +93,10 @@ raft_state = Table(
     Column("config", LargeBinary, nullable=True),
     Column("producers", LargeBinary, nullable=True),
     Column("consumers", LargeBinary, nullable=True),
+    Column("tables", LargeBinary, nullable=True),  # not in schema 4's files until opened for writing here
 )
 TABLES = ("producers", "consumers")  # the columns of tables a layer above keeps in step with its log
+ADD_TABLES = "ALTER TABLE raft_state ADD COLUMN tables BLOB"
 
 
 class TableSource(Protocol):
@@ -111,6 +118,7 @@ class CheckpointState:
     config: bytes | None = None
     producers: bytes | None = None  # the producer table, as of committed_index at least
     consumers: bytes | None = None  # the consumer table
+    tables: dict[str, bytes] = field(default_factory=dict)  # the later tables (`tables` column), by name
 
 
 class Checkpoint:
@@ -192,10 +200,10 @@ class Checkpoint:
         self._progress = (committed_index, applied_index)
 
     def watch_tables(self, **sources: TableSource) -> None:
-        """Save each source's table (by its column: TABLES) with the indices whenever it changed (and at
-        the next write: the table a start rebuilt is not the one saved)."""
-        assert set(sources) <= set(TABLES), sources
-        self._tables = {column: (source, source.changes - 1) for column, source in sources.items()}
+        """Save each source's table (by its column: TABLES, else by its name in the `tables` column)
+        with the indices whenever it changed (and at the next write: the table a start rebuilt is not
+        the one saved)."""
+        self._tables = {name: (source, source.changes - 1) for name, source in sources.items()}
 
     async def write_progress(self) -> None:
         committed, applied = self._progress
@@ -204,12 +212,16 @@ class Checkpoint:
                    if source.changes != written}
         if not changed and (committed, applied) == (self._state.committed_index, self._state.applied_index):
             return
-        tables = {column: source.encode() for column, (source, _changes) in changed.items()}
-        await self._run(self._write, values | tables)
+        tables = {name: source.encode() for name, (source, _changes) in changed.items()}
+        later = {**self._state.tables, **{name: data for name, data in tables.items() if name not in TABLES}}
+        columns = {name: data for name, data in tables.items() if name in TABLES}
+        if later != self._state.tables:
+            columns["tables"] = json.dumps({name: data.decode() for name, data in later.items()}).encode()
+        await self._run(self._write, values | columns)
         self._tables |= changed
         self._state = replace(self._state, committed_index=committed, applied_index=applied,
                               producers=tables.get("producers", self._state.producers),
-                              consumers=tables.get("consumers", self._state.consumers))
+                              consumers=tables.get("consumers", self._state.consumers), tables=later)
 
     def start(self) -> None:
         if self._timer is None:
@@ -285,6 +297,8 @@ def _load_or_create(conn: Connection, path: Path, create: bool) -> CheckpointSta
         version += 1
         conn.execute(update(schema_info).values(version=version))
         log.info("checkpoint: %s upgraded to schema version %d", path, version)
+    if "tables" not in {column["name"] for column in inspect(conn).get_columns("raft_state")}:
+        conn.exec_driver_sql(ADD_TABLES)
     state = _read_state(conn, path, tables)
     # take the write lock now: in EXCLUSIVE mode it is then held until close
     conn.execute(update(raft_state).where(raft_state.c.id == 1).values(id=1))
@@ -306,10 +320,19 @@ def _read_state(conn: Connection, path: Path, tables: set[str]) -> CheckpointSta
         columns.append(c.producers)
     if version is not None and version >= 4:
         columns.append(c.consumers)
+    later = "tables" in {column["name"] for column in inspect(conn).get_columns("raft_state")}
+    if later:
+        columns.append(c.tables)
     row = conn.execute(select(*columns).where(c.id == 1)).one_or_none()
     if row is None:
         raise CheckpointCorruptError(f"{path}: the state row is missing")
-    return CheckpointState(*row)
+    if not later:
+        return CheckpointState(*row)
+    try:
+        saved = {str(name): str(text).encode() for name, text in json.loads(row[-1] or b"{}").items()}
+    except (ValueError, AttributeError) as exc:
+        raise CheckpointCorruptError(f"{path}: the tables column is not a JSON object ({exc})") from None
+    return replace(CheckpointState(*row[:-1]), tables=saved)
 
 
 def read_checkpoint(path: str | Path) -> CheckpointState:

@@ -4,7 +4,7 @@ Entry (48-byte header, then the body)::
 
     offset  size  field
          0     4  magic      i32   NORMAL 1, NOOP 2, CONFIG_CHANGE 3, PRODUCED 4, CONSUMER 5,
-                                   CONTINUED 6
+                                   CONTINUED 6, PRODUCER_SESSION 7, CLUSTER_VERSION 8
          4     4  size       i32   48 + bodySize
          8     8  index      i64   first entry is 0
         16     8  term       i64
@@ -93,11 +93,18 @@ class Magic(IntEnum):
     PRODUCED = 4  # raftlog's: a NORMAL entry with its producer's stamp ahead of the body
     CONSUMER = 5  # raftlog's: a control entry, a named consumer's committed position (raft.consumers)
     CONTINUED = 6  # raftlog's: a later entry of a PRODUCED batch, its distance back to the head ahead of the body
+    # raftlog's, from cluster version 1 (raft.cluster_version) on: a control entry, a producer session opened
+    # or closed by its owner (raft.producers)
+    PRODUCER_SESSION = 7
+    CLUSTER_VERSION = 8  # raftlog's: a control entry, the format and protocol level every member knows
 
 
 ENTRY_MAGICS = frozenset(int(m) for m in Magic)
-# the entries a member reads as they join its log: configurations, consumer positions
-CONTROL_MAGICS = frozenset((Magic.CONFIG_CHANGE, Magic.CONSUMER))
+# the entries a member reads as they join its log: configurations, consumer positions, producer sessions,
+# the cluster version
+CONTROL_MAGICS = frozenset((Magic.CONFIG_CHANGE, Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION))
+# the control entries a reader of data sees only when it asks (the others keep their DLedger types)
+BOOKKEEPING_MAGICS = frozenset((Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION))
 PRODUCER_MAGICS = frozenset((Magic.PRODUCED, Magic.CONTINUED))  # a producer session's entries
 DATA_MAGICS = frozenset((Magic.NORMAL, *PRODUCER_MAGICS))  # the entries readers see as "normal"
 PREFIX_SIZES: dict[int, int] = {Magic.PRODUCED: STAMP_SIZE, Magic.CONTINUED: DISTANCE_SIZE}  # before the body sent

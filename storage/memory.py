@@ -237,6 +237,7 @@ class MemoryCheckpoint:
         self.config: bytes | None = None
         self.producers: bytes | None = None
         self.consumers: bytes | None = None
+        self.cluster_version: bytes | None = None
         self._tables: dict[str, TableSource] = {}
 
     def watch_tables(self, **sources: TableSource) -> None:

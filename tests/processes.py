@@ -23,8 +23,11 @@ def make_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
     """Start clusters that are stopped (every process) when the test ends, however it ends."""
     clusters: list[LocalCluster] = []
 
-    def make(nodes: int = 3, **settings: Any) -> LocalCluster:
+    def make(nodes: int = 3, *, members: dict[str, dict[str, Any]] | None = None, **settings: Any) -> LocalCluster:
+        """`members`: a member's own settings, over the cluster's."""
         cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", nodes, settings={**SMALL_FILES, **settings})
+        for member_id, own in (members or {}).items():
+            cluster.members[member_id].settings = own
         clusters.append(cluster)
         cluster.start()
         return cluster

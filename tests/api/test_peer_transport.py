@@ -137,7 +137,7 @@ class FollowerNode:
 class ForwardingService:
     limits = ApiLimits()
 
-    async def append_forwarded(self, bodies: list[bytes], producer: Any = None) -> AppendAnswer:
+    async def append_forwarded(self, bodies: list[bytes], producer: Any = None, caller: str = "") -> AppendAnswer:
         raise ApiError(Code.WAIT_QUORUM_ACK_TIMEOUT, "no quorum in time", "n2")
 
 
@@ -151,7 +151,7 @@ class AppendingService(ForwardingService):
         self.arrived = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def append_forwarded(self, bodies: list[bytes], producer: Any = None) -> AppendAnswer:
+    async def append_forwarded(self, bodies: list[bytes], producer: Any = None, caller: str = "") -> AppendAnswer:
         first = len(self.log) + 1
         self.log += bodies
         self.batches.append(len(bodies))

@@ -1,4 +1,4 @@
-"""Read index rounds shared by the reads that arrive together (api.service.SharedRounds): many reads
+"""Read index rounds shared by the reads that arrive together (api.shared_rounds.SharedRounds): many reads
 cost one round, and no read is answered by a round that began before it asked."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from raftlog.api.service import SharedRounds
+from raftlog.api.shared_rounds import SharedRounds
 
 
 class Rounds:

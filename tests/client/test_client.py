@@ -82,6 +82,36 @@ def test_the_buffer_is_bounded_and_a_fenced_session_fails_its_entries(make_clust
     asyncio.run(run())
 
 
+def test_a_session_the_group_no_longer_has_is_opened_again_and_the_entries_go_on(
+        make_cluster: ClusterFactory) -> None:
+    """Closed underneath it (as an expired session is gone), the producer's next batch is refused
+    UNKNOWN_PRODUCER: it opens the next epoch, numbers what is not answered again from 0, and every
+    entry is in the log once; closing the producer closes its session."""
+    cluster = make_cluster(3)
+    url = cluster.members[cluster.wait_leader()].client_url
+
+    async def run() -> tuple[int, int]:
+        async with Connection(urls(cluster)) as connection:
+            producer = await AsyncProducer(connection, linger_ms=1, batch_entries=10).start()
+            for i in range(25):
+                await producer.send(b"before %d" % i)
+            await producer.flush()
+            closed = await asyncio.to_thread(httpx.delete, f"{url}/v1/producers/{producer.producer_id}", timeout=10)
+            assert closed.status_code == 200
+            pending = [await producer.send(b"after %d" % i) for i in range(25)]
+            await producer.flush()
+            indices = [(await p).index for p in pending]
+            assert indices == sorted(indices) and len(set(indices)) == 25
+            await producer.close()
+            gone = await asyncio.to_thread(httpx.delete, f"{url}/v1/producers/{producer.producer_id}", timeout=10)
+            return producer.epoch, gone.status_code
+
+    epoch, gone = asyncio.run(run())
+    assert epoch == 1  # the next epoch of the same id
+    assert gone == 409  # close() closed it: there is none to close now
+    assert data_bodies(url) == [b"before %d" % i for i in range(25)] + [b"after %d" % i for i in range(25)]
+
+
 def test_a_consumer_resumes_after_its_position_and_goes_on_when_its_member_dies(make_cluster: ClusterFactory) -> None:
     cluster = make_cluster(3)
     cluster.wait_leader()

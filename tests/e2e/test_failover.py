@@ -68,7 +68,7 @@ def append_batch(cluster: LocalCluster, bodies: list[str], via: str) -> int:
 
 def read_all(url: str, start: int, end: int) -> dict[int, bytes]:
     found: dict[int, bytes] = {}
-    with httpx.stream("GET", f"{url}/v1/entries", params={"start": start, "limit": end - start + 1},
+    with httpx.stream("GET", f"{url}/v1/entries", params={"start": start, "limit": end - start + 1, "control": True},
                       headers={"accept": "application/x-ndjson"}, timeout=10.0) as stream:
         for line in stream.iter_lines():
             if line:

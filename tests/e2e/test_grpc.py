@@ -180,8 +180,8 @@ def test_health_and_a_client_that_knows_the_service_only_by_reflection(
     service = pool.FindServiceByName("raftlog.v1.Log")
     methods = {m.name: m for m in service.methods}
     assert set(methods) == {"Append", "AppendBatch", "AppendStream", "Get", "Read", "Cluster", "TransferLeader",
-                            "Members", "AddMember", "PromoteMember", "RemoveMember", "NewProducer", "CommitConsumer",
-                            "GetConsumer", "ListConsumers", "DeleteConsumer"}
+                            "Members", "AddMember", "PromoteMember", "RemoveMember", "NewProducer", "CloseProducer",
+                            "CommitConsumer", "GetConsumer", "ListConsumers", "DeleteConsumer"}
     append, get = methods["Append"], methods["Get"]
     request_type = message_factory.GetMessageClass(append.input_type)
     answer_type = message_factory.GetMessageClass(append.output_type)

@@ -19,6 +19,7 @@ from tests.faults.workload import Consumer, History, Op
 COUNTS = ("lost", "misplaced", "duplicated", "failed_present", "torn_batches", "reordered", "unwritten",
           "wrong_type", "divergent", "stale_reads", "nonmonotonic_reads", "wrong_reads", "consumer_skipped",
           "consumer_repeated")
+BOOKKEEPING = ("consumer", "producer_session", "cluster_version")  # control entries a reader of data is not handed
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,9 @@ def _check_appends(appends: list[Op], where: dict[bytes, list[int]], verdict: Ve
 
 def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, commits: int, verdict: Verdict) -> None:
     """Every entry is a NOOP (with no body), a CONFIG_CHANGE entry of a membership change asked for, a
-    CONSUMER entry of a commit sent, or a NORMAL entry with a body some client sent."""
+    CONSUMER entry of a commit sent, a PRODUCER_SESSION entry (a writer's open, which it sends again
+    until answered) or CLUSTER_VERSION entry (the leader's own), or a NORMAL entry with a body some
+    client sent."""
     sent = {body for op in appends for body in op.bodies}
     for e in log:
         if e.kind == "noop":
@@ -183,6 +186,8 @@ def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, commits
             changes -= 1
         elif e.kind == "consumer" and commits > 0:
             commits -= 1
+        elif e.kind in BOOKKEEPING[1:]:
+            continue
         elif e.kind != "normal":
             verdict.wrong_type += 1
             verdict.note(f"entry {e.index} is a {e.kind} entry, and no membership change was asked for it")
@@ -195,7 +200,7 @@ def _check_consumer(consumer: Consumer, log: list[Stored], verdict: Verdict) -> 
     """Each life of the consumer began right after a position committed before it began (the latest
     acknowledged, or one sent later whose outcome was unknown), and was handed every data entry from
     there on, in order, as the log holds them (its control entries left out)."""
-    data = [e for e in log if e.kind != "consumer"]  # what a reader of data is handed (NOOPs too)
+    data = [e for e in log if e.kind not in BOOKKEEPING]  # what a reader of data is handed (NOOPs too)
     indices = [e.index for e in data]
     sent: list[int] = [-1]  # positions earlier lives committed or may have: -1, nothing yet
     acknowledged = -1

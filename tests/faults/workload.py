@@ -40,7 +40,8 @@ from tests.faults.harness import FaultCluster
 # answers that mean "not appended": refused before anything was written
 DEFINITE = {"UNEXPECTED_ARGUMENT", "REQUEST_WITH_EMPTY_BODYS", "NOT_LEADER", "LEADER_PENDING_FULL",
             "LEADER_TRANSFERRING", "DISK_FULL"}
-REFUSED_SESSION = {"OUT_OF_ORDER_SEQUENCE", "PRODUCER_FENCED"}  # a writer sends in order, in one epoch: a bug
+# a writer sends in order, in one epoch of a session it opened: a bug
+REFUSED_SESSION = {"OUT_OF_ORDER_SEQUENCE", "PRODUCER_FENCED", "UNKNOWN_PRODUCER", "NOT_PRODUCER_OWNER"}
 DRAIN_S = 8.0  # how long a writer stopped goes on sending its last append until it is answered
 TIMEOUT_S = 3.0
 # a gRPC deadline cancels the call on the server too (a REST handler runs on when its client is gone): past a
@@ -107,9 +108,27 @@ class History:
         return next((w.kind for w in reversed(self.faults) if w.start <= t <= w.end), "none")
 
 
-def send_append(http: httpx.Client, url: str, op: Op, producer_id: int) -> None:
+def open_session(http: httpx.Client, url: str, producer_id: int) -> int | None:
+    """The epoch of a session of `producer_id` that a member opened, or None (no answer, or a refusal
+    to try again: no leader yet, the cluster version not raised yet)."""
+    try:
+        response = http.post(f"{url}/v1/producers", json={"id": producer_id})
+    except httpx.HTTPError:
+        return None
+    return response.json()["epoch"] if response.status_code == 201 else None
+
+
+def open_grpc_session(stub: log_pb2_grpc.LogStub, producer_id: int) -> int | None:
+    try:
+        return stub.NewProducer(pb.NewProducerRequest(id=producer_id), timeout=GRPC_TIMEOUT_S).epoch
+    except grpc.RpcError:
+        return None
+
+
+def send_append(http: httpx.Client, url: str, op: Op, producer_id: int, epoch: int) -> None:
     """POST the op's bodies (one entry, or a binary batch) in the session and set its outcome."""
-    session = {"x-raftlog-producer-id": str(producer_id), "x-raftlog-sequence": str(op.sequence)}
+    session = {"x-raftlog-producer-id": str(producer_id), "x-raftlog-producer-epoch": str(epoch),
+               "x-raftlog-sequence": str(op.sequence)}
     try:
         if len(op.bodies) == 1:
             response = http.post(f"{url}/v1/entries", content=op.bodies[0],
@@ -141,10 +160,10 @@ def send_append(http: httpx.Client, url: str, op: Op, producer_id: int) -> None:
         op.outcome = "fail"
 
 
-def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op, producer_id: int) -> None:
+def send_grpc_append(stub: log_pb2_grpc.LogStub, op: Op, producer_id: int, epoch: int) -> None:
     """Append the op's bodies through the gRPC API (Append, or AppendBatch) in the session and set its
     outcome."""
-    producer = pb.Producer(id=producer_id, sequence=op.sequence)
+    producer = pb.Producer(id=producer_id, epoch=epoch, sequence=op.sequence)
     try:
         if len(op.bodies) == 1:
             op.index = stub.Append(pb.AppendRequest(body=op.bodies[0], producer=producer),
@@ -237,7 +256,20 @@ class Writer(Client):
 
     def run(self) -> None:
         with httpx.Client(timeout=TIMEOUT_S) as http:
-            self.appending(lambda op: send_append(http, self.urls[op.member], op, self.producer_id))
+            epoch = self.opening(lambda member: open_session(http, self.urls[member], self.producer_id))
+            if epoch is not None:
+                self.appending(lambda op: send_append(http, self.urls[op.member], op, self.producer_id, epoch))
+
+    def opening(self, open_one: Callable[[str], int | None]) -> int | None:
+        """Its session's epoch, opened through members picked at random until one answers (None: stopped
+        first). An open whose answer was lost and sent again opens the next epoch: the last one answered
+        is the writer's."""
+        while not self.stopping.is_set():
+            epoch = open_one(self.random.choice(list(self.urls)))
+            if epoch is not None:
+                return epoch
+            self.stopping.wait(0.05)
+        return None
 
     def appending(self, send: Callable[[Op], None]) -> None:
         """Append after append until stopped; each sent, through members picked at random, until it is
@@ -284,7 +316,9 @@ class GrpcWriter(Writer):
         channels = {m: grpc.insecure_channel(address) for m, address in self.urls.items()}
         stubs = {m: log_pb2_grpc.LogStub(channel) for m, channel in channels.items()}
         try:
-            self.appending(lambda op: send_grpc_append(stubs[op.member], op, self.producer_id))
+            epoch = self.opening(lambda member: open_grpc_session(stubs[member], self.producer_id))
+            if epoch is not None:
+                self.appending(lambda op: send_grpc_append(stubs[op.member], op, self.producer_id, epoch))
         finally:
             for channel in channels.values():
                 channel.close()

@@ -34,6 +34,7 @@ from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError
 from raftlog.api.limits import ApiLimits
 from raftlog.api.service import LogService
+from raftlog.raft.cluster_version import LEVEL, decode_level
 from raftlog.raft.config import Peer, RaftConfig, parse_peers
 from raftlog.raft.consumers import ConsumerCommit
 from raftlog.raft.errors import RaftError
@@ -41,7 +42,7 @@ from raftlog.raft.inmem_transport import Fate, Network
 from raftlog.raft.membership import Configuration, saved_configuration
 from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode, trusted_commit_end
-from raftlog.raft.producers import Sequenced
+from raftlog.raft.producers import Sequenced, SessionChange
 from raftlog.raft.waiting import loop_time
 from raftlog.storage import CorruptLogError, Store, StoreConfig
 from raftlog.storage.codec import DATA_MAGICS, Magic, client_body
@@ -59,6 +60,7 @@ FSYNC_S = 0.002  # how long a flush takes on the simulated slow disks
 # service is one HTTP request, which the network never repeats: a second copy would be the
 # service's own retry, a bug the final log's check finds.
 NEVER_DUPLICATED = frozenset({"append"})
+PRODUCER = "producer"  # the caller name of the scenarios' producers: the owner of their sessions
 
 
 @dataclass
@@ -291,7 +293,7 @@ class SimCluster:
                         rejoining=rejoining or member.lost_data,
                         configuration=saved_configuration(cp.config_index, cp.config),
                         config_scan_from=cp.committed_index + 1, producers=cp.producers,
-                        consumers=cp.consumers, work_clock=loop_time)
+                        consumers=cp.consumers, cluster_version=cp.cluster_version, work_clock=loop_time)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
                                     describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))
@@ -424,6 +426,18 @@ class SimCluster:
         self._acked(Ack(answer.first_index, body, invoked, self.now(), node_id))
         return answer.first_index
 
+    async def open_session(self, node_id: str, producer_id: int, epoch: list[int]) -> bool:
+        """One attempt to open a producer session through a member's API; its epoch into `epoch`. False
+        when the outcome is unknown or nothing was done (no leader, the cluster version not raised yet)."""
+        service = self.members[node_id].service
+        assert service is not None
+        try:
+            epoch[0] = (await service.change_session(producer_id, PRODUCER)).epoch
+        except ApiError as exc:
+            self._check_api_error(node_id, "producer session", exc)
+            return False
+        return True
+
     async def produce(self, node_id: str, producer: Sequenced, bodies: list[bytes], invoked: float) -> bool:
         """One attempt of a producer's append of `bodies` through a member's API (`invoked`: its first
         attempt's time); False when the outcome is unknown or nothing was done: the producer retries."""
@@ -431,10 +445,11 @@ class SimCluster:
         assert service is not None
         self.history.sent.update(bodies)
         try:
-            answer = await service.append(bodies, producer)
+            answer = await service.append(bodies, producer, PRODUCER)
         except ApiError as exc:
             self._check_api_error(node_id, "append", exc)
-            if exc.code in (Code.OUT_OF_ORDER_SEQUENCE, Code.PRODUCER_FENCED):
+            if exc.code in (Code.OUT_OF_ORDER_SEQUENCE, Code.PRODUCER_FENCED, Code.UNKNOWN_PRODUCER,
+                            Code.NOT_PRODUCER_OWNER):
                 self.violations.append(f"producer {producer.producer_id} sequence {producer.sequence} via "
                                        f"{node_id}: {exc.code.name}: {exc.message}")
             return False
@@ -622,6 +637,12 @@ class SimCluster:
                 continue
             if entry.magic == Magic.CONSUMER:
                 ConsumerCommit.decode(entry.body)
+                continue
+            if entry.magic == Magic.PRODUCER_SESSION:  # a producer's open, by the leader
+                assert SessionChange.decode(entry.body).owner == PRODUCER
+                continue
+            if entry.magic == Magic.CLUSTER_VERSION:  # the leader's own, once every member reports a level
+                assert decode_level(entry.body) == LEVEL
                 continue
             body = bytes(client_body(entry))
             if entry.magic not in DATA_MAGICS or body not in self.history.sent:

@@ -112,13 +112,13 @@ def retries_forwarded_appends(original: Callable[..., Any],
     `codes`, each leaving the outcome unknown), as a plain append: a producer's session is dropped on
     the way, so nothing tells the retry from a new append."""
 
-    async def append(self: LogService, bodies: Sequence[bytes], producer: Any = None) -> Any:
+    async def append(self: LogService, bodies: Sequence[bytes], producer: Any = None, caller: str = "") -> Any:
         try:
-            return await original(self, bodies, producer)
+            return await original(self, bodies, producer, caller)
         except ApiError as exc:
             if exc.code not in codes:
                 raise
-            return await original(self, bodies, None)
+            return await original(self, bodies, None, caller)
 
     return append
 
@@ -126,8 +126,9 @@ def retries_forwarded_appends(original: Callable[..., Any],
 def acks_before_quorum(original: Callable[..., Any]) -> Callable[..., Any]:
     """The leader acknowledges an append once it is in its own log, before a quorum holds it."""
 
-    async def append(self: ClientAppends, bodies: Sequence[bytes], producer: Any = None) -> Any:
-        appended, _committed = await self.append_local(bodies, self.state.current_term, Magic.NORMAL, producer)
+    async def append(self: ClientAppends, bodies: Sequence[bytes], producer: Any = None, caller: str = "") -> Any:
+        appended, _committed = await self.append_local(bodies, self.state.current_term, Magic.NORMAL, producer,
+                                                       caller)
         return appended
 
     return append

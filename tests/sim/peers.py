@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from raftlog.api.answers import AppendAnswer, ConsumerAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer, ProducerAnswer
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
@@ -60,9 +60,17 @@ class Endpoint:
     async def handle_fetch(self, request: FetchRequest) -> bytes:
         return await self.node.handle_fetch(request)
 
-    async def handle_append(self, request: tuple[list[bytes], Sequenced | None]) -> AppendAnswer | ApiError:
+    async def handle_append(self, request: tuple[list[bytes], Sequenced | None, str]) -> AppendAnswer | ApiError:
         try:
             return await self.service.append_forwarded(*request)
+        except ApiError as exc:
+            return exc
+
+    async def handle_change_session(self, request: tuple[int, str, bool]) -> ProducerAnswer | ApiError:
+        if not self.node.state.is_leader:  # never forwarded twice
+            return ApiError(Code.NOT_LEADER, "this member is not the leader", self.node.leader_id)
+        try:
+            return await self.service.change_session(*request)
         except ApiError as exc:
             return exc
 
@@ -92,8 +100,11 @@ class SimPeers:
         self.wait_timeout_s = wait_timeout_s  # as PeerClient: the leader may wait for a quorum
 
     async def forward_append(self, leader_id: str, bodies: Sequence[bytes],
-                             producer: Sequenced | None = None) -> AppendAnswer:
-        return await self._call(leader_id, "append", (list(bodies), producer))
+                             producer: Sequenced | None = None, caller: str = "") -> AppendAnswer:
+        return await self._call(leader_id, "append", (list(bodies), producer, caller))
+
+    async def change_session(self, leader_id: str, producer_id: int, caller: str, close: bool) -> ProducerAnswer:
+        return await self._call(leader_id, "change_session", (producer_id, caller, close))
 
     async def read_index(self, leader_id: str) -> int:
         return await self._call(leader_id, "read_index", None)

@@ -121,16 +121,20 @@ async def _until_answered(cluster: SimCluster, rng: random.Random, stop: asyncio
 
 
 async def _producers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event, count: int = 2) -> None:
-    """Producers with sessions, one append in flight each, through any member's API: an append whose
-    outcome is unknown is sent again, the same body with the same sequence, until the group answers
-    (after the faults end too, for a while): the final log must hold each body once."""
+    """Producers with sessions, one append in flight each, through any member's API: a session opened
+    first (its open sent again until answered: a retry of one that committed opens the next epoch),
+    then an append whose outcome is unknown is sent again, the same body with the same sequence, until
+    the group answers (after the faults end too, for a while): the final log must hold each body once."""
     async def producer(producer_id: int) -> None:
-        sequence, given_up = 0, [0.0]
+        sequence, given_up, epoch = 0, [0.0], [-1]
+        if not await _until_answered(cluster, rng, stop, given_up, lambda target:
+                                     cluster.open_session(target, producer_id, epoch)):
+            return
         while not stop.is_set():
             bodies = [f"seed{cluster.seed}-producer{producer_id}-{sequence + k}".encode()
                       for k in range(rng.randint(1, 3))]
             invoked = cluster.now()
-            session = Sequenced(producer_id, 0, sequence)
+            session = Sequenced(producer_id, epoch[0], sequence)
             if not await _until_answered(cluster, rng, stop, given_up, lambda target, s=session, b=bodies, i=invoked:
                                          cluster.produce(target, s, b, i)):
                 return

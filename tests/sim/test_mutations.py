@@ -30,9 +30,9 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     ("acks-before-quorum", 3, 3, "two acknowledgements at index"),
     ("acks-before-writing", 2, 3, "durable on only"),
     ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
-    ("ends-ranges-at-local-commit-index", 5, 3, "found nothing, but it was acknowledged"),
+    ("ends-ranges-at-local-commit-index", 4, 3, "found nothing, but it was acknowledged"),
     ("retries-forwarded-appends", 21, 3, "is in the log twice"),
-    ("forgets-producers", 10, 3, "is in the log twice"),
+    ("forgets-producers", 1, 3, "UNKNOWN_PRODUCER"),  # with owners, sessions are opened: forgotten, they refuse
     ("forgets-saved-consumers", 1, 3, "consumer positions differ"),
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from raftlog.api import peer_pb2
-from raftlog.api.answers import AppendAnswer, ConsumerAnswer
+from raftlog.api.answers import AppendAnswer, ConsumerAnswer, ProducerAnswer
 from raftlog.api.peer_codec import (
     append_answer_message,
     append_answer_share,
@@ -38,8 +38,14 @@ def round_trip(kind: str, message: Any) -> Any:
         return decode_push(encode_push(message))
     if isinstance(message, PushResponse):
         return decode_push_response(encode_push_response(message))
-    if kind == "append" and isinstance(message, tuple):  # (bodies, producer)
+    if kind == "append" and isinstance(message, tuple):  # (bodies, producer, caller)
         return forwarded_append(append_request(*message))
+    if kind == "change_session" and isinstance(message, tuple):  # (producer_id, caller, close)
+        change = peer_pb2.SessionChange.FromString(peer_pb2.SessionChange(
+            producer_id=message[0], caller=message[1], close=message[2]).SerializeToString())
+        return change.producer_id, change.caller, change.close
+    if isinstance(message, ProducerAnswer):
+        return ProducerAnswer.from_json(json.loads(json.dumps(message.json())))
     if kind == "commit_consumer" and isinstance(message, tuple):  # (commit, expected)
         return forwarded_consumer_commit(consumer_commit_request(*message).SerializeToString())
     if isinstance(message, ConsumerAnswer):  # JSON, as the peer port carries it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -266,3 +267,30 @@ async def test_the_producer_table_is_written_with_the_progress_when_it_changed(t
     table.change(b"up to 9")  # the table alone changed: written, beside the same indices
     await cp.close()
     assert read_checkpoint(path) == CheckpointState(0, None, 5, 4, producers=b"up to 9")
+
+
+async def test_later_tables_go_in_a_column_a_schema_4_build_reads_around(tmp_path: Path) -> None:
+    """The cluster version's table is saved in the `tables` column; the file stays one a build of
+    schema 4 opens and reads as its own (its tables, its columns by name), and a file of that build,
+    without the column, gets it when opened for writing."""
+    path = tmp_path / "checkpoint.db"
+    cp = Checkpoint.open(path, create=True)
+    version, producers = Table(), Table()
+    cp.watch_tables(producers=producers, cluster_version=version)
+    cp.note_progress(3, 3)
+    version.change(b'{"entries":[[1,1]]}')
+    await cp.close()
+    assert read_checkpoint(path).tables == {"cluster_version": b'{"entries":[[1,1]]}'}
+    with contextlib.closing(sqlite3.connect(path)) as db, db:  # as schema 4's build reads it
+        assert {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} == \
+            {"schema_info", "raft_state"}
+        assert db.execute("SELECT version FROM schema_info").fetchone() == (SCHEMA_VERSION,)
+        assert db.execute("SELECT committed_index, producers FROM raft_state").fetchone() == (3, b"")
+        db.execute("ALTER TABLE raft_state DROP COLUMN tables")  # a file schema 4's build made
+    assert read_checkpoint(path).tables == {}
+    cp = Checkpoint.open(path, create=False)
+    version = Table()
+    cp.watch_tables(cluster_version=version)
+    version.change(b"again")
+    await cp.close()
+    assert read_checkpoint(path).tables == {"cluster_version": b"again"}
