@@ -93,6 +93,8 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             self._in_headers = True  # nothing has arrived yet: as slow as headers that do not come
             self._mid_message = False  # a request has begun and not fully arrived
             self._lingering = False  # answered and closing: what arrives is dropped
+            self._parsed_header_bytes = 0  # of the request being parsed, as the parser hands them over
+            self._oversized = False  # a request's headers passed the bound: what the parser still says is dropped
             self._stalled: asyncio.TimerHandle | None = None  # the client has not taken what was sent
             self._address: str | None = None  # counted in rules.addresses
             self._idle: asyncio.TimerHandle | None = None  # closes the connection at _close_at, if idle then
@@ -170,12 +172,45 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
                 super().data_received(data)
 
         def on_message_begin(self) -> None:
+            if self._oversized:
+                return
+            self._parsed_header_bytes = 0
             self._in_headers = self._mid_message = True
             if not self._answering():  # else it waits its turn, reading paused: not the client's delay
                 self._arm()
             super().on_message_begin()
 
+        def on_url(self, url: bytes) -> None:
+            self._count_parsed(len(url))
+            if not self._oversized:
+                super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._count_parsed(len(name) + len(value) + 4)  # ": " and CRLF
+            if not self._oversized:
+                super().on_header(name, value)
+
+        def _count_parsed(self, size: int) -> None:
+            """A request's line and headers, counted as the parser hands them over: a request pipelined
+            behind another in one read reaches the parser uncounted by data_received."""
+            self._parsed_header_bytes += size
+            if self._parsed_header_bytes > max_header_bytes and not self._oversized:
+                self._oversized = True  # the rest the parser says is dropped; answered after the answer before
+                if not self._answering():
+                    self._refuse_oversized()
+
+        def _refuse_oversized(self) -> None:
+            if not self.transport.is_closing():
+                self._answer_and_close(431, "Request Header Fields Too Large", Code.UNEXPECTED_ARGUMENT,
+                                       f"the request line and headers are over max_header_bytes ({max_header_bytes})")
+
+        def on_body(self, body: bytes) -> None:
+            if not self._oversized:
+                super().on_body(body)
+
         def on_headers_complete(self) -> None:
+            if self._oversized:
+                return
             self._in_headers = False
             self._header_bytes = 0
             self.scope["extensions"] = {**self.scope.get("extensions", {}),
@@ -183,6 +218,8 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
+            if self._oversized:
+                return
             self._mid_message = False
             self._disarm()
             super().on_message_complete()
@@ -197,6 +234,8 @@ def guarded_protocol(read_timeout_s: float, max_header_bytes: int, max_connectio
                 self._arm()  # the next request, which had to wait, now reads on
             if rules is not None and not self._mid_message and not self._answering():
                 self._rest()
+            if self._oversized:  # a request pipelined behind this one was too large
+                self._refuse_oversized()
 
         def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
             """Run the request's cycle, with what `below_asgi` answers it by in place of the app (never

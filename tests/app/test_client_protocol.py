@@ -12,6 +12,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import uvicorn
 
 from raftlog.api.connection_slots import AddressSlots, HoldRules
@@ -122,6 +123,41 @@ async def test_a_header_sent_in_pieces_is_bounded() -> None:
         status, _, body = await asyncio.wait_for(answer(reader), 5)
         assert status == 431 and b"max_header_bytes (4096)" in body
         assert await reader.read() == b""
+        writer.close()
+
+
+class Paths(Echo):
+    """Echo, noting the path of every request the app is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await super().__call__(scope, receive, send)
+
+
+@pytest.mark.parametrize("where", ["query", "header"])
+async def test_a_request_pipelined_behind_a_body_in_one_read_is_bounded_too(where: str) -> None:
+    """Audit A, N1: bytes after the first request's headers went to the parser uncounted, so a request
+    pipelined behind a body in the same read reached the app with a header section of 150 KiB."""
+    app = Paths()
+    async with serving(app, max_header_bytes=4096) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        big = b"v" * (150 << 10)
+        second = (b"GET /b?" + big + b" HTTP/1.1\r\nhost: x\r\n\r\n" if where == "query"
+                  else b"GET /b HTTP/1.1\r\nhost: x\r\nx-big: " + big + b"\r\n\r\n")
+        body = bytes(80 << 10)
+        writer.write(b"POST /a HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % len(body) + body + second)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        first = await asyncio.wait_for(answer(reader), 5)
+        assert first[0] == 200  # the first request is answered
+        status, _, text = await asyncio.wait_for(answer(reader), 5)
+        assert status == 431 and b"max_header_bytes (4096)" in text
+        assert app.paths == ["/a"]  # the second never reached the app
         writer.close()
 
 
