@@ -30,14 +30,13 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from raftlog.api.errors import ApiError, error_response
+from raftlog.api.log_throttle import LogThrottle, since_last
 from raftlog.api.request_checks import Refusal, RequestHead
 from raftlog.raft.messages import Code
-from raftlog.raft.waiting import loop_time
 
 log = logging.getLogger("raftlog.auth")
 
 TOKEN_CHARS_MIN = 16  # shorter tokens are refused at start: they can be guessed
-LOG_INTERVAL_S = 1.0  # refusals of one reason are logged at most this often
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/metrics", "/docs", "/openapi.json"})
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch", "/v1/producers"})
@@ -197,8 +196,7 @@ class AuthFailures:
     def __init__(self, counter: Any, port: str) -> None:
         self.counter = counter
         self.port = port
-        self._logged: dict[str, float] = {}  # reason -> when last logged
-        self._unlogged: dict[str, int] = {}
+        self._throttle = LogThrottle()  # a line a second per reason
 
     async def refuse(self, scope: Scope, receive: Receive, send: Send, error: ApiError, reason: str) -> None:
         client = scope.get("client")
@@ -208,18 +206,12 @@ class AuthFailures:
             response.headers["WWW-Authenticate"] = 'Bearer realm="raftlog"'
         await response(scope, receive, send)
 
-
     def note(self, reason: str, call: str, peer: str) -> None:
         """Count a refused call, and log it unless a line for `reason` went out less than a second ago."""
         self.counter.labels(self.port, reason).inc()
-        now = loop_time()
-        if now - self._logged.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
-            self._logged[reason] = now
-            more = self._unlogged.pop(reason, 0)
-            log.warning("%s port: refused %s from %s: %s%s", self.port, call, peer, reason,
-                        f" (and {more} more since the last line)" if more else "")
-        else:
-            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+        held_back = self._throttle.admit(reason)
+        if held_back is not None:
+            log.warning("%s port: refused %s from %s: %s%s", self.port, call, peer, reason, since_last(held_back))
 
 
 class TokenCheck:
