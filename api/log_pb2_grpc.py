@@ -207,7 +207,7 @@ class LogServicer:
     def NewProducer(self, request, context):
         """A producer session to append with (REST: POST /v1/producers), owned by the caller (the name its
         token gives): a new random id at epoch 0, or for a producer restarting under its own id the next
-        epoch, which fences the one before. Needs cluster version 1 (FAILED_PRECONDITION
+        epoch, which fences the one before. Needs cluster version 1 (ABORTED
         CLUSTER_VERSION_TOO_LOW names the members holding it back).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -15,6 +15,7 @@ import grpc
 import httpx
 import pytest
 
+from raftlog.api import log_pb2
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
 from tests.processes import ClusterFactory, eventually, serving
 
@@ -235,3 +236,33 @@ def test_a_grpc_batch_of_64_mib_of_other_fields_leaves_the_leader_answering_and_
     assert isinstance(refused, grpc.RpcError)
     assert refused.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]  # too many entries
     assert leadership(group) == before
+
+
+def test_the_patterns_on_request_input_answer_at_the_size_limits(group: LocalCluster) -> None:
+    """Audit A, the regular expressions that see request input, each at its way in's limit: a member's
+    id and addresses (pydantic's patterns, the Rust engine, after the length bound) in a 64 MiB gRPC
+    AddMember; a consumer's name in a 64 MiB gRPC CommitConsumer and GetConsumer, and in a path at
+    the header bound. Each refused at once, the refusal short, the member answering throughout."""
+    member = group.members[leadership(group)[0]]
+    huge = "a" * (BODY_LIMIT - 4096) + "!"
+    calls = [("AddMember", log_pb2.AddMemberRequest(id=huge, peer_address="127.0.0.1:1")),
+             ("AddMember", log_pb2.AddMemberRequest(id="n9", peer_address=huge)),
+             ("CommitConsumer", log_pb2.CommitConsumerRequest(name=huge, position=0)),
+             ("GetConsumer", log_pb2.ConsumerRequest(name=huge))]
+
+    def call_all() -> list[grpc.RpcError]:
+        refused = []
+        with grpc.insecure_channel(member.grpc_address, options=[("grpc.max_receive_message_length", 1 << 20)]
+                                   ) as channel:
+            for method, request in calls:
+                with pytest.raises(grpc.RpcError) as exc:
+                    channel.unary_unary(f"/raftlog.v1.Log/{method}")(request.SerializeToString(), timeout=60)
+                refused.append(exc.value)
+        return refused
+
+    for refused in answered_throughout(member.client_url, call_all):
+        assert refused.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)  # type: ignore[attr-defined]
+        assert len(refused.details()) < 1024  # type: ignore[attr-defined]
+    long_name = "b" * (60 << 10)  # a path at the header bound (max_header_bytes 64 KiB)
+    answer = httpx.get(f"{member.client_url}/v1/consumers/{long_name}", timeout=LIVENESS_S)
+    assert answer.status_code in (400, 404) and len(answer.content) < 1024
