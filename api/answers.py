@@ -54,9 +54,19 @@ class ConsumerAnswer:
     index: int  # the CONSUMER entry that committed it
     lag: int  # committed entries after the position, on the answering member
     lag_bytes: int | None  # their bytes (None: some were cleaned away)
+    owner: str | None = None  # the caller that created it (None: none recorded, created below cluster version 1)
+    retention_floor: bool = False  # retention keeps what it has not processed
 
     def json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Without `owner` when it has none and `retention_floor` when false: a member of the release
+        before them reads a forwarded commit's answer back with only the fields it knows, and below
+        cluster version 1, the only version such a member runs in, neither is ever set."""
+        fields = dataclasses.asdict(self)
+        if self.owner is None:
+            del fields["owner"]
+        if not self.retention_floor:
+            del fields["retention_floor"]
+        return fields
 
     @classmethod
     def from_json(cls, fields: dict[str, Any]) -> ConsumerAnswer:

@@ -1,7 +1,11 @@
 """Who may call what: client tokens with roles on the client port, the cluster secret on the peer port.
 
 Client port: `Authorization: Bearer <token>`; each token has a role, and each
-role includes the ones below it (admin > writer > reader). Health checks,
+role includes the ones below it (admin > writer > consumer > reader). A
+consumer token moves (commits, removes) only the named consumers its name
+covers (`consumer_refusal`): the consumer of its name, and those whose names
+start with its name and a dot; a writer moves any, and only an admin sets a
+consumer's retention-floor flag. Health checks,
 metrics, the API's documentation and the admin page's HTML are open (the page
 asks for a token before it reads anything). Peer port: every gRPC call
 carries the cluster secret the same way, in its metadata (api.peer_server). A
@@ -48,8 +52,9 @@ class Role(IntEnum):
     """A token's role; a higher role may do everything a lower one may."""
 
     READER = 1  # GET routes
-    WRITER = 2  # appends, and reads
-    ADMIN = 3  # leadership transfer, the admin page's actions, and everything else
+    CONSUMER = 2  # reads, and moving the named consumers its name covers
+    WRITER = 3  # appends, moving any named consumer, and reads
+    ADMIN = 4  # leadership transfer, the admin page's actions, a consumer's retention floor, and everything else
 
 
 class TokenError(ValueError):
@@ -65,10 +70,12 @@ class Caller:
 
 
 LOCAL_CALLER = "local"  # the name of every caller of a member without tokens: all trusted alike
+LOCAL = Caller(Role.ADMIN, LOCAL_CALLER)  # every caller of a member without tokens
 CALLER_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+CONSUMER_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a consumer token's: a consumer's name (raft.consumers)
 DIGEST_NAME_PREFIX = "token-"  # a token listed without a name is named by its digest's first hex digits
 DIGEST_NAME_CHARS = 12
-CALLER_KEY = "raftlog.caller"  # where TokenCheck leaves the caller's name in a request's scope
+CALLER_KEY = "raftlog.caller"  # where TokenCheck leaves the Caller in a request's scope
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,11 @@ class Tokens:
             try:
                 role = Role[role_name.strip().upper()]
             except KeyError:
-                raise TokenError(f"{where}: expected role:name:token with a role of reader, writer or admin") from None
+                raise TokenError(f"{where}: expected role:name:token with a role of reader, consumer, writer or "
+                                 "admin") from None
+            if role is Role.CONSUMER and CONSUMER_NAME.fullmatch(name) is None:
+                raise TokenError(f"{where}: a consumer token's name is the consumer it moves (and those named "
+                                 "NAME.*): 1 to 64 letters, digits, '.', '_' or '-'")
             token = token.strip()
             if not is_credential(token) or "," in token:
                 raise TokenError(f"{where}: a token is {TOKEN_CHARS_MIN} or more printable ASCII characters, "
@@ -152,8 +163,8 @@ def required_role(method: str, path: str) -> Role | None:
         return Role.WRITER
     if method == "DELETE" and path.startswith(PRODUCERS_PATH):  # its owner's own session
         return Role.WRITER
-    if method == "PUT" and path.startswith(CONSUMERS_PATH):  # a consumer's own progress: a reader's to commit
-        return Role.READER
+    if method in ("PUT", "DELETE") and path.startswith(CONSUMERS_PATH):  # the consumers its name covers
+        return Role.CONSUMER
     return Role.ADMIN
 
 
@@ -179,13 +190,42 @@ def caller_refusal(caller: Caller | None, given: bool, needed: Role, call: str) 
         if not given:
             return "missing", ApiError(Code.UNAUTHENTICATED, "no bearer token")
         return "invalid", ApiError(Code.UNAUTHENTICATED, "the bearer token is not valid")
-    return "forbidden", ApiError(Code.PERMISSION_DENIED, f"{call} needs the {needed.name.lower()} role; this "
-                                                         f"token is a {caller.role.name.lower()}")
+    role = ("the writer role, or a consumer token of the consumer's name" if needed is Role.CONSUMER
+            else f"the {needed.name.lower()} role")
+    return "forbidden", ApiError(Code.PERMISSION_DENIED, f"{call} needs {role}; this token is a "
+                                                         f"{caller.role.name.lower()}")
+
+
+def caller_of(scope: Scope) -> Caller:
+    """The caller of a request the checks let in (LOCAL on a member without tokens)."""
+    caller: Caller = scope.get(CALLER_KEY, LOCAL)
+    return caller
 
 
 def caller_name(scope: Scope) -> str:
     """The name of the caller of a request the checks let in (LOCAL_CALLER on a member without tokens)."""
-    return scope.get(CALLER_KEY, LOCAL_CALLER)
+    return caller_of(scope).name
+
+
+def consumer_refusal(caller: Caller, name: str, floor: bool | None) -> ApiError | None:
+    """Why `caller` may not move (commit, remove) the named consumer `name`, or set its retention-floor
+    flag (`floor` not None), or None: a writer or admin moves any, a consumer token those its name
+    covers (its own name, and its name followed by a dot and anything), and only an admin sets the flag."""
+    if floor is not None and caller.role < Role.ADMIN:
+        return ApiError(Code.PERMISSION_DENIED, f"only an admin sets a consumer's retention_floor; this token is "
+                                                f"a {caller.role.name.lower()}")
+    if caller.role >= Role.WRITER or (caller.role is Role.CONSUMER and covers(caller.name, name)):
+        return None
+    if caller.role is Role.CONSUMER:
+        return ApiError(Code.PERMISSION_DENIED, f"a consumer token named {caller.name!r} moves the consumer "
+                                                f"{caller.name!r} and those named {caller.name}.*, not {name!r}")
+    return ApiError(Code.PERMISSION_DENIED, f"moving a consumer needs the writer role, or a consumer token of its "
+                                            f"name; this token is a {caller.role.name.lower()}")
+
+
+def covers(token_name: str, consumer: str) -> bool:
+    """Whether a consumer token named `token_name` moves the consumer `consumer`."""
+    return consumer == token_name or (consumer.startswith(token_name) and consumer[len(token_name)] == ".")
 
 
 class AuthFailures:
@@ -232,7 +272,7 @@ class TokenCheck:
         token = bearer_credentials(head.authorization)
         caller = None if token is None else self.tokens.caller_of(token)
         if caller is not None:
-            scope[CALLER_KEY] = caller.name  # for the route: a producer session's owner
+            scope[CALLER_KEY] = caller  # for the route: a producer session's owner, a consumer's rights
         needed = required_role(scope["method"], scope["path"])
         if needed is None:
             return None

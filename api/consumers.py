@@ -4,10 +4,15 @@ A consumer's commit goes through the leader, as an append does. Plain commits
 of one consumer that reach a member within `consumer_commit_interval_ms` are
 combined into one entry, the latest position winning (a consumer committing
 after every message costs the log one entry per interval, not one per
-message); every caller gets the answer of that entry. A compare-and-set is
-never combined: it is judged alone, by the leader, against the latest
-position. One consumer's entries from one member are written one after the
-other, in the order their commits arrived.
+message); every caller gets the answer of that entry. A compare-and-set, or
+a commit that sets the retention-floor flag, is never combined: it is judged
+alone, by the leader, against the latest position. One consumer's entries
+from one member are written one after the other, in the order their commits
+arrived.
+
+Who may move which consumer is checked here, on the member the client
+called, before anything goes to the leader (api.auth's `consumer_refusal`);
+the leader then judges the commit against its log (raft.consumers).
 
 Reads of positions are linearizable unless asked otherwise: the member
 catches up to the leader's confirmed commit index first, as reads of entries do.
@@ -19,9 +24,11 @@ import asyncio
 from dataclasses import dataclass, field
 
 from raftlog.api.answers import ConsumerAnswer
+from raftlog.api.auth import Caller, consumer_refusal
 from raftlog.api.errors import ApiError, api_error, bad_request
 from raftlog.api.service import LogService
-from raftlog.raft.consumers import ConsumerCommit, ConsumerPosition, commit_problem
+from raftlog.raft.cluster_version import CONSUMER_OWNERS
+from raftlog.raft.consumers import ConsumerAsk, ConsumerPosition, commit_problem
 from raftlog.raft.messages import Code, Role
 
 
@@ -29,7 +36,7 @@ from raftlog.raft.messages import Code, Role
 class _Combined:
     """The commits of one consumer waiting for their interval to end: the latest is written."""
 
-    commit: ConsumerCommit
+    ask: ConsumerAsk
     answer: asyncio.Future[ConsumerAnswer] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -42,30 +49,36 @@ class ConsumerCommits:
 
     # -- commits -------------------------------------------------------------------------
 
-    async def commit(self, name: str, position: int, metadata: str = "", expected: int | None = None
-                     ) -> ConsumerAnswer:
-        """Commit `position` for consumer `name`; `expected`: a compare-and-set (-1: the consumer must not exist)."""
+    async def commit(self, name: str, position: int, metadata: str = "", expected: int | None = None, *,
+                     caller: Caller, floor: bool | None = None) -> ConsumerAnswer:
+        """Commit `position` for consumer `name` as `caller` (a new consumer's owner); `expected`: a
+        compare-and-set (-1: the consumer must not exist); `floor`: set or clear its retention-floor
+        flag (an admin's; None: as it is)."""
         if (problem := commit_problem(name, position, metadata)) is not None:
             raise bad_request(problem)
         _check_expected(expected)
-        commit = ConsumerCommit(name, position, metadata)
-        if expected is not None or self.interval_s <= 0:
-            return await self.write(commit, expected)
+        if (refused := consumer_refusal(caller, name, floor)) is not None:
+            raise refused
+        ask = ConsumerAsk(name, position, metadata, expected, caller.name, floor)
+        if expected is not None or floor is not None or self.interval_s <= 0:
+            return await self.write(ask)
         combined = self._combining.get(name)
         if combined is None:
-            combined = self._combining[name] = _Combined(commit)
+            combined = self._combining[name] = _Combined(ask)
             combined.answer.add_done_callback(_retrieved)
             asyncio.get_running_loop().call_later(self.interval_s, self._interval_ended, name)
-        combined.commit = commit
+        combined.ask = ask
         return await asyncio.shield(combined.answer)
 
-    async def delete(self, name: str, expected: int | None = None) -> ConsumerAnswer:
+    async def delete(self, name: str, expected: int | None = None, *, caller: Caller) -> ConsumerAnswer:
         """Remove consumer `name` (CONSUMER_NOT_FOUND if there is none); answered with position -1 and the
         removal's entry."""
         if (problem := commit_problem(name, 0, "")) is not None:
             raise bad_request(problem)
         _check_expected(expected)
-        return await self.write(ConsumerCommit(name, -1), expected)
+        if (refused := consumer_refusal(caller, name, None)) is not None:
+            raise refused
+        return await self.write(ConsumerAsk(name, -1, expected=expected, caller=caller.name))
 
     def _interval_ended(self, name: str) -> None:
         combined = self._combining.pop(name)
@@ -78,30 +91,34 @@ class ConsumerCommits:
         if previous is not None:
             await asyncio.wait((previous,))  # one consumer's entries in the order their commits came
         try:
-            combined.answer.set_result(await self.write(combined.commit, None))
+            combined.answer.set_result(await self.write(combined.ask))
         except Exception as exc:
             combined.answer.set_exception(exc)
 
-    async def write(self, commit: ConsumerCommit, expected: int | None) -> ConsumerAnswer:
+    async def write(self, ask: ConsumerAsk) -> ConsumerAnswer:
         """One CONSUMER entry, written by the leader: here, or through the peer connection."""
         node = self.service.node
         if node.role is Role.LEADER:
             try:
-                appended = await node.commit_consumer(commit, expected)
+                appended, commit = await node.commit_consumer(ask)
             except Exception as exc:
                 raise api_error(exc, node.leader_id) from None
-            return self._answer(commit.name, ConsumerPosition(commit.position, commit.metadata, appended.first_index))
-        leader, tried = node.leader_id, set[str]()
-        while True:
-            if leader is None or leader in tried or leader == node.config.self_id:
-                raise ApiError(Code.NOT_LEADER, "no leader is known; retry later", leader)
-            tried.add(leader)
-            try:
-                return await self.service.peers.commit_consumer(leader, commit, expected)
-            except ApiError as exc:
-                if exc.code is not Code.NOT_LEADER:  # NOT_LEADER: nothing was written there
-                    raise
-                leader = exc.leader
+            return self._answer(commit.name, ConsumerPosition(commit.position, commit.metadata, appended.first_index,
+                                                              commit.owner or "", commit.floor))
+        if ask.floor:
+            await self._floor_writable()
+        return await self.service.through_leader(lambda leader: self.service.peers.commit_consumer(leader, ask))
+
+    async def _floor_writable(self) -> None:
+        """On a follower, before a commit that sets the retention-floor flag goes to the leader: this
+        member's log must be at the cluster version that writes it (a leader of the release before
+        would drop the flag unsaid; the group's version is raised only once every member knows it)."""
+        node = self.service.node
+        await node.version.wait_for(CONSUMER_OWNERS, node.config.max_wait_ack_ms / 1000)
+        if node.version.level < CONSUMER_OWNERS:
+            raise ApiError(Code.CLUSTER_VERSION_TOO_LOW, f"a consumer's retention_floor needs cluster version "
+                           f"{CONSUMER_OWNERS}; this member's log is at {node.version.level} (the leader names the "
+                           "members holding it back)", node.leader_id)
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -139,7 +156,8 @@ class ConsumerCommits:
         committed = self.service.node.committed_index
         lag = max(0, committed - found.position) if found.position >= 0 else 0
         return ConsumerAnswer(name, found.position, found.metadata, found.entry_index, lag,
-                              self.service.bytes_between(found.position, committed) if lag else 0)
+                              self.service.bytes_between(found.position, committed) if lag else 0,
+                              found.owner or None, found.floor)
 
 
 def _check_expected(expected: int | None) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from raftlog.api.auth import caller_name
+from raftlog.api.auth import caller_name, caller_of
 from raftlog.api.entry_handlers import EntryHandlers, ModelResponse, is_json, not_json, parse_model
 from raftlog.api.schemas import (
     CONSISTENCY,
@@ -57,12 +57,15 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
 
     @app.put("/v1/consumers/{name}", tags=["consumers"], summary="Commit a consumer's position",
              responses={200: {"model": ConsumerOut, "description": "Committed (in the log, through the leader)"},
-                        **errors(400, 409, 413, 415, 502, 503, 504, 507)})
+                        **errors(400, 403, 409, 413, 415, 502, 503, 504, 507)})
     async def commit_consumer(request: Request, name: str = name_path) -> JSONResponse:
         """Readers that pass `consumer=NAME` resume at the entry after the position. A consumer that
-        commits nothing in consumer_idle_entries entries expires."""
+        commits nothing in consumer_idle_entries entries expires. Needs the writer role, or a consumer
+        token whose name is the consumer's, or its name's start before a dot (`billing` moves `billing`
+        and `billing.eu`); `retention_floor` needs the admin role."""
         asked = await handlers.read_json(request, ConsumerCommitIn)
-        answer = await handlers.consumers.commit(name, asked.position, asked.metadata, asked.expected)
+        answer = await handlers.consumers.commit(name, asked.position, asked.metadata, asked.expected,
+                                                 caller=caller_of(request.scope), floor=asked.retention_floor)
         return ModelResponse(ConsumerOut.of(answer))
 
     @app.get("/v1/consumers/{name}", tags=["consumers"], summary="A consumer's committed position",
@@ -79,10 +82,11 @@ def install_delivery_routes(app: FastAPI, handlers: EntryHandlers,
 
     @app.delete("/v1/consumers/{name}", status_code=204, tags=["consumers"], summary="Remove a consumer",
                 responses={204: {"description": "Removed (in the log, through the leader)"},
-                           **errors(400, 404, 409, 502, 503, 504, 507)})
-    async def delete_consumer(name: str = name_path, expected: int | None = Query(
+                           **errors(400, 403, 404, 409, 502, 503, 504, 507)})
+    async def delete_consumer(request: Request, name: str = name_path, expected: int | None = Query(
             None, ge=0, description="A compare-and-set: the position the consumer must be at")) -> Response:
-        await handlers.consumers.delete(name, expected)
+        """Needs the role a commit of the consumer needs."""
+        await handlers.consumers.delete(name, expected, caller=caller_of(request.scope))
         return Response(status_code=204)
 
 

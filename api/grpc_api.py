@@ -27,7 +27,7 @@ from grpc_status import rpc_status
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer
-from raftlog.api.auth import LOCAL_CALLER, AuthFailures, Role, Tokens, bearer_credentials, refusal
+from raftlog.api.auth import LOCAL, AuthFailures, Caller, Role, Tokens, bearer_credentials, refusal
 from raftlog.api.connection_slots import CreditCalls
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error
@@ -78,8 +78,8 @@ ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
          "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN, "NewProducer": Role.WRITER,
          "CloseProducer": Role.WRITER,
-         "CommitConsumer": Role.READER, "GetConsumer": Role.READER, "ListConsumers": Role.READER,
-         "DeleteConsumer": Role.ADMIN}
+         "CommitConsumer": Role.CONSUMER, "GetConsumer": Role.READER, "ListConsumers": Role.READER,
+         "DeleteConsumer": Role.CONSUMER}  # a consumer token: the consumers its name covers (api.auth)
 
 
 def grpc_code(error: ApiError) -> grpc.StatusCode:
@@ -107,14 +107,14 @@ class LogServicer(log_pb2_grpc.LogServicer):
     # -- appends ---------------------------------------------------------------------------
 
     async def Append(self, request: pb.AppendRequest, context: grpc.aio.ServicerContext) -> pb.AppendResponse:
-        answer = await self._answer(context, self._append([request.body], request, self._caller(context)))
+        answer = await self._answer(context, self._append([request.body], request, self._caller(context).name))
         return pb.AppendResponse(index=answer.first_index, term=answer.term, pos=answer.positions[0],
                                  leader=answer.leader, duplicate=answer.duplicate)
 
     async def AppendBatch(self, request: pb.AppendBatchRequest,
                           context: grpc.aio.ServicerContext) -> pb.AppendBatchResponse:
         return _batch_response(await self._answer(context, self._append(list(request.bodies), request,
-                                                                         self._caller(context))))
+                                                                         self._caller(context).name)))
 
     async def AppendStream(self, requests: AsyncIterator[pb.AppendBatchRequest],
                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.AppendBatchResponse]:
@@ -123,7 +123,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
         served); a follower forwards one batch at a time, so that order holds there too."""
         window: asyncio.Queue[asyncio.Future[AppendAnswer] | None] = asyncio.Queue(
             self.service.limits.append_stream_window_batches)
-        caller = self._caller(context)
+        caller = self._caller(context).name
 
         async def take() -> None:
             previous: asyncio.Future[Any] | None = None
@@ -165,13 +165,13 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
         return await self.handlers.appending(given, _producer(request), caller)
 
-    def _caller(self, context: grpc.aio.ServicerContext) -> str:
-        """The name of the call's caller (CallGuard let it through: its token, if needed, is valid)."""
+    def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        """The call's caller (CallGuard let it through: its token, if needed, is valid)."""
         if self.tokens is None:
-            return LOCAL_CALLER
+            return LOCAL
         token = _bearer(context.invocation_metadata())
         caller = None if token is None else self.tokens.caller_of(token)
-        return LOCAL_CALLER if caller is None else caller.name
+        return LOCAL if caller is None else caller
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -239,18 +239,20 @@ class LogServicer(log_pb2_grpc.LogServicer):
 
     async def NewProducer(self, request: pb.NewProducerRequest, context: grpc.aio.ServicerContext) -> pb.Producer:
         answer = await self._answer(context, self.service.new_producer(request.id if request.HasField("id") else None,
-                                                                       self._caller(context)))
+                                                                       self._caller(context).name))
         return pb.Producer(id=answer.id, epoch=answer.epoch, sequence=0)
 
     async def CloseProducer(self, request: pb.CloseProducerRequest,
                             context: grpc.aio.ServicerContext) -> pb.Producer:
-        answer = await self._answer(context, self.service.change_session(request.id, self._caller(context),
+        answer = await self._answer(context, self.service.change_session(request.id, self._caller(context).name,
                                                                          close=True))
         return pb.Producer(id=answer.id, epoch=answer.epoch, sequence=0)
 
     async def CommitConsumer(self, request: pb.CommitConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
+        floor = request.retention_floor if request.HasField("retention_floor") else None
         return _consumer(await self._answer(context, self.handlers.consumers.commit(
-            request.name, request.position, request.metadata, _expected(request))))
+            request.name, request.position, request.metadata, _expected(request), caller=self._caller(context),
+            floor=floor)))
 
     async def GetConsumer(self, request: pb.ConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
         consumers, linearizable = self.handlers.consumers, request.consistency == pb.LINEARIZABLE
@@ -262,7 +264,8 @@ class LogServicer(log_pb2_grpc.LogServicer):
         return pb.ConsumerList(consumers=[_consumer(answer) for answer in answers])
 
     async def DeleteConsumer(self, request: pb.DeleteConsumerRequest, context: grpc.aio.ServicerContext) -> pb.Consumer:
-        return _consumer(await self._answer(context, self.handlers.consumers.delete(request.name, _expected(request))))
+        return _consumer(await self._answer(context, self.handlers.consumers.delete(request.name, _expected(request),
+                                                                                     caller=self._caller(context))))
 
     async def Members(self, request: pb.MembersRequest, context: grpc.aio.ServicerContext) -> pb.Configuration:
         return _configuration(self.service.members())

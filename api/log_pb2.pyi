@@ -40,16 +40,18 @@ class Producer(_message.Message):
     def __init__(self, id: _Optional[int] = ..., epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class CommitConsumerRequest(_message.Message):
-    __slots__ = ("name", "position", "metadata", "expected")
+    __slots__ = ("name", "position", "metadata", "expected", "retention_floor")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FLOOR_FIELD_NUMBER: _ClassVar[int]
     name: str
     position: int
     metadata: str
     expected: int
-    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ...) -> None: ...
+    retention_floor: bool
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ..., retention_floor: _Optional[bool] = ...) -> None: ...
 
 class ConsumerRequest(_message.Message):
     __slots__ = ("name", "consistency")
@@ -74,20 +76,24 @@ class ListConsumersRequest(_message.Message):
     def __init__(self, consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
 
 class Consumer(_message.Message):
-    __slots__ = ("name", "position", "metadata", "index", "lag", "lag_bytes")
+    __slots__ = ("name", "position", "metadata", "index", "lag", "lag_bytes", "owner", "retention_floor")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FLOOR_FIELD_NUMBER: _ClassVar[int]
     name: str
     position: int
     metadata: str
     index: int
     lag: int
     lag_bytes: int
-    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., index: _Optional[int] = ..., lag: _Optional[int] = ..., lag_bytes: _Optional[int] = ...) -> None: ...
+    owner: str
+    retention_floor: bool
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., index: _Optional[int] = ..., lag: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., owner: _Optional[str] = ..., retention_floor: _Optional[bool] = ...) -> None: ...
 
 class ConsumerList(_message.Message):
     __slots__ = ("consumers",)

@@ -224,7 +224,8 @@ class LogServicer:
     def CommitConsumer(self, request, context):
         """Named consumers (REST: /v1/consumers): a position committed in the log through the leader (with
         `expected`, a compare-and-set: ABORTED CONSUMER_CONFLICT when the consumer is elsewhere), read,
-        listed, removed. Read with `consumer` resumes at the entry after its position.
+        listed, removed. Read with `consumer` resumes at the entry after its position. A commit or removal
+        needs the writer role, or a consumer token whose name covers the consumer's (REST's rule).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

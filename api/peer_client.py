@@ -48,7 +48,7 @@ from raftlog.api.peer_codec import (
 from raftlog.api.peer_stream import H2PushStream
 from raftlog.api.peer_wire import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS, SERVICE
 from raftlog.raft.config import Peer
-from raftlog.raft.consumers import ConsumerCommit
+from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -224,9 +224,8 @@ class PeerClient:
         answer = await self._api_call(leader_id, "ChangeMembership", request, pb.JsonAnswer)
         return _typed(MembershipAnswer, answer.json, leader_id)
 
-    async def commit_consumer(self, leader_id: str, commit: ConsumerCommit, expected: int | None) -> ConsumerAnswer:
-        answer = await self._api_call(leader_id, "CommitConsumer", consumer_commit_request(commit, expected),
-                                      pb.JsonAnswer)
+    async def commit_consumer(self, leader_id: str, ask: ConsumerAsk) -> ConsumerAnswer:
+        answer = await self._api_call(leader_id, "CommitConsumer", consumer_commit_request(ask), pb.JsonAnswer)
         return _typed(ConsumerAnswer, answer.json, leader_id)
 
     async def change_session(self, leader_id: str, producer_id: int, caller: str, close: bool) -> ProducerAnswer:

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.answers import AppendAnswer
-from raftlog.raft.consumers import ConsumerCommit
+from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -166,17 +166,18 @@ def forwarded_append(message: bytes) -> tuple[list[bytes], Sequenced | None, str
     return list(request.bodies), producer, request.caller
 
 
-def consumer_commit_request(commit: ConsumerCommit, expected: int | None) -> pb.ConsumerCommit:
+def consumer_commit_request(ask: ConsumerAsk) -> pb.ConsumerCommit:
     """A consumer's commit, forwarded to the leader."""
-    return pb.ConsumerCommit(name=commit.name, position=commit.position, metadata=commit.metadata,
-                             expected=expected)
+    return pb.ConsumerCommit(name=ask.name, position=ask.position, metadata=ask.metadata, expected=ask.expected,
+                             caller=ask.caller, retention_floor=ask.floor)
 
 
-def forwarded_consumer_commit(message: bytes) -> tuple[ConsumerCommit, int | None]:
+def forwarded_consumer_commit(message: bytes) -> ConsumerAsk:
     """What consumer_commit_request sent (DecodeError if it is not a message)."""
     request = pb.ConsumerCommit.FromString(message)
-    return (ConsumerCommit(request.name, request.position, request.metadata),
-            request.expected if request.HasField("expected") else None)
+    return ConsumerAsk(request.name, request.position, request.metadata,
+                       request.expected if request.HasField("expected") else None, request.caller,
+                       request.retention_floor if request.HasField("retention_floor") else None)
 
 
 def append_answer_share(message: pb.AppendResponse, offset: int, count: int) -> AppendAnswer:

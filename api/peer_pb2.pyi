@@ -237,16 +237,20 @@ class MembershipChange(_message.Message):
     def __init__(self, action: _Optional[str] = ..., id: _Optional[str] = ..., peer_address: _Optional[str] = ..., client_url: _Optional[str] = ..., grpc_address: _Optional[str] = ..., learner: _Optional[bool] = ...) -> None: ...
 
 class ConsumerCommit(_message.Message):
-    __slots__ = ("name", "position", "metadata", "expected")
+    __slots__ = ("name", "position", "metadata", "expected", "caller", "retention_floor")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FLOOR_FIELD_NUMBER: _ClassVar[int]
     name: str
     position: int
     metadata: str
     expected: int
-    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ...) -> None: ...
+    caller: str
+    retention_floor: bool
+    def __init__(self, name: _Optional[str] = ..., position: _Optional[int] = ..., metadata: _Optional[str] = ..., expected: _Optional[int] = ..., caller: _Optional[str] = ..., retention_floor: _Optional[bool] = ...) -> None: ...
 
 class SessionChange(_message.Message):
     __slots__ = ("producer_id", "caller", "close")

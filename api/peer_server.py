@@ -253,12 +253,12 @@ class PeerService:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 
     async def _commit_consumer(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
-        commit, expected = forwarded_consumer_commit(request)
+        ask = forwarded_consumer_commit(request)
         try:
             self._check_leader()
             if self.consumers is None:
                 raise ApiError(Code.INTERNAL_ERROR, "this member keeps no named consumers")
-            return _json_answer((await self.consumers.write(commit, expected)).json())
+            return _json_answer((await self.consumers.write(ask)).json())
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 

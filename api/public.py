@@ -94,8 +94,8 @@ needs `Authorization: Bearer <token>` of a role that may call it (see each route
 ERROR_TEXT = {
     400: "Bad input: malformed JSON, a wrong encoding, an empty batch or body, a bad parameter",
     401: "UNAUTHENTICATED: no bearer token, or an unknown one (the member has tokens)",
-    403: "PERMISSION_DENIED: the token's role may not call this route; ORIGIN_NOT_ALLOWED: a state-changing "
-         "request from a page of another origin",
+    403: "PERMISSION_DENIED: the token's role may not call this route (or move this consumer, or set its "
+         "retention_floor); ORIGIN_NOT_ALLOWED: a state-changing request from a page of another origin",
     404: "INDEX_OUT_OF_RANGE: the index is not committed; UNKNOWN_MEMBER: no member has this id; "
          "CONSUMER_NOT_FOUND: no consumer of this name (or it expired)",
     409: "The transfer target is too far behind (FALL_BEHIND_TOO_MUCH) or the transfer failed; a membership change "
@@ -103,7 +103,7 @@ ERROR_TEXT = {
          "SECRET_REQUIRED; a producer's append refused: OUT_OF_ORDER_SEQUENCE (its sequence skips ahead: the "
          "message says which comes next), PRODUCER_FENCED (a newer epoch of the producer appended); a consumer's "
          "commit refused: CONSUMER_CONFLICT (its expected position is not the consumer's), CONSUMERS_FULL "
-         "(consumers_max)",
+         "(consumers_max, or the owner's consumers_per_name_max), CONSUMER_POSITION_PAST_END (past the log's end)",
     410: "INDEX_LESS_THAN_LOCAL_BEGIN: the entry was cleaned away",
     413: "An entry over max_entry_bytes, or a request over max_request_bytes (small ones: small_request_bytes_max)",
     415: "A content type this route does not take",

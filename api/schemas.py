@@ -3,6 +3,7 @@ answer's model maps LogService's typed answer (api.answers) for REST, once (`of`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Literal
 
@@ -116,11 +117,15 @@ class ConsumerCommitIn(BaseModel):
     expected: int | None = Field(None, ge=-1, description="A compare-and-set: the position the consumer must be at "
                                  "now (-1: it must not exist yet), else 409 CONSUMER_CONFLICT. Without it, commits "
                                  "that reach a member together are combined into one entry, the latest winning")
+    retention_floor: bool | None = Field(None, description="Admin only: set (true) or clear (false) the consumer's "
+                                         "retention-floor flag, so that retention keeps what it has not processed; "
+                                         "absent: as it is (needs cluster version 1 to set)")
 
 
 class ConsumerOut(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
-        {"name": "billing", "position": 41, "metadata": "", "index": 57, "lag": 3, "lag_bytes": 480}]})
+        {"name": "billing", "position": 41, "metadata": "", "index": 57, "lag": 3, "lag_bytes": 480,
+         "owner": "billing", "retention_floor": False}]})
 
     name: str
     position: int = Field(description="The index of the last entry processed; -1 once removed")
@@ -128,10 +133,13 @@ class ConsumerOut(BaseModel):
     index: int = Field(description="The CONSUMER entry that committed it")
     lag: int = Field(description="Committed entries after the position, on the answering member")
     lag_bytes: int | None = Field(description="Their bytes (null: some were cleaned away)")
+    owner: str | None = Field(None, description="The caller that created it, whose consumers_per_name_max it counts "
+                              "against (null: none recorded, created below cluster version 1)")
+    retention_floor: bool = Field(False, description="Retention keeps what it has not processed (an admin sets it)")
 
     @classmethod
     def of(cls, answer: ConsumerAnswer) -> ConsumerOut:
-        return cls(**answer.json())
+        return cls(**dataclasses.asdict(answer))
 
 
 class ConsumerList(BaseModel):

@@ -106,9 +106,9 @@ class LogService:
         self.check_bodies(bodies, producer)
         if self.node.role is Role.LEADER:
             return await self._append_here(bodies, producer, caller)
-        return await self._through_leader(lambda leader: self.peers.forward_append(leader, bodies, producer, caller))
+        return await self.through_leader(lambda leader: self.peers.forward_append(leader, bodies, producer, caller))
 
-    async def _through_leader(self, call: Callable[[str], Awaitable[T]]) -> T:
+    async def through_leader(self, call: Callable[[str], Awaitable[T]]) -> T:
         """`call` made to the leader this member knows, and once more to the leader that one names."""
         leader, tried = self.node.leader_id, set[str]()
         while True:
@@ -148,7 +148,7 @@ class LogService:
         if producer_id > PRODUCER_ID_MAX:
             raise bad_request(f"a producer's id is at most {PRODUCER_ID_MAX}")
         if self.node.role is not Role.LEADER:
-            return await self._through_leader(lambda leader: self.peers.change_session(leader, producer_id, caller,
+            return await self.through_leader(lambda leader: self.peers.change_session(leader, producer_id, caller,
                                                                                         close))
         try:
             change = await self.node.change_session(producer_id, caller, close)

@@ -25,7 +25,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raftlog.app.settings import Settings, SettingsError, load_settings
+from raftlog.app.settings import REMOVED, Settings, SettingsError, load_settings
 from raftlog.pipeline.cli import add_commands as add_pipeline_commands
 
 if TYPE_CHECKING:
@@ -112,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
         if name == "commit":
             command.add_argument("position", type=int, help="the index of the last entry processed")
             command.add_argument("--metadata", default="", help="free text kept with the position")
+            command.add_argument("--retention-floor", choices=("on", "off"), help="admin only: retention keeps what "
+                                 "the consumer has not processed (on), or no longer (off); default: as it is")
         if name in ("commit", "delete"):
             command.add_argument("--expected", type=int, help="a compare-and-set: the position it must be at "
                                  "(-1 on commit: it must not exist yet)")
@@ -167,6 +169,8 @@ def _cluster(args: argparse.Namespace) -> int:
     settings = {}
     for item in args.set:
         name, sep, value = item.partition("=")
+        if name in REMOVED:
+            raise SettingsError(f"--set {name}: no setting any more: {REMOVED[name]}")
         if not sep or name not in Settings.model_fields:
             raise SettingsError(f"--set {item!r}: expected NAME=VALUE with a known setting name")
         settings[name] = value
@@ -227,6 +231,7 @@ after it with ?consumer=NAME (REST) or `consumer` (gRPC Read):
 
   raftlog consumers list
   raftlog consumers commit billing 41 [--expected 40]     (41: the last entry processed)
+  raftlog consumers commit billing 41 --retention-floor on  (an admin's: retention keeps what it has not read)
   raftlog consumers get billing
   raftlog consumers delete billing"""
 
@@ -337,6 +342,8 @@ def _consumers(args: argparse.Namespace) -> int:
         answers = [_request(args, "GET", f"{url}/{args.name}").json()]
     elif args.action == "commit":
         commit = {"position": args.position, "metadata": args.metadata, "expected": args.expected}
+        if args.retention_floor is not None:
+            commit["retention_floor"] = args.retention_floor == "on"
         answers = [_request(args, "PUT", f"{url}/{args.name}", json=commit).json()]
     else:
         params = {} if args.expected is None else {"expected": args.expected}

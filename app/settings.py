@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import ssl
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
@@ -33,6 +34,10 @@ from raftlog.storage.codec import HEADER_SIZE, STAMP_SIZE
 from raftlog.storage.config import StoreConfig
 
 NOT_SETTINGS = {"self_id", "peers", "preferred_leader_ids"}
+REMOVED = {  # settings of earlier releases, and what took their place: named where an old file still sets one
+    "consumer_retention_floor": "retention's floor is now a flag of each named consumer, which an admin sets "
+                                "(PUT /v1/consumers/{name} with retention_floor true; docs/api.md, Named consumers)",
+}
 
 
 class SettingsError(Exception):
@@ -70,7 +75,7 @@ class NodeSettings(BaseSettings):
     # security (docs/operations.md, Security): off only when every listener and peer is on loopback
     cluster_secret: SecretStr | None = None  # proof of membership on every peer call; same on every member
     cluster_secret_file: Path | None = None  # ... or read from this file
-    tokens: SecretStr | None = None  # client API tokens: role:token, comma-separated (role: reader/writer/admin)
+    tokens: SecretStr | None = None  # client tokens, role:name:token, comma-separated (docs/operations.md)
     tokens_file: Path | None = None  # ... or one role:token per line in this file
     insecure: bool = False  # start without a secret or tokens on non-loopback addresses
     # the host names the client port answers to on plaintext (Host header; `*`: any), comma-separated, beside
@@ -371,6 +376,9 @@ Settings = create_model("Settings", __base__=NodeSettings, __doc__=NodeSettings.
 
 def load_settings(values: dict[str, Any] | None = None, toml_file: Path | None = None) -> NodeSettings:
     """Settings from flags (`values`), the environment and an optional TOML file, checked."""
+    for name, replaced in REMOVED.items():  # the environment's unknown names are not looked at otherwise
+        if f"RAFTLOG_{name.upper()}" in os.environ:
+            raise SettingsError(f"RAFTLOG_{name.upper()}: {name} is no setting any more: {replaced}")
     cls = Settings
     if toml_file is not None:
         if not toml_file.is_file():
@@ -380,6 +388,8 @@ def load_settings(values: dict[str, Any] | None = None, toml_file: Path | None =
         settings = cls(**(values or {}), toml_file=toml_file)
     except ValidationError as exc:
         first = exc.errors()[0]
+        if (removed := next((str(e["loc"][0]) for e in exc.errors() if e["loc"] and e["loc"][0] in REMOVED), None)):
+            raise SettingsError(f"setting {removed} is no setting any more: {REMOVED[removed]}") from None
         where = ".".join(str(p) for p in first["loc"])
         raise SettingsError(f"setting {where}: {first['msg']}") from None
     except ValueError as exc:  # a TOML file that does not parse

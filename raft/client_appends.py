@@ -20,15 +20,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from raftlog.raft.cluster_version import PRODUCER_OWNERS, ClusterVersion, encode_level
+from raftlog.raft.cluster_version import CONSUMER_OWNERS, PRODUCER_OWNERS, ClusterVersion, encode_level
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
-from raftlog.raft.consumers import ConsumerCommit, ConsumerPositions
+from raftlog.raft.consumers import ConsumerAsk, ConsumerCommit, ConsumerPositions
 from raftlog.raft.errors import (
     AckTimeoutError,
     ClusterVersionError,
     ConsumerConflictError,
     ConsumerNotFoundError,
+    ConsumerPositionError,
     ConsumersFullError,
     LeaderTransferringError,
     NotLeaderError,
@@ -51,7 +52,8 @@ from raftlog.storage.protocol import LogStore
 log = logging.getLogger("raftlog.raft.client_appends")
 # refusals a deposed leader may make by a table the group has moved past: they stand only once a quorum confirms it
 REFUSALS = (OutOfOrderSequenceError, ProducerFencedError, ConsumerConflictError, ConsumerNotFoundError,
-            ConsumersFullError, UnknownProducerError, NotProducerOwnerError, ProducersFullError, ClusterVersionError)
+            ConsumersFullError, ConsumerPositionError, UnknownProducerError, NotProducerOwnerError, ProducersFullError,
+            ClusterVersionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +162,26 @@ class ClientAppends:
         finally:
             self._raising_version = None
 
-    async def commit_consumer(self, commit: ConsumerCommit, expected: int | None) -> Appended:
-        """A consumer's position as a CONSUMER entry, once committed (and in the table); `expected`: the
-        position it must be at now (ABSENT: no such consumer), else ConsumerConflictError."""
-        appended = await self.append_committed([commit.encode()], self.state.current_term, Magic.CONSUMER,
-                                               decide=lambda: self.consumers.check(commit, expected))
+    async def commit_consumer(self, ask: ConsumerAsk) -> tuple[Appended, ConsumerCommit]:
+        """A consumer's position as a CONSUMER entry, once committed (and in the table), with the entry
+        written (raft.consumers decides it). One that sets the retention-floor flag needs the cluster
+        version of the entry's extended form: it waits for it as a session does (change_session); so
+        does any while every member reports that version and the leader is about to raise it (a group
+        just started), so that a consumer created then has its owner."""
+        if ask.floor or self.version.level < CONSUMER_OWNERS <= (self.version.target(self._member_ids()) or 0):
+            await self.version.wait_for(CONSUMER_OWNERS, self.config.max_wait_ack_ms / 1000)
+        decided: list[ConsumerCommit] = []
+
+        def decide() -> list[bytes]:
+            if ask.floor:
+                self.version.require(CONSUMER_OWNERS, self._member_ids())
+            commit = self.consumers.decide(ask, extended=self.version.level >= CONSUMER_OWNERS)
+            decided.append(commit)
+            return [commit.encode()]
+
+        appended = await self.append_committed([b""], self.state.current_term, Magic.CONSUMER, decide=decide)
         self.consumers.fold()
-        return appended
+        return appended, decided[0]
 
     async def append_committed(self, bodies: Sequence[bytes], term: int, magic: int,
                                producer: Sequenced | None = None, *, caller: str = "",

@@ -7,10 +7,21 @@ in log order, so every member answers the same for the same commit index, a
 new leader included, and the table needs no store of its own beyond the
 checkpoint's copy (a restart loads it and reads the log after it).
 
-The leader checks a compare-and-set (an expected current position) under the
-append lock, against its latest view: the committed table with the log's
-uncommitted consumer entries on top. The entry it then writes is plain, so
-followers fold without judging.
+The leader judges a client's commit (a `ConsumerAsk`) under the append lock,
+against its latest view: the committed table with the log's uncommitted
+consumer entries on top. It refuses a compare-and-set (an expected current
+position) that finds another, a position past its log's end, and a new
+consumer past `consumers_max` or its owner's `consumers_per_name_max`; the
+entry it then writes says everything, so followers fold without judging.
+
+From cluster version 1 (raft.cluster_version) a consumer has an owner, the
+caller that created it (its token's name), and a flag: retention keeps what a
+flagged consumer has not processed (the floor, `floor`). Both are written in
+the entry's extended form, from that version on, so every member counts a
+name's consumers alike; a later commit keeps the owner, and keeps the flag
+unless it sets it (an admin's, which the API checks). Below version 1 a commit
+is written in the old form, owner and flag left out; a consumer created then
+has no owner, and counts against no name's quota, as long as it lives.
 
 A consumer that committed nothing in `consumer_idle_entries` entries (log
 time: every member reaches the same answer) has expired, as in Kafka's
@@ -27,7 +38,12 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
-from raftlog.raft.errors import ConsumerConflictError, ConsumerNotFoundError, ConsumersFullError
+from raftlog.raft.errors import (
+    ConsumerConflictError,
+    ConsumerNotFoundError,
+    ConsumerPositionError,
+    ConsumersFullError,
+)
 from raftlog.raft.member_state import MemberState
 from raftlog.storage.codec import Entry, Magic
 from raftlog.storage.errors import StorageError
@@ -35,7 +51,13 @@ from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.consumers")
 
+# A CONSUMER entry's body (storage.codec has the layout): the old form, then from cluster version 1
+# the extended form, marked by the top bit of the name's length (a name has at most 128 bytes)
 RECORD = struct.Struct(">qH")  # position (-1: removed), the name's length; then the name, then the metadata
+EXTENDED = 0x8000  # in RECORD's length: the name is followed by EXTRA and the owner, then the metadata
+EXTRA = struct.Struct(">BB")  # flags, the owner's length; then the owner
+FLOOR = 0x01  # flags: retention keeps what the consumer has not processed
+OWNER_BYTES_MAX = 255
 NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
 METADATA_BYTES_MAX = 1024
 ABSENT = -1  # an expected position that says "no such consumer yet"
@@ -47,10 +69,19 @@ class ConsumerCommit(NamedTuple):
     name: str
     position: int  # the index of the last entry processed; -1: the consumer is removed
     metadata: str = ""
+    owner: str | None = None  # who created it ("": nobody, created below version 1); None: the old form
+    floor: bool = False  # retention keeps what it has not processed (the extended form only)
 
     def encode(self) -> bytes:
         name = self.name.encode()
-        return RECORD.pack(self.position, len(name)) + name + self.metadata.encode()
+        if self.owner is None:
+            assert not self.floor
+            return RECORD.pack(self.position, len(name)) + name + self.metadata.encode()
+        owner = self.owner.encode()
+        assert len(name) < EXTENDED
+        assert len(owner) <= OWNER_BYTES_MAX
+        return (RECORD.pack(self.position, EXTENDED | len(name)) + name + EXTRA.pack(FLOOR if self.floor else 0,
+                len(owner)) + owner + self.metadata.encode())
 
     @classmethod
     def decode(cls, body: bytes | memoryview) -> ConsumerCommit:
@@ -58,10 +89,32 @@ class ConsumerCommit(NamedTuple):
         if len(body) < RECORD.size:
             raise ValueError(f"a consumer entry of {len(body)} bytes")
         position, name_size = RECORD.unpack_from(body)
-        end = RECORD.size + name_size
+        end = RECORD.size + (name_size & ~EXTENDED)
         if len(body) < end or position < -1:
             raise ValueError("a consumer entry's name or position is out of bounds")
-        return cls(bytes(body[RECORD.size:end]).decode(), position, bytes(body[end:]).decode())
+        name = bytes(body[RECORD.size:end]).decode()
+        if not name_size & EXTENDED:
+            return cls(name, position, bytes(body[end:]).decode())
+        if len(body) < end + EXTRA.size:
+            raise ValueError("a consumer entry's flags are cut off")
+        flags, owner_size = EXTRA.unpack_from(body, end)
+        owner_end = end + EXTRA.size + owner_size
+        if len(body) < owner_end or flags & ~FLOOR:
+            raise ValueError("a consumer entry's owner or flags are out of bounds")
+        return cls(name, position, bytes(body[owner_end:]).decode(), bytes(body[end + EXTRA.size:owner_end]).decode(),
+                   bool(flags & FLOOR))
+
+
+class ConsumerAsk(NamedTuple):
+    """A commit (position -1: a removal) as a client asks it of the leader, which makes the entry of
+    it and of the latest table (`ConsumerPositions.decide`)."""
+
+    name: str
+    position: int
+    metadata: str = ""
+    expected: int | None = None  # a compare-and-set: the position it must find (ABSENT: no such consumer)
+    caller: str = ""  # who asks: the owner of a consumer it creates
+    floor: bool | None = None  # the retention-floor flag set or cleared (an admin's); None: as it is
 
 
 def commit_problem(name: str, position: int, metadata: str) -> str | None:
@@ -79,6 +132,8 @@ class ConsumerPosition(NamedTuple):
     position: int
     metadata: str
     entry_index: int  # the entry that committed it: the consumer's last sign of life, in log time
+    owner: str = ""  # the caller that created it ("": none recorded, created below cluster version 1)
+    floor: bool = False  # retention keeps what it has not processed
 
 
 class ConsumerPositions:
@@ -143,7 +198,8 @@ class ConsumerPositions:
         if commit.position < 0:
             table.pop(commit.name, None)
         else:
-            table[commit.name] = ConsumerPosition(commit.position, commit.metadata, index)
+            table[commit.name] = ConsumerPosition(commit.position, commit.metadata, index, commit.owner or "",
+                                                  commit.floor)
 
     def _expire(self, through: int) -> None:
         horizon = through - self.config.consumer_idle_entries
@@ -159,43 +215,78 @@ class ConsumerPositions:
         return {name: p for name, p in sorted(self.table.items()) if p.entry_index >= horizon}
 
     def floor(self) -> int | None:
-        """The lowest live position (None: no consumer), for retention's floor."""
-        positions = [p.position for p in self.live().values()]
+        """The lowest position of a live consumer with the retention-floor flag (None: no such consumer),
+        for retention's floor."""
+        positions = [p.position for p in self.live().values() if p.floor]
         return min(positions) if positions else None
 
-    def check(self, commit: ConsumerCommit, expected: int | None) -> None:
-        """The leader, under its append lock, before it writes `commit`: raises if the compare-and-set
-        fails (`expected`: the position it must find; ABSENT: no such consumer), if a removal finds no
-        consumer, or if a new one would pass consumers_max."""
+    def decide(self, ask: ConsumerAsk, extended: bool) -> ConsumerCommit:
+        """The leader, under its append lock: the entry to write for `ask`, in the extended form where
+        `extended` (cluster version 1), else the old one. Raises if the compare-and-set fails, if a
+        removal finds no consumer, if the position is past the log's end, or if a new consumer would
+        pass consumers_max or (extended) its owner's consumers_per_name_max."""
+        latest = self._latest()
+        current = latest.get(ask.name)
+        found = ABSENT if current is None else current.position
+        leader = self.state.leader_id
+        if ask.expected is not None and ask.expected != found:
+            raise ConsumerConflictError(f"consumer {ask.name!r} is at {found}, not {ask.expected}", leader, found)
+        if ask.position < 0:
+            if current is None:
+                raise ConsumerNotFoundError(f"no consumer {ask.name!r}", leader)
+            return ConsumerCommit(ask.name, -1)  # a removal needs no owner nor flag: the old form
+        if ask.position > self.store.end_index:
+            raise ConsumerPositionError(f"position {ask.position} is past the log's end, {self.store.end_index}: a "
+                                        "consumer commits the index of an entry it has processed", leader)
+        if current is None:
+            self._check_room(latest, ask.caller if extended else None)
+        if not extended:
+            assert not ask.floor
+            return ConsumerCommit(ask.name, ask.position, ask.metadata)
+        owner = ask.caller if current is None else current.owner
+        floor = (current is not None and current.floor) if ask.floor is None else ask.floor
+        return ConsumerCommit(ask.name, ask.position, ask.metadata, owner, floor)
+
+    def _latest(self) -> dict[str, ConsumerPosition]:
+        """The committed table with the log's uncommitted consumer entries on top."""
         latest = self.live(self.store.end_index + 1)
         for index in self.pending:
             pending = self._read(index)
             if pending is not None:
                 self._apply(latest, pending, index)
-        current = latest.get(commit.name)
-        found = ABSENT if current is None else current.position
-        if expected is not None and expected != found:
-            raise ConsumerConflictError(f"consumer {commit.name!r} is at {found}, not {expected}",
-                                        self.state.leader_id, found)
-        if commit.position < 0 and current is None:
-            raise ConsumerNotFoundError(f"no consumer {commit.name!r}", self.state.leader_id)
-        if current is None and len(latest) >= self.config.consumers_max:
+        return latest
+
+    def _check_room(self, latest: dict[str, ConsumerPosition], owner: str | None) -> None:
+        """Raises if a new consumer of `owner` (None: none recorded) would pass a bound."""
+        if len(latest) >= self.config.consumers_max:
             raise ConsumersFullError(f"{len(latest)} consumers; consumers_max is {self.config.consumers_max}",
                                      self.state.leader_id)
+        if owner is None:
+            return
+        owned = sum(1 for p in latest.values() if p.owner == owner)
+        if owned >= self.config.consumers_per_name_max:
+            raise ConsumersFullError(f"{owner} has {owned} consumers; consumers_per_name_max is "
+                                     f"{self.config.consumers_per_name_max}", self.state.leader_id)
 
     # -- the checkpoint and snapshot installs ---------------------------------------------
 
     def encode(self) -> bytes:
+        """As JSON: each consumer's position, metadata and entry, and apart ("extras") the owners and
+        flags, which the releases before cluster versions do not read (a snapshot may go to one)."""
         self.fold()
+        extras = {name: [p.owner, p.floor] for name, p in self.table.items() if p.owner or p.floor}
         return json.dumps({"folded_index": self.folded_index, "consumers": [
-            [name, *p] for name, p in self.table.items()]}, separators=(",", ":")).encode()
+            [name, *p[:3]] for name, p in self.table.items()], **({"extras": extras} if extras else {})},
+            separators=(",", ":")).encode()
 
     def _decode(self, data: bytes | None, whose: str) -> tuple[dict[str, ConsumerPosition], int]:
         if not data:
             return {}, -1
         try:
             fields = json.loads(data)
-            table = {str(name): ConsumerPosition(int(position), str(metadata), int(index))
+            extras = fields.get("extras", {})
+            table = {str(name): ConsumerPosition(int(position), str(metadata), int(index),
+                                                 *_extra(extras.get(name, ("", False))))
                      for name, position, metadata, index in fields["consumers"]}
             return table, int(fields["folded_index"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -220,3 +311,11 @@ class ConsumerPositions:
         self.folded_index = max(folded, index)
         self.pending = []
         self._changes += 1
+
+
+def _extra(fields: list[object] | tuple[object, ...]) -> tuple[str, bool]:
+    """A consumer's owner and flag as `encode` saved them (ValueError, TypeError if they are not)."""
+    owner, floor = fields
+    if not isinstance(owner, str) or not isinstance(floor, bool):
+        raise TypeError(f"a consumer's owner and flag, not {fields!r}")
+    return owner, floor

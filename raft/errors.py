@@ -10,7 +10,8 @@
     ├── ProducerFencedError     PRODUCER_FENCED (a newer epoch of the producer appended)
     ├── ConsumerConflictError   CONSUMER_CONFLICT (found says where the consumer is)
     ├── ConsumerNotFoundError   CONSUMER_NOT_FOUND
-    ├── ConsumersFullError      CONSUMERS_FULL (consumers_max)
+    ├── ConsumersFullError      CONSUMERS_FULL (consumers_max, or the owner's consumers_per_name_max)
+    ├── ConsumerPositionError   CONSUMER_POSITION_PAST_END (a position past the leader's log end)
     ├── UnknownProducerError    UNKNOWN_PRODUCER (no open session of this id and epoch)
     ├── NotProducerOwnerError   NOT_PRODUCER_OWNER (the session is another caller's)
     ├── ProducersFullError      PRODUCERS_FULL (producers_max, or the caller's producer_sessions_per_name_max)
@@ -76,6 +77,10 @@ class ConsumerNotFoundError(RaftError):
 
 class ConsumersFullError(RaftError):
     code = Code.CONSUMERS_FULL
+
+
+class ConsumerPositionError(RaftError):
+    code = Code.CONSUMER_POSITION_PAST_END
 
 
 class UnknownProducerError(RaftError):

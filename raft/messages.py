@@ -71,6 +71,7 @@ class Code(IntEnum):
     NOT_PRODUCER_OWNER = 619  # a session another caller opened
     PRODUCERS_FULL = 620  # a new session would pass producers_max, or its caller's producer_sessions_per_name_max
     CLUSTER_VERSION_TOO_LOW = 621  # what the request needs is written from a cluster version the group is below
+    CONSUMER_POSITION_PAST_END = 622  # a consumer's position past the end of the leader's log
 
 
 class Role(Enum):

@@ -26,7 +26,7 @@ from raftlog.raft.client_appends import Appended, ClientAppends
 from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import Peer, RaftConfig
-from raftlog.raft.consumers import ConsumerCommit, ConsumerPositions
+from raftlog.raft.consumers import ConsumerAsk, ConsumerCommit, ConsumerPositions
 from raftlog.raft.dispatcher import EntryDispatcher
 from raftlog.raft.elector import LeaderElector
 from raftlog.raft.errors import TermChangedError
@@ -215,9 +215,9 @@ class RaftNode:
         """Open (or close) `caller`'s producer session of `producer_id`, in the log once committed."""
         return await self.appends.change_session(producer_id, caller, close)
 
-    async def commit_consumer(self, commit: ConsumerCommit, expected: int | None = None) -> Appended:
-        """A named consumer's position, in the log once committed (raft.consumers); `expected`: a compare-and-set."""
-        return await self.appends.commit_consumer(commit, expected)
+    async def commit_consumer(self, ask: ConsumerAsk) -> tuple[Appended, ConsumerCommit]:
+        """A named consumer's position, in the log once committed (raft.consumers), and the entry written."""
+        return await self.appends.commit_consumer(ask)
 
     def durable_moved(self) -> None:
         """A flush covered more of the log: the checkpoint's progress may move up to the commit index."""

@@ -14,10 +14,10 @@ directory's file system and:
 Whatever the pressure, it never deletes the last file, nor one holding an
 entry above the safe index the layer above supplies (what it still needs:
 the node passes its applied index, so nothing uncommitted or unapplied goes;
-a follower left behind the first kept entry gets a snapshot install). With
-`consumer_retention_floor`, nor, unless forced, one holding an entry the
-slowest live named consumer has not processed (the floor the layer above
-supplies).
+a follower left behind the first kept entry gets a snapshot install); nor,
+unless forced, one holding an entry that a named consumer an admin flagged
+has not processed (the floor the layer above supplies: the lowest position
+among them).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class CleanService:
                  disk_usage: Callable[[], float] | None = None) -> None:
         self.store = store
         self.safe_index = safe_index
-        self.floor = floor  # the last index the slowest consumer processed (None: no consumer)
+        self.floor = floor  # the last index the slowest flagged consumer processed (None: none)
         self.clock = clock
         self.disk_usage = disk_usage or store.disk_usage_ratio
         self._hours = parse_delete_when(store.config.delete_when)
@@ -76,7 +76,7 @@ class CleanService:
         force = config.enable_disk_force_clean and ratio > config.disk_space_ratio_to_force_clean
         reserved_s = max(config.file_reserved_hours, 1) * HOUR_S
         safe = self.safe_index()
-        if config.consumer_retention_floor and not force and (floor := self.floor()) is not None:
+        if not force and (floor := self.floor()) is not None:
             safe = min(safe, floor)
         count = files_to_delete(self.store.head_files(), now, reserved_s, safe, force)
         if count:

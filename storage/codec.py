@@ -36,6 +36,16 @@ A continuation never starts a data file (the writer stamps the entry that starts
 head), so a continuation's head is in its own file: retention, which deletes whole files, and a
 snapshot install, which starts a log where the leader's first file starts, never part the two.
 
+A CONSUMER entry's body is a named consumer's position (raft.consumers), in one of two forms::
+
+    position i64 | name_len u16 | name | metadata                          (the old form)
+    position i64 | (0x8000 + name_len) u16 | name | flags u8 | owner_len u8 | owner | metadata
+
+The second, written from cluster version 1, carries the consumer's owner and flags (bit 0: the
+retention floor); a name has at most 128 bytes, so the length's top bit tells them apart, and a
+release before the second reads it as a name past the body's end (it skips the entry). Position
+-1 removes the consumer; names, owners and metadata are UTF-8.
+
 File-end filler: magic -1 (BLANK) then i32 remaining length of the file; a data
 file always keeps room for it (MIN_BLANK_LEN 8), so no entry ends a file.
 

@@ -36,9 +36,6 @@ class StoreConfig:
     disk_space_ratio_to_force_clean: float = 0.85
     enable_disk_force_clean: bool = True
     clean_interval_ms: int = 1000  # how often disk usage and retention are checked
-    # retention keeps what the slowest live named consumer has not processed (raftlog's; a forced
-    # clean, above disk_space_ratio_to_force_clean, still deletes it)
-    consumer_retention_floor: bool = False
 
     def __post_init__(self) -> None:
         if self.data_file_size < HEADER_SIZE + MIN_BLANK_LEN + 1:
