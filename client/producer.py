@@ -13,8 +13,10 @@ The session's first batch goes alone, so that the others follow one the group
 has taken.
 
 A session the group no longer has (UNKNOWN_PRODUCER: it expired after
-producer_idle_entries of log time, or was closed) is opened again, at the next
-epoch: the batches not yet answered are numbered again from 0 and sent in it,
+producer_idle_entries of log time, or was closed) is replaced by a new one (a
+new id: the group forgot the old one's epochs, so the same id opened again
+could take a late batch of the old session as its own): the batches not yet
+answered are numbered again from 0 and sent in it,
 except those whose outcome the producer cannot know (an attempt went
 unanswered while the old session lived): each of those fails with
 OUTCOME_UNKNOWN, for the application to decide (it is in the log once, or not
@@ -301,8 +303,8 @@ class AsyncProducer:
                 self._quiet.set()
 
     async def _renew(self, epoch: int) -> None:
-        """The session of `epoch` is gone: once no append is out, take the next epoch, report the
-        batches that may be in the log, and number the others again from 0 (in their order)."""
+        """The session of `epoch` is gone: once no append is out, open a new one, report the batches
+        that may be in the log, and number the others again from 0 (in their order)."""
         assert self._renewed is not None and self._quiet is not None
         if epoch != self.epoch or not self._renewed.is_set():
             await self._renewed.wait()  # another batch's refusal renews it
@@ -310,7 +312,8 @@ class AsyncProducer:
         self._renewed.clear()
         try:
             await self._quiet.wait()
-            await self._open_session()
+            self.producer_id = None  # a new id: the group forgot the old one's epochs, so a late batch of
+            await self._open_session()  # its could be taken in a session of the same id opened again
             sequence = 0
             for batch in [*self._in_flight, *self._sealed]:
                 if batch.done.is_set():

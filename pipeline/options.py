@@ -52,7 +52,7 @@ class ReadOptions:
     batch_rows: int = DEFAULT_BATCH_ROWS
     timeout_s: float = DEFAULT_TIMEOUT_S
     access: Access = Access()  # online: the API token and the CA of HTTPS members
-    control: bool = False  # also the control entries (named consumers' commits, type consumer)
+    control: bool = False  # also the bookkeeping entries (consumer, producer_session, cluster_version)
     consumer: str | None = None  # a stream: resume after this named consumer's position, commit it per micro-batch
 
     @property

@@ -26,10 +26,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from raftlog.pipeline import offline, online
+from raftlog.pipeline.entries import TYPE_NAMES
 from raftlog.pipeline.options import PipelineError, ReadOptions, parse_options
+from raftlog.storage.codec import BOOKKEEPING_MAGICS
 
 SCHEMA = ("index long, term long, pos long, type string, channel int, body binary, body_crc int, "
           "chain_crc int, producer_id long, producer_epoch long, sequence long")
+
+BOOKKEEPING_TYPES = pa.array(sorted(TYPE_NAMES[m] for m in BOOKKEEPING_MAGICS))
 
 
 def schema_ddl(options: ReadOptions) -> str:
@@ -95,7 +99,9 @@ def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[
 
 
 def _without_control(batch: pa.RecordBatch) -> pa.RecordBatch:
-    data = pc.fill_null(pc.not_equal(batch.column("type"), "consumer"), True)  # an unreadable entry's row stays
+    """The rows of data: the bookkeeping entries (named consumers' commits, producer sessions, the
+    cluster version) left out, as the API's reads of data leave them out."""
+    data = pc.fill_null(pc.invert(pc.is_in(batch.column("type"), BOOKKEEPING_TYPES)), True)  # unreadable rows stay
     return batch.filter(data)
 
 

@@ -24,6 +24,7 @@ from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
 from raftlog.app.server import bind
 from raftlog.app.settings import load_settings
+from raftlog.raft.cluster_version import LEVEL
 from raftlog.raft.messages import Code
 
 WRITER = "writer-token-0123456789"
@@ -85,6 +86,7 @@ async def member(root: Path, below: bool) -> AsyncIterator[Member]:
     try:
         await node.raft.wait_for_leadership()
         assert await node.raft.wait_committed(0, 10.0)
+        await node.raft.version.wait_for(LEVEL, 10.0)  # its entry comes before the requests' (their indices)
         while not server.started:
             await asyncio.sleep(0.01)
         yield served

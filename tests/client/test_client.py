@@ -85,14 +85,15 @@ def test_the_buffer_is_bounded_and_a_fenced_session_fails_its_entries(make_clust
 def test_a_session_the_group_no_longer_has_is_opened_again_and_the_entries_go_on(
         make_cluster: ClusterFactory) -> None:
     """Closed underneath it (as an expired session is gone), the producer's next batch is refused
-    UNKNOWN_PRODUCER: it opens the next epoch, numbers what is not answered again from 0, and every
+    UNKNOWN_PRODUCER: it opens a new session, numbers what is not answered again from 0, and every
     entry is in the log once; closing the producer closes its session."""
     cluster = make_cluster(3)
     url = cluster.members[cluster.wait_leader()].client_url
 
-    async def run() -> tuple[int, int]:
+    async def run() -> tuple[bool, int]:
         async with Connection(urls(cluster)) as connection:
             producer = await AsyncProducer(connection, linger_ms=1, batch_entries=10).start()
+            first_id = producer.producer_id
             for i in range(25):
                 await producer.send(b"before %d" % i)
             await producer.flush()
@@ -104,10 +105,10 @@ def test_a_session_the_group_no_longer_has_is_opened_again_and_the_entries_go_on
             assert indices == sorted(indices) and len(set(indices)) == 25
             await producer.close()
             gone = await asyncio.to_thread(httpx.delete, f"{url}/v1/producers/{producer.producer_id}", timeout=10)
-            return producer.epoch, gone.status_code
+            return producer.producer_id != first_id, gone.status_code
 
-    epoch, gone = asyncio.run(run())
-    assert epoch == 1  # the next epoch of the same id
+    renewed, gone = asyncio.run(run())
+    assert renewed  # a new session: the group forgot the old one's epochs
     assert gone == 409  # close() closed it: there is none to close now
     assert data_bodies(url) == [b"before %d" % i for i in range(25)] + [b"after %d" % i for i in range(25)]
 
@@ -175,7 +176,8 @@ def test_the_synchronous_consumer_reads_what_the_producer_wrote(make_cluster: Cl
 def test_the_client_speaks_https_with_tokens(tmp_path: Path) -> None:
     pki = Pki(tmp_path / "pki", "client")
     settings = {**SMALL_FILES, "client_tls_cert": pki.cert, "client_tls_key": pki.key,
-                "tokens": "reader:reader-token-for-the-client,writer:writer-token-for-the-client"}
+                "tokens": "reader:reader-token-for-the-client,writer:writer-token-for-the-client,"
+                          "consumer:tls:consumer-token-for-the-client"}
     with LocalCluster(tmp_path / "cluster", 3, verify=pki.client_context(), settings=settings) as cluster:
         cluster.wait_leader()
         members = urls(cluster)
@@ -193,8 +195,16 @@ def test_the_client_speaks_https_with_tokens(tmp_path: Path) -> None:
                     AsyncConsumer(reader, "tls", auto_commit_interval_s=None) as consumer:
                 async for record in consumer:
                     if record.index == appended.index:
+                        break
+                with pytest.raises(RaftlogError) as refused:
+                    await consumer.commit()  # a reader reads, and moves no consumer (audit M3)
+                assert refused.value.code == "PERMISSION_DENIED"
+            async with Connection(members, token="consumer-token-for-the-client", ca=str(pki.ca_file)) as own, \
+                    AsyncConsumer(own, "tls", auto_commit_interval_s=None) as consumer:
+                async for record in consumer:
+                    if record.index == appended.index:
                         assert record.body == b"over TLS"
                         break
-                await consumer.commit()  # a consumer's commit is a reader's to make
+                await consumer.commit()  # a consumer token of its name commits it
 
         asyncio.run(run())

@@ -23,7 +23,7 @@ import httpx
 from raftlog.storage import read_checkpoint
 from raftlog.storage.codec import ENTRY_MAGICS, HEADER, HEADER_SIZE
 from tests.faults.harness import FaultCluster
-from tests.faults.workload import FaultWindow, History, Op, send_append, send_read
+from tests.faults.workload import FaultWindow, History, Op, open_session, send_append, send_read
 
 FAILOVER_BOUND_S = 15.0  # after a fault that removes the leader, a write must succeed within this
 RECOVERY_BOUND_S = 30.0  # after healing, the members must agree on a leader within this
@@ -95,6 +95,7 @@ class Nemesis:
     damage: list[Damage] = field(default_factory=list)  # what the faults did to members' files
     _probe: int = 0  # the probes' producer session: each probe is its next sequence
     _producer_id: int = field(default_factory=lambda: random.randrange(1, 2**63))
+    _epoch: int | None = None  # of the probes' session, once a member opened it
 
     def can_apply(self, kind: str) -> bool:
         """Whether `kind` can be injected now: a replacement needs a spare machine, and a run of
@@ -457,8 +458,12 @@ class Nemesis:
         with httpx.Client(timeout=1.0) as http:
             while time.monotonic() - started < FAILOVER_BOUND_S:
                 for member, url in urls.items():
+                    if self._epoch is None:  # the session is opened first, through whoever answers
+                        self._epoch = open_session(http, url, self._producer_id)
+                        if self._epoch is None:
+                            continue
                     op.member, op.outcome, op.code, op.attempts = member, "unknown", None, op.attempts + 1
-                    send_append(http, url, op, self._producer_id)
+                    send_append(http, url, op, self._producer_id, self._epoch)
                     if op.outcome == "ok" and op.complete is not None:
                         self.history.add(op)
                         self._probe += 1

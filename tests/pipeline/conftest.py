@@ -84,6 +84,15 @@ class Loaded:
 
         return eventually(settled, "every member to commit the whole log")
 
+    def data(self, first: int, last: int) -> list[int]:
+        """The indices from first to last of the entries a read of data is handed: all but the
+        bookkeeping ones (the cluster version's entry, producer sessions, consumers' commits)."""
+        return data_indices(self.urls[0], first, last)
+
+
+def data_indices(url: str, first: int, last: int) -> list[int]:
+    return [e["index"] for e in read_log(url) if first <= e["index"] <= last]
+
 
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loaded]:

@@ -23,7 +23,7 @@ from raftlog.pipeline import jobs
 from raftlog.pipeline.options import parse_options
 from raftlog.pipeline.source import BatchReader
 from raftlog.storage.codec import HEADER_SIZE
-from tests.pipeline.conftest import ENTRIES, Loaded, append, body, read_log, signed32
+from tests.pipeline.conftest import ENTRIES, Loaded, append, body, data_indices, read_log, signed32
 from tests.pki import Pki
 from tests.processes import eventually, metric
 
@@ -64,10 +64,11 @@ def test_a_batch_read_equals_the_log_entry_for_entry_and_followers_serve_it(spar
     assert frame.rdd.getNumPartitions() == 6
     rows = rows_of(frame)
     log = read_log(loaded.urls[0])
-    assert len(log) == end + 1 >= ENTRIES
+    at = [e["index"] for e in log]  # the first leader's NOOP, then body k at at[k + 1]
+    assert at == loaded.data(0, end) and at[-1] == end and len(log) >= ENTRIES
     assert without_chain(rows) == expected_rows(log)
     texts = {r["index"]: r["body_text"] for r in rows}
-    assert texts[1] == body(0).decode() and texts[6] is None  # entry 6 holds body 5: not UTF-8
+    assert texts[at[1]] == body(0).decode() and texts[at[6]] is None  # body 5: not UTF-8
     served = [entries_served(url) - before[url] for url in loaded.urls]
     assert all(n >= 2 for n in served), f"range reads per member: {served}"
 
@@ -85,7 +86,7 @@ def test_a_partition_whose_member_is_down_is_read_from_another(spark: Any, loade
     assert reader.partitions()[0].urls[0] == dead  # planned there first
     frame = (spark.read.format("raftlog").option("url", ",".join([dead, *loaded.urls]))
              .option("numPartitions", "4").option("endIndex", "999").load())
-    assert [r["index"] for r in frame.select("index").orderBy("index").collect()] == list(range(1000))
+    assert [r["index"] for r in frame.select("index").orderBy("index").collect()] == loaded.data(0, 999)
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -118,14 +119,14 @@ def test_a_stream_stopped_and_restarted_delivers_every_entry_once(spark: Any, lo
         return [p["numInputRows"] for p in query.recentProgress]
 
     first = run()
-    assert len(first) >= 3 and max(first) <= 2500 and sum(first) == loaded.wait_replicated() + 1
+    assert len(first) >= 3 and max(first) <= 2500 and sum(first) == len(loaded.data(0, loaded.wait_replicated()))
     append(loaded.urls, ENTRIES, 700)
     end = loaded.wait_replicated()
     second = run()
-    assert sum(first) + sum(second) == end + 1
+    assert sum(first) + sum(second) == len(loaded.data(0, end))
     written = spark.read.parquet(str(tmp_path / "out"))
     indexes = [r["index"] for r in written.select("index").orderBy("index").collect()]
-    assert indexes == list(range(end + 1))  # none twice, none skipped
+    assert indexes == loaded.data(0, end)  # none twice, none skipped
     assert without_chain(rows_of(written)) == expected_rows(read_log(loaded.urls[0]))
 
 
@@ -203,17 +204,17 @@ def test_export_to_parquet_is_incremental_with_json_fields_as_columns(spark: Any
     out = tmp_path / "export"
     first = jobs.export(spark, loaded.urls, out, json_fields=True, max_per_trigger=4000, progress=lambda _: None)
     end = loaded.wait_replicated()
-    assert first.next_index == end + 1 and first.entries == end + 1
+    assert first.next_index == end + 1 and first.entries == len(loaded.data(0, end))
     append(loaded.urls, 10_000, 300)
     end = loaded.wait_replicated()
     second = jobs.export(spark, loaded.urls, out, json_fields=True, progress=lambda _: None)
-    assert second.entries == end + 1 - first.next_index and second.next_index == end + 1
+    assert second.entries == len(loaded.data(first.next_index, end)) and second.next_index == end + 1
     again = jobs.export(spark, loaded.urls, out, json_fields=True, progress=lambda _: None)
     assert again.entries == 0 and again.next_index == end + 1
     table = spark.read.parquet(str(out))
     assert {"index", "term", "body", "body_crc", "n", "ts", "text", "range_start"} <= set(table.columns)
     rows = table.select("index", "n").orderBy("index").collect()
-    assert [r["index"] for r in rows] == list(range(end + 1))
+    assert [r["index"] for r in rows] == loaded.data(0, end)
     by_index = {e["index"]: e for e in read_log(loaded.urls[0])}
     for r in rows:
         entry = by_index[r["index"]]
@@ -225,7 +226,7 @@ def test_stats_count_entries_and_bytes_per_term_and_hour(spark: Any, loaded: Loa
     end = loaded.wait_replicated()
     result = jobs.stats(spark, urls=loaded.urls, time_field="ts")
     log = read_log(loaded.urls[0])
-    assert result.entries == end + 1 == sum(t["entries"] for t in result.by_term)
+    assert result.entries == len(loaded.data(0, end)) == sum(t["entries"] for t in result.by_term)
     assert result.bytes == sum(len(r["body"]) for r in expected_rows(log))
     assert result.by_hour is not None
     timed = [json.loads(e["body"])["ts"] for e in log if e["encoding"] == "utf-8" and e["body"].startswith("{")]
@@ -344,7 +345,7 @@ def test_a_member_failing_mid_partition_leaves_the_rest_of_it_to_the_next_member
     finally:
         failing.close()
         next_one.close()
-    log = read_log(loaded.urls[0])[100:3000]
+    log = [e for e in read_log(loaded.urls[0]) if 100 <= e["index"] < 3000]
     assert without_chain(rows) == expected_rows(log)  # none twice, none missing
 
 
@@ -470,13 +471,15 @@ def test_a_stream_commits_its_consumer_per_micro_batch_and_a_new_query_resumes_a
                     .select("index").orderBy("index").collect()]
 
         first = run("first")  # micro-batches [0, 400), [400, 800), [800, end]
-        assert first == list(range(1, 1001))  # entry 0: the first leader's NOOP
+        assert first == data_indices(url, 1, 1001)  # entry 0: the first leader's NOOP; 1, its cluster version
         # Spark commits a micro-batch to its source as it starts the next one: the last waits for the next run
         assert httpx.get(f"{url}/v1/consumers/etl", timeout=5).json()["position"] == 799
         append([url], 1000, 500)
         second = run("second")  # a new query, no checkpoint of its own: on after the consumer's position
-        assert second[:201] == list(range(800, 1001)) and len(second) == 701  # the last micro-batch again
-        assert second[201:] == list(range(second[201], second[201] + 500))  # then the new ones (after commits)
+        again = [i for i in first if i >= 800]
+        assert second[:len(again)] == again and len(second) == len(again) + 500  # the last micro-batch again
+        new = second[len(again):]
+        assert new == list(range(new[0], new[0] + 500))  # then the new ones (after commits)
         rows = spark.read.format("raftlog").option("url", url).option("control", "true").load()
         assert rows.where("type = 'consumer'").count() >= 3  # one commit per micro-batch, kept in the log
         assert spark.read.format("raftlog").option("url", url).load().where("type = 'consumer'").count() == 0
