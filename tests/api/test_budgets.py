@@ -27,7 +27,7 @@ from grpc_status import rpc_status
 
 from raftlog.api import errors
 from raftlog.api import log_pb2 as pb
-from raftlog.api.auth import AuthFailures, Tokens
+from raftlog.api.auth import LOCAL, AuthFailures, Tokens
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError, api_error
 from raftlog.api.grpc_api import GrpcApi
@@ -317,14 +317,14 @@ async def test_a_position_no_entry_holds_is_a_bad_request_not_an_incident(
 async def test_a_follower_refuses_an_expected_position_it_could_not_forward() -> None:
     """On a follower, a compare-and-set goes to the leader as a signed 64-bit `expected`: 2^63 is
     refused before (protobuf raised ValueError, an incident)."""
-    async def forward(leader: str, commit: Any, expected: int | None) -> Any:
-        consumer_commit_request(commit, expected)  # what the peer client sends
+    async def forward(leader: str, ask: Any) -> Any:
+        consumer_commit_request(ask)  # what the peer client sends
         raise ApiError(Code.NETWORK_ERROR, "not sent", leader)
 
     node = SimpleNamespace(role=Role.FOLLOWER, leader_id="n2", config=SimpleNamespace(self_id="n1"))
     service = SimpleNamespace(limits=ApiLimits(), node=node, peers=SimpleNamespace(commit_consumer=forward))
     commits = ConsumerCommits(service)  # type: ignore[arg-type]
-    for call in (commits.commit("billing", 1, "", 2**63), commits.delete("billing", 2**63)):
+    for call in (commits.commit("billing", 1, "", 2**63, caller=LOCAL), commits.delete("billing", 2**63, caller=LOCAL)):
         with pytest.raises(ApiError) as refused:
             await call
         assert refused.value.status == 400

@@ -54,6 +54,8 @@ def serve_args(tmp_path: Path, **overrides: str) -> list[str]:
     ({"tokens": "reader:short"}, "tokens, entry 1: a token is 16 or more printable ASCII characters"),
     ({"tokens": "reader:" + "r" * 16 + ",king:" + "k" * 16}, "tokens, entry 2: expected role:name:token"),
     ({"tokens": "reader:" + "r" * 16 + ",writer:" + "r" * 16}, "entry 2: this token is listed before with another"),
+    ({"tokens": "consumer:" + "c" * 16}, "tokens, entry 1: a consumer token's name is the consumer it moves"),
+    ({"tokens": "consumer:ops@example:" + "c" * 16}, "tokens, entry 1: a consumer token's name is the consumer"),
     ({"client-tls-cert": "/nonexistent/cert.pem"}, "client_tls_cert and client_tls_key go together"),
     ({"peer-tls-cert": "/x.pem", "peer-tls-key": "/x.key"}, "needs peer_tls_cert, peer_tls_key and peer_tls_ca"),
     ({"client-tls-cert": "/x.pem", "client-tls-key": "/x.key"}, "client_tls_cert: /x.pem is not a file"),
@@ -120,6 +122,20 @@ def test_an_unusable_data_dir_fails_at_start(tmp_path: Path) -> None:
     result = raftlog(*serve_args(tmp_path, **{"data-dir": str(tmp_path / "a-file" / "n1")}))
     assert result.returncode == 2 and "cannot open the data dir" in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_the_removed_retention_floor_setting_says_what_took_its_place(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """consumer_retention_floor, member-wide, became a flag of each named consumer that an admin sets:
+    an old settings file stops the start with one line naming that, not pydantic's "extra inputs"."""
+    toml = tmp_path / "node.toml"
+    toml.write_text("consumer_retention_floor = true\n")
+    with pytest.raises(SettingsError, match=r"^setting consumer_retention_floor is no setting any more: "
+                                            r"retention's floor is now a flag of each named consumer"):
+        load_settings(toml_file=toml)
+    monkeypatch.setenv("RAFTLOG_CONSUMER_RETENTION_FLOOR", "true")  # else ignored, as unknown names are
+    with pytest.raises(SettingsError, match="RAFTLOG_CONSUMER_RETENTION_FLOOR: consumer_retention_floor is no"):
+        load_settings()
 
 
 def test_settings_come_from_a_toml_file_and_the_environment(tmp_path: Path) -> None:
@@ -220,6 +236,8 @@ def test_tokens_are_named_and_the_old_form_is_named_by_its_digest() -> None:
     digest = hashlib.sha256(b"r" * 20).hexdigest()[:12]
     assert tokens.caller_of(b"r" * 20) == Caller(Role.READER, f"token-{digest}")
     assert tokens.caller_of(b"x:" * 10) == Caller(Role.ADMIN, "ops@example")
+    consumer = Tokens.parse("consumer:billing.eu:" + "k" * 20, "t", lines=False).caller_of(b"k" * 20)
+    assert consumer == Caller(Role.CONSUMER, "billing.eu") and Role.READER < Role.CONSUMER < Role.WRITER
     assert Tokens.parse("writer:" + "tok:en" * 4, "t", lines=False).caller_of(b"tok:en" * 4) is None  # 'tok' a name
     with pytest.raises(TokenError, match="another role or name"):
         Tokens.parse("writer:a:" + "z" * 20 + ",writer:b:" + "z" * 20, "tokens", lines=False)

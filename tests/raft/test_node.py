@@ -13,7 +13,7 @@ import pytest
 
 from raftlog.raft.cluster_version import LEVEL
 from raftlog.raft.config import RaftConfig, parse_peers
-from raftlog.raft.consumers import ConsumerCommit
+from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.errors import (
     AckTimeoutError,
     LeaderTransferringError,
@@ -259,7 +259,8 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
         for i in range(150):  # several 4 KiB data files
             last = await leader.append([f"entry-{i}".encode() * 8], Sequenced(7, 0, i), "app")
             if i == 10:
-                await leader.commit_consumer(ConsumerCommit("billing", last.first_index, "at 10"))
+                await leader.commit_consumer(ConsumerAsk("billing", last.first_index, "at 10", caller="app",
+                                                         floor=True))
         files = leader.store.head_files()
         assert len(files) >= 2
         await leader.store.delete_head_files(len(files))  # cleaned: the follower's next entry is gone
@@ -275,7 +276,8 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
         installed = cluster.members[behind].node
         assert installed is not None and installed.sessions.table.producers[7].last.last_seq == 149
         assert installed.consumers.live() == leader.consumers.live()
-        assert installed.consumers.live()["billing"].metadata == "at 10"
+        billing = installed.consumers.live()["billing"]
+        assert (billing.metadata, billing.owner, billing.floor) == ("at 10", "app", True)  # the snapshot's extras
         await cluster.crash(leader.config.self_id)  # the installed member or the other leads: both know
         assert await run_until(cluster, lambda: cluster.leader() is not None, 5.0)
         new_leader = cluster.leader()

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.api.answers import DiskStatus
+from raftlog.api.auth import LOCAL
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError
 from raftlog.api.limits import ApiLimits
@@ -465,7 +466,7 @@ class SimCluster:
         assert consumers is not None
         self.history.consumer_tries.setdefault(name, set()).add(position)
         try:
-            answer = await consumers.commit(name, position, expected=expected)
+            answer = await consumers.commit(name, position, expected=expected, caller=LOCAL)
         except ApiError as exc:
             self._check_api_error(node_id, "consumer commit", exc)
             if exc.code is not Code.CONSUMER_CONFLICT:

@@ -17,7 +17,7 @@ from raftlog.api.answers import AppendAnswer, ConsumerAnswer, ProducerAnswer
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
-from raftlog.raft.consumers import ConsumerCommit
+from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.inmem_transport import Network
 from raftlog.raft.messages import (
     Code,
@@ -74,11 +74,11 @@ class Endpoint:
         except ApiError as exc:
             return exc
 
-    async def handle_commit_consumer(self, request: tuple[ConsumerCommit, int | None]) -> ConsumerAnswer | ApiError:
+    async def handle_commit_consumer(self, request: ConsumerAsk) -> ConsumerAnswer | ApiError:
         if not self.node.state.is_leader:  # never forwarded twice
             return ApiError(Code.NOT_LEADER, "this member is not the leader", self.node.leader_id)
         try:
-            return await self.consumers.write(*request)
+            return await self.consumers.write(request)
         except ApiError as exc:
             return exc
 
@@ -109,8 +109,8 @@ class SimPeers:
     async def read_index(self, leader_id: str) -> int:
         return await self._call(leader_id, "read_index", None)
 
-    async def commit_consumer(self, leader_id: str, commit: ConsumerCommit, expected: int | None) -> ConsumerAnswer:
-        return await self._call(leader_id, "commit_consumer", (commit, expected))
+    async def commit_consumer(self, leader_id: str, ask: ConsumerAsk) -> ConsumerAnswer:
+        return await self._call(leader_id, "commit_consumer", ask)
 
     async def _call(self, peer_id: str, kind: str, request: Any) -> Any:
         try:

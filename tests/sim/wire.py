@@ -30,6 +30,7 @@ from raftlog.api.peer_codec import (
     forwarded_append,
     forwarded_consumer_commit,
 )
+from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.messages import PushRequest, PushResponse
 
 
@@ -46,8 +47,8 @@ def round_trip(kind: str, message: Any) -> Any:
         return change.producer_id, change.caller, change.close
     if isinstance(message, ProducerAnswer):
         return ProducerAnswer.from_json(json.loads(json.dumps(message.json())))
-    if kind == "commit_consumer" and isinstance(message, tuple):  # (commit, expected)
-        return forwarded_consumer_commit(consumer_commit_request(*message).SerializeToString())
+    if kind == "commit_consumer" and isinstance(message, ConsumerAsk):
+        return forwarded_consumer_commit(consumer_commit_request(message).SerializeToString())
     if isinstance(message, ConsumerAnswer):  # JSON, as the peer port carries it
         return ConsumerAnswer.from_json(json.loads(json.dumps(message.json())))
     if isinstance(message, AppendAnswer):  # the leader's answer to a forwarded append, as the peer port maps it

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -169,8 +168,9 @@ async def test_head_files_holding_no_entry_of_the_log_can_go(store: Store) -> No
     assert (store.begin_index, store.before_begin_index, store.before_begin_term) == (51, 50, 3)
 
 
-@pytest.mark.parametrize("config", [dataclasses.replace(SMALL, consumer_retention_floor=True)])
-async def test_the_slowest_consumer_holds_retention_back_until_the_disk_forces(store: Store) -> None:
+async def test_the_slowest_flagged_consumer_holds_retention_back_until_the_disk_forces(store: Store) -> None:
+    """The floor is what the layer above supplies: the lowest position among the consumers an admin
+    flagged (raft.consumers); no such consumer, no floor."""
     await _filled(store)
     cleaner = CleanService(store, lambda: 1000, floor=lambda: 14, clock=lambda: _local(4, 4),
                            disk_usage=lambda: usage)
