@@ -11,6 +11,7 @@ ranges dealt out over the members in turn, so followers serve most reads.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ from raftlog.storage.codec import BOOKKEEPING_MAGICS
 SCHEMA = ("index long, term long, pos long, type string, channel int, body binary, body_crc int, "
           "chain_crc int, producer_id long, producer_epoch long, sequence long")
 
-BOOKKEEPING_TYPES = pa.array(sorted(TYPE_NAMES[m] for m in BOOKKEEPING_MAGICS))
+BOOKKEEPING_TYPES = tuple(sorted(TYPE_NAMES[m] for m in BOOKKEEPING_MAGICS))  # names: pa.array would import pandas
 
 
 def schema_ddl(options: ReadOptions) -> str:
@@ -101,8 +102,9 @@ def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[
 def _without_control(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The rows of data: the bookkeeping entries (named consumers' commits, producer sessions, the
     cluster version) left out, as the API's reads of data leave them out."""
-    data = pc.fill_null(pc.invert(pc.is_in(batch.column("type"), BOOKKEEPING_TYPES)), True)  # unreadable rows stay
-    return batch.filter(data)
+    types = batch.column("type")
+    data = functools.reduce(pc.and_, (pc.not_equal(types, name) for name in BOOKKEEPING_TYPES))
+    return batch.filter(pc.fill_null(data, True))  # an unreadable entry's row stays
 
 
 class BatchReader(DataSourceReader):

@@ -310,8 +310,12 @@ def test_a_member_restarted_as_leader_gets_forwarded_calls_at_once(cluster: Clus
     successor = cluster.wait_leader(among=[first, second])
     cluster.start_member(leader)
     cluster.wait_leader()
-    back = httpx.post(f"{url(cluster, successor)}/v1/cluster/leader", json={"target": leader}, timeout=TIMEOUT_S)
-    assert back.status_code == 200, back.text
+    def transfer() -> bool:  # refused FALL_BEHIND_TOO_MUCH while it catches up (slowly, on a loaded machine)
+        back = httpx.post(f"{url(cluster, successor)}/v1/cluster/leader", json={"target": leader}, timeout=TIMEOUT_S)
+        assert back.status_code == 200 or error_of(back)["code"] == "FALL_BEHIND_TOO_MUCH", back.text
+        return back.status_code == 200
+
+    eventually(transfer, "leadership to go back to the restarted member")
     eventually(lambda: cluster.wait_leader() == leader, "the restarted member to lead")
     for follower in (first, second):
         forwarded = append(url(cluster, follower), b"after the restart")
