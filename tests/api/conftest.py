@@ -11,6 +11,7 @@ import pytest
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
 from raftlog.app.settings import load_settings
+from raftlog.raft.cluster_version import LEVEL
 from raftlog.raft.messages import Role
 
 
@@ -25,6 +26,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     try:
         await node.raft.wait_for_leadership()
         assert await node.raft.wait_committed(0, 10.0)  # its NOOP
+        await node.raft.version.wait_for(LEVEL, 10.0)  # and its cluster version's entry: the tests' come after
         assert node.raft.role is Role.LEADER and node.raft.caught_up
         yield node
     finally:

@@ -105,6 +105,7 @@ class Nemesis:
     def apply(self, kind: str, hold_s: float) -> None:
         """Inject one fault, hold it, heal it, and wait until the cluster has a leader again."""
         self.faults[kind] = self.faults.get(kind, 0) + 1
+        self._open_probe_session()  # while the group is whole: a failover's probe then only appends
         started, problems = time.monotonic(), len(self.problems)
         try:
             getattr(self, kind)(hold_s)
@@ -447,6 +448,17 @@ class Nemesis:
         while not (value := condition()) and time.monotonic() < deadline:
             time.sleep(0.1)
         return value
+
+    def _open_probe_session(self) -> None:
+        """The probes' producer session, opened once through whichever running member answers."""
+        deadline = time.monotonic() + RECOVERY_BOUND_S
+        with httpx.Client(timeout=5.0) as http:
+            while self._epoch is None and time.monotonic() < deadline:
+                for member in self.cluster.running_ids():
+                    self._epoch = open_session(http, self.cluster.members[member].client_url, self._producer_id)
+                    if self._epoch is not None:
+                        return
+                time.sleep(0.1)
 
     def _failover(self, exclude: set[str]) -> Op | None:
         """Time from now until a write through the other members succeeds (a new leader serves);
