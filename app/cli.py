@@ -350,9 +350,11 @@ def _consumers(args: argparse.Namespace) -> int:
         _request(args, "DELETE", f"{url}/{args.name}", params=params)
         print(f"removed {args.name}")
         return 0
-    print(f"{'name':<24}{'position':>10}{'lag':>10}{'lag bytes':>12}  metadata")
+    print(f"{'name':<24}{'position':>10}{'lag':>10}{'lag bytes':>12}  {'owner':<16}{'floor':<7}metadata")
     for c in answers:
-        print(f"{c['name']:<24}{c['position']:>10}{c['lag']:>10}{_dash(c['lag_bytes']):>12}  {c['metadata']}")
+        floor = "yes" if c.get("retention_floor") else "no"
+        print(f"{c['name']:<24}{c['position']:>10}{c['lag']:>10}{_dash(c['lag_bytes']):>12}  "
+              f"{c.get('owner') or '-':<16}{floor:<7}{c['metadata']}")
     return 0
 
 

@@ -159,8 +159,12 @@ def test_append_get_and_status_clients(make_cluster: ClusterFactory) -> None:
     raw = raftlog("get", "--url", url, "--raw", str(index))
     assert raw.stdout == "hello from the terminal"
     status = raftlog("status", "--url", url)
-    assert status.returncode == 0 and "leader" in status.stdout
+    assert status.returncode == 0 and "leader" in status.stdout and "cluster version 1" in status.stdout
     assert all(member in status.stdout for member in cluster.members)
+    assert raftlog("consumers", "commit", "--url", url, "billing", str(index)).returncode == 0
+    listed = raftlog("consumers", "list", "--url", url).stdout.splitlines()
+    assert listed[0].split()[:6] == ["name", "position", "lag", "lag", "bytes", "owner"]
+    assert listed[1].split()[:2] == ["billing", str(index)] and listed[1].split()[4:6] == ["local", "no"]
     missing = raftlog("get", "--url", url, "999999")
     assert missing.returncode == 1 and "404 INDEX_OUT_OF_RANGE" in missing.stderr
 

@@ -58,7 +58,7 @@ return !!button;
 
 CONSUMERS_JS = """
 return [...document.querySelectorAll('#consumer-rows tr')].map((row) => [...row.cells]).map(
-  (cells) => [0, 1, 2, 4].map((i) => cells[i].textContent));
+  (cells) => [0, 1, 2, 4, 5, 6].map((i) => cells[i].textContent));
 """
 
 
@@ -102,7 +102,7 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     # named consumers with their lag (the consumer's own commit is a control entry the tail leaves out)
     consumer = httpx.put(f"{url}/v1/consumers/billing", json={"position": last - 5, "metadata": "nightly"})
     assert consumer.status_code == 200, consumer.text
-    shown_consumer = ["billing", str(last - 5), str(consumer.json()["lag"]), "nightly"]
+    shown_consumer = ["billing", str(last - 5), str(consumer.json()["lag"]), "nightly", "local", "no"]
     wait.until(lambda d: d.execute_script(CONSUMERS_JS) == [shown_consumer])
     assert browser.execute_script(TAIL_JS)[0][0] == last
 
