@@ -32,7 +32,7 @@ import inspect
 import ipaddress
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,22 @@ log = logging.getLogger("raftlog.api.connection_slots")
 LOG_INTERVAL_S = 1.0  # a kind of closed or refused connection is logged at most this often
 PROBE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # REST requests that credit no connection
 REFUSED_STATUSES = frozenset({401, 403, 421})  # REST answers to who sent a request: no credit either
+ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
+
+
+async def accepted(listener: socket.socket, port: str) -> AsyncIterator[socket.socket]:
+    """The connections `listener` accepts, for ever: each port accepts its own, to count them from
+    their accept. A failed accept (out of open files, most likely) is said and tried again after
+    ACCEPT_RETRY_S; the backlog waits meanwhile."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            sock, _ = await loop.sock_accept(listener)
+        except OSError as exc:
+            log.warning("%s port: cannot accept a connection: %s", port, exc)
+            await asyncio.sleep(ACCEPT_RETRY_S)
+            continue
+        yield sock
 
 
 def address_key(host: str) -> str:

@@ -26,7 +26,7 @@ import socket
 import tempfile
 from typing import Any
 
-from raftlog.api.connection_slots import PortSlots, Slot
+from raftlog.api.connection_slots import PortSlots, Slot, accepted
 from raftlog.api.limits import ApiLimits
 from raftlog.api.peer_port import sweep_abandoned_sockets
 from raftlog.api.splice import Paused, splice
@@ -34,7 +34,6 @@ from raftlog.api.splice import Paused, splice
 log = logging.getLogger("raftlog.api.grpc")
 
 SOCKET_DIR_PREFIX = "raftlog-grpc-"  # grpcio's socket's directory, under the system's temporary directory
-ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
 BACKLOG = 2048
 
 
@@ -73,14 +72,7 @@ class GrpcPort:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(self._listener)
-            except OSError as exc:  # out of open files, most likely: the backlog waits meanwhile
-                log.warning("gRPC port: cannot accept a connection: %s", exc)
-                await asyncio.sleep(ACCEPT_RETRY_S)
-                continue
+        async for sock in accepted(self._listener, "gRPC"):
             slot = self.slots.admit(sock)
             if slot is not None:
                 self._keep(asyncio.ensure_future(self._splice(sock, slot)))

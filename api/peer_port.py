@@ -38,7 +38,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from raftlog.api.connection_slots import CreditCalls, PortSlots, Slot
+from raftlog.api.connection_slots import CreditCalls, PortSlots, Slot, accepted
 from raftlog.api.peer_client import PeerTls, channel_options, load_identity
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_wire import GRPC, REPLICATE, route_of
@@ -50,7 +50,6 @@ log = logging.getLogger("raftlog.api.peer_server")
 ROUTE_TIMEOUT_S = 10.0  # a connection that has not sent its preface and SETTINGS by then is closed
 PEER_STREAMS_MAX = 256  # concurrent calls per gRPC connection
 GRACE_S = 1.0  # at stop, calls under way get this long to finish
-ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
 BACKLOG = 128
 SOCKET_DIR_PREFIX = "raftlog-peer-"  # grpcio's socket's directory, under the system's temporary directory
 ABANDONED_AFTER_S = 60.0  # a socket directory this old that no process serves was left by a member that died
@@ -94,15 +93,8 @@ class PeerPort:
     async def _accept(self) -> None:
         """Accept connections here, not in a loop.create_server: each counts from its accept, and its
         TLS handshake (connect_accepted_socket's) is under way while it counts."""
-        loop = asyncio.get_running_loop()
         assert self._listener is not None
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(self._listener)
-            except OSError as exc:  # out of open files, most likely: the backlog waits meanwhile
-                log.warning("peer port: cannot accept a connection: %s", exc)
-                await asyncio.sleep(ACCEPT_RETRY_S)
-                continue
+        async for sock in accepted(self._listener, "peer"):
             slot = self.slots.admit(sock)
             if slot is None:
                 continue

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import uvicorn
 import uvloop
 
-from raftlog.api.connection_slots import AddressSlots, HoldRules, address_key
+from raftlog.api.connection_slots import AddressSlots, HoldRules, accepted, address_key
 from raftlog.api.peer_port import GRACE_S, PeerPort
 from raftlog.app.client_protocol import guarded_protocol
 from raftlog.app.logs import configure_logging
@@ -36,7 +36,6 @@ CLIENT_DRAIN_S = 5  # at stop, requests in flight get this long to finish
 GC_THRESHOLDS = (10_000, 50, 100)  # gc.set_threshold: Python's are (700, 10, 10)
 CLIENT_BACKLOG = 2048
 OPEN_FILES_RESERVE = 512  # beyond client connections: peer connections, data and index files, SQLite, logs
-ACCEPT_RETRY_S = 0.1  # after a failed accept (out of open files), the next try waits this long
 REFUSAL_LOG_INTERVAL_S = 1.0  # refused connections are logged at most this often
 
 
@@ -112,13 +111,7 @@ class _Uvicorn(uvicorn.Server):
                 if not self._handshaking_from[address]:
                     del self._handshaking_from[address]
 
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(listener)
-            except OSError as exc:  # out of open files, most likely: the backlog waits meanwhile
-                log.warning("client port: cannot accept a connection: %s", exc)
-                await asyncio.sleep(ACCEPT_RETRY_S)
-                continue
+        async for sock in accepted(listener, "client"):
             address = _address_of(sock)
             pending = self._handshaking_from.get(address, 0)
             why, held = None, len(self._handshaking) + len(state.connections)

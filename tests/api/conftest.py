@@ -8,6 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from raftlog.api.auth import AuthFailures, Tokens
+from raftlog.api.grpc_api import GrpcApi
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.node import Node
 from raftlog.app.settings import load_settings
@@ -37,3 +39,18 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 async def client(node: Node) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=node.public_asgi), base_url="http://127.0.0.1") as c:
         yield c
+
+
+WRITER = "writer-token-0123456789"  # the gRPC port's writer (grpc_port)
+
+
+@pytest.fixture
+async def grpc_port(node: Node) -> AsyncIterator[str]:
+    (port,) = free_ports(1)
+    api = GrpcApi(node.service, node.handlers, Tokens.parse(f"writer:{WRITER}", "test", lines=False),
+                  AuthFailures(node.metrics.auth_failures, "grpc"), f"127.0.0.1:{port}", budget=node.request_bytes)
+    await api.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await api.stop(None)  # type: ignore[arg-type]

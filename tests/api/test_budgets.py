@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,19 +26,17 @@ from grpc_status import rpc_status
 
 from raftlog.api import errors
 from raftlog.api import log_pb2 as pb
-from raftlog.api.auth import LOCAL, AuthFailures, Tokens
+from raftlog.api.auth import LOCAL
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError, api_error
-from raftlog.api.grpc_api import GrpcApi
 from raftlog.api.limits import ApiLimits
 from raftlog.api.log_throttle import LogThrottle
 from raftlog.api.peer_codec import consumer_commit_request
-from raftlog.app.launcher import free_ports
 from raftlog.app.node import Node
 from raftlog.raft.messages import Code, Role
+from tests.api.conftest import WRITER
 
 LIVENESS_S = 10  # a generous bound on an answer that needs nothing more from the client
-WRITER = "writer-token-0123456789"
 AS_WRITER = (("authorization", f"Bearer {WRITER}"),)
 APPEND_STREAM = "/raftlog.v1.Log/AppendStream"
 
@@ -164,18 +161,6 @@ async def test_a_small_request_over_its_bound_is_refused_before_or_as_it_arrives
 
 
 # -- AppendStream draws on the request budget (audit M6) -------------------------------------------------
-
-
-@pytest.fixture
-async def grpc_port(node: Node) -> AsyncIterator[str]:
-    (port,) = free_ports(1)
-    api = GrpcApi(node.service, node.handlers, Tokens.parse(f"writer:{WRITER}", "test", lines=False),
-                  AuthFailures(node.metrics.auth_failures, "grpc"), f"127.0.0.1:{port}", budget=node.request_bytes)
-    await api.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await api.stop(None)  # type: ignore[arg-type]
 
 
 class HeldAppends:

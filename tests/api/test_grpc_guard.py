@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -19,26 +18,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
 from raftlog.api import log_pb2 as pb
-from raftlog.api.auth import AuthFailures, Tokens
 from raftlog.api.grpc_api import GrpcApi
 from raftlog.app.launcher import free_ports
 from raftlog.app.node import Node
+from tests.api.conftest import WRITER
 
-WRITER = "writer-token-0123456789"
 AS_WRITER = (("authorization", f"Bearer {WRITER}"),)
 APPEND_BATCH = "/raftlog.v1.Log/AppendBatch"
-
-
-@pytest.fixture
-async def grpc_port(node: Node) -> AsyncIterator[str]:
-    (port,) = free_ports(1)
-    api = GrpcApi(node.service, node.handlers, Tokens.parse(f"writer:{WRITER}", "test", lines=False),
-                  AuthFailures(node.metrics.auth_failures, "grpc"), f"127.0.0.1:{port}", budget=node.request_bytes)
-    await api.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        await api.stop(None)  # type: ignore[arg-type]
 
 
 def reason(error: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str]:
