@@ -29,12 +29,16 @@
 #define MAGIC_CONTINUED 6
 #define MAGIC_PRODUCER_SESSION 7
 #define MAGIC_CLUSTER_VERSION 8
-#define MAGIC_LAST MAGIC_CLUSTER_VERSION
+#define MAGIC_MESSAGE 9
+#define MAGIC_TOPIC 10
+#define MAGIC_QUEUE_COMMIT 11
+#define MAGIC_LAST MAGIC_QUEUE_COMMIT
+#define MESSAGE_HEADER_SIZE 33  /* storage.message.MESSAGE_HEADER */
 
 /* storage.codec.CONTROL_MAGICS: the entries a follower reads as they join its log */
 static inline int is_control(int32_t magic) {
     return magic == MAGIC_CONFIG_CHANGE || magic == MAGIC_CONSUMER || magic == MAGIC_PRODUCER_SESSION
-        || magic == MAGIC_CLUSTER_VERSION;
+        || magic == MAGIC_CLUSTER_VERSION || magic == MAGIC_TOPIC || magic == MAGIC_QUEUE_COMMIT;
 }
 #define STAMP_SIZE 16
 #define DISTANCE_SIZE 1
@@ -204,6 +208,7 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
     if (magic < MAGIC_NORMAL || magic > MAGIC_LAST || body_size < 0
             || (int64_t)size != HEADER_SIZE + (int64_t)body_size || (magic == MAGIC_PRODUCED && body_size < STAMP_SIZE)
             || (magic == MAGIC_CONTINUED && body_size < DISTANCE_SIZE)
+            || (magic == MAGIC_MESSAGE && body_size < MESSAGE_HEADER_SIZE)
             || (int64_t)get64(h + 8) != index || term < term_floor)
         return 0;
     int64_t placed = pos;

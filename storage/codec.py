@@ -4,7 +4,8 @@ Entry (48-byte header, then the body)::
 
     offset  size  field
          0     4  magic      i32   NORMAL 1, NOOP 2, CONFIG_CHANGE 3, PRODUCED 4, CONSUMER 5,
-                                   CONTINUED 6, PRODUCER_SESSION 7, CLUSTER_VERSION 8
+                                   CONTINUED 6, PRODUCER_SESSION 7, CLUSTER_VERSION 8, MESSAGE 9,
+                                   TOPIC 10, QUEUE_COMMIT 11
          4     4  size       i32   48 + bodySize
          8     8  index      i64   first entry is 0
         16     8  term       i64
@@ -107,16 +108,24 @@ class Magic(IntEnum):
     # or closed by its owner (raft.producers)
     PRODUCER_SESSION = 7
     CLUSTER_VERSION = 8  # raftlog's: a control entry, the format and protocol level every member knows
+    # raftlog's, from cluster version 2 on: a message of a topic's queue (storage.message), a control entry changing
+    # the topic catalog (raft.topics), and one of a consumer group's committed offsets per queue (raft.consumers)
+    MESSAGE = 9
+    TOPIC = 10
+    QUEUE_COMMIT = 11
 
 
 ENTRY_MAGICS = frozenset(int(m) for m in Magic)
 # the entries a member reads as they join its log: configurations, consumer positions, producer sessions,
 # the cluster version
-CONTROL_MAGICS = frozenset((Magic.CONFIG_CHANGE, Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION))
+CONTROL_MAGICS = frozenset((Magic.CONFIG_CHANGE, Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION,
+                            Magic.TOPIC, Magic.QUEUE_COMMIT))
 # the control entries a reader of data sees only when it asks (the others keep their DLedger types)
-BOOKKEEPING_MAGICS = frozenset((Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION))
+BOOKKEEPING_MAGICS = frozenset((Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION, Magic.TOPIC,
+                                Magic.QUEUE_COMMIT))
 PRODUCER_MAGICS = frozenset((Magic.PRODUCED, Magic.CONTINUED))  # a producer session's entries
-DATA_MAGICS = frozenset((Magic.NORMAL, *PRODUCER_MAGICS))  # the entries readers see as "normal"
+DATA_MAGICS = frozenset((Magic.NORMAL, *PRODUCER_MAGICS, Magic.MESSAGE))  # the entries readers see as data
+MESSAGE_HEADER_SIZE = 33  # a MESSAGE entry's body holds at least its header (storage.message)
 PREFIX_SIZES: dict[int, int] = {Magic.PRODUCED: STAMP_SIZE, Magic.CONTINUED: DISTANCE_SIZE}  # before the body sent
 
 
@@ -359,6 +368,8 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
     verdict: str | None = None
     if body_size < 0 or size != HEADER_SIZE + body_size:
         verdict = f"size {size} != 48 + bodySize {body_size}"
+    elif magic == Magic.MESSAGE and body_size < MESSAGE_HEADER_SIZE:
+        verdict = f"a message entry's body of {body_size} bytes cannot hold its {MESSAGE_HEADER_SIZE}-byte header"
     elif magic in PREFIX_SIZES and body_size < PREFIX_SIZES[magic]:
         verdict = f"a {Magic(magic).name.lower()} entry's body of {body_size} bytes cannot hold its " \
                   f"{PREFIX_SIZES[magic]}-byte {'stamp' if magic == Magic.PRODUCED else 'distance'}"
