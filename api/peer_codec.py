@@ -85,6 +85,9 @@ def _convert(kind: Any, value: Any) -> object:
     return value
 
 
+OWN_FIELD_TABLES = ("producers", "consumers", "cluster_version")  # the tables a push had fields for before `tables`
+
+
 def encode_push(request: PushRequest) -> bytes:
     """The push as its protobuf bytes. The entries are copied once, from the mapped file into the
     message, after the other fields (a message's fields may come in any order): protobuf's own
@@ -94,8 +97,10 @@ def encode_push(request: PushRequest) -> bytes:
         type=cast(pb.PushType, PUSH_TYPES.index(request.type)), commit_index=request.commit_index,
         first_index=request.first_index, count=request.count,
         pre_log_index=request.pre_log_index, pre_log_term=request.pre_log_term,
-        chain_crc=request.chain_crc, next_pos=request.next_pos, producers=request.producers,
-        consumers=request.consumers, cluster_version=request.cluster_version).SerializeToString()
+        chain_crc=request.chain_crc, next_pos=request.next_pos,
+        **{name: data for name, data in request.tables.items() if name in OWN_FIELD_TABLES},
+        tables={name: data for name, data in request.tables.items() if name not in OWN_FIELD_TABLES},
+    ).SerializeToString()
     size = len(request.data)
     if not size:  # as protobuf writes an empty bytes field: not at all
         return head
@@ -122,8 +127,9 @@ def decode_push(data: bytes) -> PushRequest:
     return PushRequest(proto.group, proto.leader_id, proto.term, PUSH_TYPES[proto.type], proto.commit_index,
                        proto.first_index, proto.count, proto.data, proto.pre_log_index, proto.pre_log_term,
                        proto.chain_crc if proto.HasField("chain_crc") else None,
-                       proto.next_pos if proto.HasField("next_pos") else None, proto.producers,
-                       proto.consumers, proto.cluster_version)
+                       proto.next_pos if proto.HasField("next_pos") else None,
+                       {**{name: getattr(proto, name) for name in OWN_FIELD_TABLES if getattr(proto, name)},
+                        **proto.tables})
 
 
 def encode_push_response(response: PushResponse) -> bytes:

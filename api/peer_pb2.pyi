@@ -21,7 +21,14 @@ TRUNCATE: PushType
 INSTALL_SNAPSHOT: PushType
 
 class PushRequest(_message.Message):
-    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers", "consumers", "cluster_version")
+    __slots__ = ("group", "leader_id", "term", "type", "commit_index", "first_index", "count", "data", "pre_log_index", "pre_log_term", "chain_crc", "next_pos", "producers", "consumers", "cluster_version", "tables")
+    class TablesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +44,7 @@ class PushRequest(_message.Message):
     PRODUCERS_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
     group: str
     leader_id: str
     term: int
@@ -52,7 +60,8 @@ class PushRequest(_message.Message):
     producers: bytes
     consumers: bytes
     cluster_version: bytes
-    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ..., consumers: _Optional[bytes] = ..., cluster_version: _Optional[bytes] = ...) -> None: ...
+    tables: _containers.ScalarMap[str, bytes]
+    def __init__(self, group: _Optional[str] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushType, str]] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., pre_log_index: _Optional[int] = ..., pre_log_term: _Optional[int] = ..., chain_crc: _Optional[int] = ..., next_pos: _Optional[int] = ..., producers: _Optional[bytes] = ..., consumers: _Optional[bytes] = ..., cluster_version: _Optional[bytes] = ..., tables: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class PushResponse(_message.Message):
     __slots__ = ("code", "term", "index", "end_index", "end_term", "x_term", "x_index", "ack_index")

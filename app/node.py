@@ -52,9 +52,7 @@ class Node:
                              voted_for=state.voted_for, committed_index=state.committed_index,
                              applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None,
                              configuration=saved_configuration(state.config_index, state.config),
-                             config_scan_from=saved_committed + 1, producers=state.producers,
-                             consumers=state.consumers,
-                             cluster_version=state.tables.get("cluster_version"))
+                             config_scan_from=saved_committed + 1, tables=state.saved_tables)
         self.raft.add_config_listener(self.peers.set_members)
         in_force = self.raft.configuration
         if settings.join is None and in_force.index >= 0 and not in_force.same_members(Configuration(config.peers)):

@@ -3,8 +3,8 @@
 Committed entries go to the state machine in index order, a batch at a time.
 The checkpoint's committed and applied indices never pass what this member
 holds durably, nor a committed configuration the checkpoint does not hold yet.
-The tables kept in step with the log (producer sessions, consumer positions)
-are saved with the progress, and on start rebuilt from it and the log after it.
+The tables kept in step with the log (raft.tables) are saved with the progress,
+and on start rebuilt from it and the log after it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from raftlog.raft.membership import ConfigLog, Configuration
 from raftlog.raft.waiting import Wakeup
 from raftlog.storage.checkpoint import TableSource
 from raftlog.storage.codec import Entry
-from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.apply")
@@ -31,30 +30,6 @@ class StateMachine(Protocol):
     def apply(self, entries: list[Entry]) -> None: ...
 
     def snapshot_installed(self, index: int, term: int) -> None: ...
-
-
-class LogTable(Protocol):
-    """A table kept in step with the log (raft.producers, raft.consumers), as a start rebuilds it."""
-
-    magics: frozenset[int]  # the entries it is made of: a start reads no others
-
-    def restore(self, saved: bytes | None) -> int: ...  # the first index `replayed` must see
-
-    def replayed(self, entry: Entry) -> None: ...
-
-
-def restore_tables(self_id: str, store: LogStore, *tables: tuple[LogTable, bytes | None]) -> None:
-    """On start: each table as the checkpoint saved it, then the entries of the log after them that the
-    tables are made of, each read once."""
-    start = min(table.restore(saved) for table, saved in tables)
-    for index in store.indices_of(frozenset().union(*(table.magics for table, _ in tables)), start):
-        try:
-            entry = store.get(index)
-        except StorageError as exc:  # damaged: the scrub repairs it; its producer may see one duplicate
-            log.warning("%s: entry %d not read for the producer and consumer tables: %s", self_id, index, exc)
-            continue
-        for table, _saved in tables:
-            table.replayed(entry)
 
 
 class ProgressStore(TermStore, Protocol):

@@ -43,10 +43,10 @@ from raftlog.raft.errors import (
     UnknownProducerError,
 )
 from raftlog.raft.member_state import MemberState
-from raftlog.raft.membership import Configuration
 from raftlog.raft.producers import EPOCH_MAX, ProducerSessions, Sequenced, SessionChange, Verdict
+from raftlog.raft.tables import Tables
 from raftlog.raft.waiting import Wakeup, log_if_died
-from raftlog.storage.codec import Magic
+from raftlog.storage.codec import CONTROL_MAGICS, Magic
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.client_appends")
@@ -67,23 +67,22 @@ class Appended:
 
 class ClientAppends:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, commitment: Commitment,
-                 sessions: ProducerSessions, consumers: ConsumerPositions, version: ClusterVersion,
-                 member_ids: Callable[[], Sequence[str]], configuration_appended: Callable[[Configuration], None],
-                 appended: Callable[[], None], durable_moved: Callable[[], None],
-                 confirm_leadership: Callable[[], Awaitable[object]]) -> None:
-        """`member_ids`: the voters and learners in force; `configuration_appended`: a CONFIG_CHANGE
-        entry is in the log (in force at once);
+                 tables: Tables, sessions: ProducerSessions, consumers: ConsumerPositions, version: ClusterVersion,
+                 member_ids: Callable[[], Sequence[str]], appended: Callable[[], None],
+                 durable_moved: Callable[[], None], confirm_leadership: Callable[[], Awaitable[object]]) -> None:
+        """`tables`: what the log's entries make (each control entry written is handed to them);
+        `member_ids`: the voters and learners in force;
         `appended`: the log grew (the dispatchers push it); `durable_moved`: a flush covered more;
         `confirm_leadership`: a heartbeat round, NotLeaderError if a quorum no longer follows."""
         self.config = config
         self.state = state
         self.store = store
         self.commitment = commitment
+        self.tables = tables
         self.sessions = sessions
         self.consumers = consumers
         self.version = version
         self._member_ids = member_ids
-        self._configuration_appended = configuration_appended
         self._appended = appended
         self._durable_moved = durable_moved
         self._confirm_leadership = confirm_leadership
@@ -229,15 +228,9 @@ class ClientAppends:
                 if original is not None:
                     return original, None
                 result = await self.store.append_as_leader(bodies, term, Magic.PRODUCED, stamp=producer)
-                self.sessions.appended_one(*producer, result.first_index, result.first_index + len(bodies) - 1)
-            if magic == Magic.CONFIG_CHANGE:  # in force from now on, committed or not
-                self._configuration_appended(Configuration.decode(bodies[0], result.first_index))
-            elif magic == Magic.CONSUMER:
-                self.consumers.appended([result.first_index])
-            elif magic == Magic.PRODUCER_SESSION:
-                self.sessions.session_changed(result.first_index, bodies[0])
-            elif magic == Magic.CLUSTER_VERSION:
-                self.version.appended(result.first_index, bodies[0])
+                self.tables.produced((*producer, result.first_index, result.first_index + len(bodies) - 1))
+            if magic in CONTROL_MAGICS:  # one entry, in the tables from now on, committed or not
+                self.tables.appended(result.first_index, magic, bodies[0])
         last = result.first_index + len(bodies) - 1
         committed = self.commitment.wait_for(last)
         self._flush.set()

@@ -22,8 +22,9 @@ from collections.abc import Iterable
 
 from raftlog.raft.errors import ClusterVersionError
 from raftlog.raft.member_state import MemberState
+from raftlog.raft.tables import LogTable
 from raftlog.raft.waiting import Signal, loop_time, wait_event
-from raftlog.storage.codec import Entry, Magic
+from raftlog.storage.codec import Magic
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
 
@@ -50,10 +51,11 @@ def decode_level(body: bytes | memoryview) -> int:
     return int(BODY.unpack(body)[0])
 
 
-class ClusterVersion:
+class ClusterVersion(LogTable):
     """The level in force as of this member's log tail, and on the leader what each member reports."""
 
-    magics: frozenset[int] = frozenset((Magic.CLUSTER_VERSION,))  # what a start replays
+    name = "cluster_version"
+    magics = frozenset((Magic.CLUSTER_VERSION,))
 
     def __init__(self, self_id: str, own_level: int, state: MemberState, store: LogStore) -> None:
         self.self_id = self_id
@@ -62,7 +64,6 @@ class ClusterVersion:
         self.store = store
         self.entries: list[tuple[int, int]] = []  # (index, level) of the log's CLUSTER_VERSION entries, in order
         self.reported: dict[str, int] = {}  # the leader's: each other member's level, as it last answered
-        self.changes = 0  # counts every change: the checkpoint writes a table that changed
         self.raised = Signal()  # fired when an entry raises the level
 
     @property
@@ -71,7 +72,7 @@ class ClusterVersion:
 
     # -- the log moves -------------------------------------------------------------------
 
-    def appended(self, index: int, body: bytes | memoryview) -> None:
+    def appended(self, index: int, magic: int, body: bytes | memoryview) -> None:
         """A CLUSTER_VERSION entry joined the log: its level is in force."""
         try:
             level = decode_level(body)
@@ -81,7 +82,7 @@ class ClusterVersion:
         if self.entries and index <= self.entries[-1][0]:
             return  # in the table already (a snapshot's, then the same entries pushed again)
         self.entries.append((index, level))
-        self.changes += 1
+        self._changes += 1
         self.raised.fire()
         if level > self.own_level:  # the leader heard this member report it: a setting lowered since
             log.error("%s: the group's cluster version is now %d, above this member's level %d", self.self_id,
@@ -92,7 +93,7 @@ class ClusterVersion:
         kept = [entry for entry in self.entries if entry[0] < from_index]
         if len(kept) != len(self.entries):
             self.entries = kept
-            self.changes += 1
+            self._changes += 1
 
     # -- the leader ------------------------------------------------------------------------
 
@@ -161,15 +162,11 @@ class ClusterVersion:
         self.entries = [entry for entry in entries if entry[0] <= stable]
         return stable + 1
 
-    def replayed(self, entry: Entry) -> None:
-        if entry.magic == Magic.CLUSTER_VERSION:
-            self.appended(entry.index, entry.body)
-
     def installed(self, index: int, data: bytes | None) -> None:
         """The log restarts after `index` with the leader's entries (its later ones come again in pushes)."""
         entries, _stable = self._decode(data, "a snapshot's")
         self.entries = [entry for entry in entries if entry[0] <= index]
-        self.changes += 1
+        self._changes += 1
 
     def check_startable(self) -> None:
         """A member does not run a log of a level above its own: it could not read what that level writes."""

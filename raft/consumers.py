@@ -34,7 +34,6 @@ import json
 import logging
 import re
 import struct
-from collections.abc import Iterable
 from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
@@ -45,8 +44,8 @@ from raftlog.raft.errors import (
     ConsumersFullError,
 )
 from raftlog.raft.member_state import MemberState
-from raftlog.storage.codec import Entry, Magic
-from raftlog.storage.errors import StorageError
+from raftlog.raft.tables import LogTable
+from raftlog.storage.codec import Magic
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.consumers")
@@ -136,10 +135,11 @@ class ConsumerPosition(NamedTuple):
     floor: bool = False  # retention keeps what it has not processed
 
 
-class ConsumerPositions:
+class ConsumerPositions(LogTable):
     """The table, as of `folded_index`, and the consumer entries after it that the log holds."""
 
-    magics: frozenset[int] = frozenset((Magic.CONSUMER,))  # what a start replays
+    name = "consumers"
+    magics = frozenset((Magic.CONSUMER,))
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
@@ -147,8 +147,8 @@ class ConsumerPositions:
         self.store = store
         self.table: dict[str, ConsumerPosition] = {}
         self.folded_index = -1  # every consumer entry up to here is in the table
-        self.pending: list[int] = []  # the log's consumer entries after folded_index, in order
-        self._changes = 0
+        # the log's consumer entries after folded_index, in order, each read as it joined the log (None: not ours)
+        self.pending: list[tuple[int, ConsumerCommit | None]] = []
 
     @property
     def changes(self) -> int:
@@ -158,13 +158,18 @@ class ConsumerPositions:
 
     # -- the log moves -----------------------------------------------------------------
 
-    def appended(self, indices: Iterable[int]) -> None:
-        """Consumer entries joined the log, in log order (those a snapshot's table holds are skipped)."""
-        self.pending.extend(i for i in indices if i > self.folded_index)
+    def appended(self, index: int, magic: int, body: bytes | memoryview) -> None:
+        """A consumer entry joined the log, in log order (one a snapshot's table holds is skipped)."""
+        if index > self.folded_index:
+            self.pending.append((index, self._read(index, body)))
+
+    def committed(self, index: int) -> None:
+        if self.pending and self.pending[0][0] <= index:
+            self.fold()
 
     def truncated(self, from_index: int) -> None:
         """Entries from `from_index` on left the log (never committed ones: the table keeps)."""
-        self.pending = [i for i in self.pending if i < from_index]
+        self.pending = [p for p in self.pending if p[0] < from_index]
 
     def fold(self) -> None:
         """Take the committed consumer entries into the table."""
@@ -172,11 +177,10 @@ class ConsumerPositions:
         if committed <= self.folded_index:
             return
         taken = 0
-        for index in self.pending:
+        for index, commit in self.pending:
             if index > committed:
                 break
             taken += 1
-            commit = self._read(index)
             if commit is not None:
                 self._apply(self.table, commit, index)
         del self.pending[:taken]
@@ -185,11 +189,10 @@ class ConsumerPositions:
             self._expire(committed)
             self._changes += 1
 
-    def _read(self, index: int) -> ConsumerCommit | None:
+    def _read(self, index: int, body: bytes | memoryview) -> ConsumerCommit | None:
         try:
-            entry = self.store.get(index)
-            return ConsumerCommit.decode(entry.body) if entry.magic == Magic.CONSUMER else None
-        except (StorageError, ValueError) as exc:  # damaged (the scrub repairs it) or not ours: said, skipped
+            return ConsumerCommit.decode(body)
+        except ValueError as exc:  # not ours: said, skipped
             log.error("%s: consumer entry %d not taken: %s", self.config.self_id, index, exc)
             return None
 
@@ -250,8 +253,7 @@ class ConsumerPositions:
     def _latest(self) -> dict[str, ConsumerPosition]:
         """The committed table with the log's uncommitted consumer entries on top."""
         latest = self.live(self.store.end_index + 1)
-        for index in self.pending:
-            pending = self._read(index)
+        for index, pending in self.pending:
             if pending is not None:
                 self._apply(latest, pending, index)
         return latest
@@ -299,10 +301,6 @@ class ConsumerPositions:
         self.table, self.folded_index = self._decode(saved, "the checkpoint's")
         self.pending = []
         return self.folded_index + 1
-
-    def replayed(self, entry: Entry) -> None:
-        if entry.magic == Magic.CONSUMER:
-            self.appended([entry.index])
 
     def installed(self, index: int, data: bytes | None) -> None:
         """The log restarts after `index` with the leader's table (its consumer entries after `index`,

@@ -20,14 +20,12 @@ import logging
 from enum import Enum
 from typing import Protocol
 
-from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import RaftConfig
-from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import ConfigLog
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
-from raftlog.raft.producers import ProducerSessions
+from raftlog.raft.tables import Tables
 from raftlog.raft.transport import PeerUnavailable, PushStream, Transport
 from raftlog.raft.waiting import Clock, Wakeup
 from raftlog.storage.codec import POS_OFFSET
@@ -84,12 +82,9 @@ class Leadership(Protocol):
 class EntryDispatcher:
     def __init__(self, peer_id: str, config: RaftConfig, member: MemberState, store: LogStore,
                  members: ConfigLog, commitment: Commitment, transport: Transport, clock: Clock,
-                 leadership: Leadership, sessions: ProducerSessions, consumers: ConsumerPositions,
-                 version: ClusterVersion) -> None:
+                 leadership: Leadership, tables: Tables) -> None:
         self.peer_id = peer_id
-        self.sessions = sessions  # a snapshot install carries the producer table
-        self.consumers = consumers  # and the consumer table
-        self.version = version  # and the cluster version
+        self.tables = tables  # a snapshot install carries the log's tables
         self.config = config
         self.member = member
         self.store = store
@@ -251,8 +246,7 @@ class EntryDispatcher:
         response = await self._call(self._request(
             term, PushType.INSTALL_SNAPSHOT, pre_log_index=store.before_begin_index,
             pre_log_term=store.before_begin_term, chain_crc=store.before_begin_chain_crc,
-            next_pos=store.begin_pos, data=self.members.base.encode_with_index(), producers=self.sessions.encode(),
-            consumers=self.consumers.encode(), cluster_version=self.version.encode()))
+            next_pos=store.begin_pos, data=self.members.base.encode_with_index(), tables=self.tables.encode()))
         if response.code is not Code.SUCCESS:
             raise PushRejected(f"install snapshot: {response.code.name}")
         self.match_index = store.before_begin_index

@@ -18,20 +18,18 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Protocol
 
-from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.config import RaftConfig
-from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import Configuration, MembershipError
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
-from raftlog.raft.producers import ProducerSessions
+from raftlog.raft.tables import Tables
 from raftlog.raft.waiting import Clock, Wakeup
-from raftlog.storage.codec import HEADER, HEADER_SIZE, Magic
+from raftlog.storage.codec import HEADER, HEADER_SIZE
 from raftlog.storage.errors import AppendRejectedError, DiskFullError, StorageError
-from raftlog.storage.protocol import FollowerAppend, LogStore
+from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.handler")
 
@@ -43,10 +41,6 @@ class PushShapeError(ValueError):
 class Following(Protocol):
     """What the handler tells its member as the log follows the leader's."""
 
-    def note_config_entries(self, indices: Sequence[int]) -> None: ...
-
-    def log_truncated(self, from_index: int) -> None: ...
-
     def snapshot_installed(self, index: int, term: int, configuration: Configuration | None = None) -> None: ...
 
     def follower_commit(self, leader_commit: int, matched_end: int) -> None: ...
@@ -56,12 +50,9 @@ class Following(Protocol):
 
 class EntryHandler:
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore, clock: Clock,
-                 member: Following, sessions: ProducerSessions, consumers: ConsumerPositions,
-                 version: ClusterVersion) -> None:
+                 member: Following, tables: Tables) -> None:
         self.config = config
-        self.sessions = sessions
-        self.consumers = consumers
-        self.version = version
+        self.tables = tables  # what the log's entries make (raft.tables)
         self.state = state
         self.store = store
         self.clock = clock
@@ -103,7 +94,7 @@ class EntryHandler:
             appended = self.store.append_as_follower_now(request.data)
             if appended is None:
                 return None
-            self._took(appended)
+            self.tables.took(appended)
             self.matched_end = request.last_index
             self._follow_commit(request.commit_index)
             self._ack(request, answer, self._answer(request, Code.SUCCESS))
@@ -279,40 +270,10 @@ class EntryHandler:
             except DiskFullError:
                 self._ack(request, future, self._answer(request, Code.DISK_FULL))
                 return
-            self._took(appended)
+            self.tables.took(appended)
         self.matched_end = request.last_index
         self._follow_commit(request.commit_index)
         self._ack(request, future, self._answer(request, Code.SUCCESS))
-
-    def _took(self, appended: FollowerAppend) -> None:
-        """What the entries a push brought change, each control entry read once, in log order with the
-        producers' runs: configurations, in force at once as the log holds them (a vote may depend on
-        one), consumer positions (once committed), producer sessions and the cluster version."""
-        runs = iter(appended.produced)
-        run = next(runs, None)
-        configurations = []
-        for index in appended.control_indices:
-            while run is not None and run[3] < index:  # the producers' entries before this one
-                self.sessions.appended_one(*run)
-                run = next(runs, None)
-            try:
-                entry = self.store.get(index)
-            except StorageError as exc:  # damaged as it arrived: the scrub repairs it
-                log.error("%s: control entry %d not read: %s", self.config.self_id, index, exc)
-                continue
-            if entry.magic == Magic.CONFIG_CHANGE:
-                configurations.append(index)
-            elif entry.magic == Magic.CONSUMER:
-                self.consumers.appended([index])
-            elif entry.magic == Magic.PRODUCER_SESSION:
-                self.sessions.session_changed(index, entry.body)
-            elif entry.magic == Magic.CLUSTER_VERSION:
-                self.version.appended(index, entry.body)
-        while run is not None:
-            self.sessions.appended_one(*run)
-            run = next(runs, None)
-        if configurations:
-            self.member.note_config_entries(configurations)
 
     async def _control(self, request: PushRequest) -> PushResponse:
         try:
@@ -370,10 +331,7 @@ class EntryHandler:
                       request.leader_id, index, self.state.committed_index)
             return self._answer(request, Code.INCONSISTENT_STATE)
         truncated_to = await self.store.truncate(index)
-        self.member.log_truncated(truncated_to + 1)
-        self.sessions.truncated(truncated_to + 1)
-        self.consumers.truncated(truncated_to + 1)
-        self.version.truncated(truncated_to + 1)
+        self.tables.truncated(truncated_to + 1)
         if truncated_to != index - 1:
             return self._answer(request, Code.INCONSISTENT_STATE)
         self.matched_end = index - 1
@@ -397,9 +355,7 @@ class EntryHandler:
             log.warning("snapshot from %s refused: %s", request.leader_id, exc)
             return self._answer(request, Code.UNEXPECTED_ARGUMENT)
         self.matched_end = request.pre_log_index
-        self.sessions.installed(request.pre_log_index, request.producers)
-        self.consumers.installed(request.pre_log_index, request.consumers)
-        self.version.installed(request.pre_log_index, request.cluster_version)
+        self.tables.installed(request.pre_log_index, request.tables)
         self.member.snapshot_installed(request.pre_log_index, request.pre_log_term, configuration)
         return self._answer(request, Code.SUCCESS)
 

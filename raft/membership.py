@@ -16,10 +16,16 @@ decides when to append and when to apply.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 
 from raftlog.raft.config import LEARNER_MARK, Peer
+from raftlog.raft.tables import LogTable
+from raftlog.storage.codec import Magic
+
+log = logging.getLogger("raftlog.raft.membership")
 
 FORMAT_VERSION = 1
 SEED_INDEX = -1  # the configuration from the `peers` setting, before any CONFIG_CHANGE entry
@@ -226,3 +232,32 @@ def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{value!r} is not true or false")
     return value
+
+
+class ConfigurationTable(LogTable):
+    """The configurations as a table of the log: each in force from its append on, committed or not (a vote
+    may depend on one), taken back by a truncation. Saved apart from the other tables: the committed one in
+    the checkpoint's configuration column (raft.apply), and sent in a snapshot install's data."""
+
+    name = "configurations"
+    magics = frozenset((Magic.CONFIG_CHANGE,))
+    saved = False
+
+    def __init__(self, self_id: str, members: ConfigLog, changed: Callable[[], None]) -> None:
+        self.self_id = self_id
+        self.members = members
+        self.changed = changed  # the member follows the configurations in play
+
+    def appended(self, index: int, magic: int, body: bytes | memoryview) -> None:
+        if index <= self.members.current.index:
+            return  # known already: a snapshot install brought it
+        try:
+            self.members.append(Configuration.decode(body, index))
+        except MembershipError as exc:
+            log.error("%s: configuration entry %d not taken: %s", self.self_id, index, exc)
+            return
+        self.changed()
+
+    def truncated(self, from_index: int) -> None:
+        if self.members.truncate(from_index):
+            self.changed()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
 
@@ -165,9 +166,7 @@ class PushRequest:
     pre_log_term: int = -1
     chain_crc: int | None = None  # COMPARE: the leader's chain CRC at pre_log_index
     next_pos: int | None = None
-    producers: bytes = b""  # INSTALL_SNAPSHOT: the leader's producer table (raft.producers)
-    consumers: bytes = b""  # INSTALL_SNAPSHOT: the leader's consumer table (raft.consumers)
-    cluster_version: bytes = b""  # INSTALL_SNAPSHOT: the leader's cluster version entries (raft.cluster_version)
+    tables: Mapping[str, bytes] = field(default_factory=dict)  # INSTALL_SNAPSHOT: the leader's tables (raft.tables)
 
     @property
     def last_index(self) -> int:

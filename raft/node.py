@@ -18,10 +18,10 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from raftlog.raft.apply import Applier, ProgressStore, StateMachine, restore_tables
+from raftlog.raft.apply import Applier, ProgressStore, StateMachine
 from raftlog.raft.client_appends import Appended, ClientAppends
 from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.commitment import Commitment
@@ -32,7 +32,7 @@ from raftlog.raft.elector import LeaderElector
 from raftlog.raft.errors import TermChangedError
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
-from raftlog.raft.membership import ConfigLog, Configuration, MembershipError
+from raftlog.raft.membership import ConfigLog, Configuration, ConfigurationTable, MembershipError
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -51,6 +51,7 @@ from raftlog.raft.progress import PeerProgress, Progress
 from raftlog.raft.read_index import ReadIndex
 from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
+from raftlog.raft.tables import Tables
 from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
 from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time
@@ -79,13 +80,11 @@ class RaftNode:
                  applied_index: int = -1, state_machine: StateMachine | None = None,
                  rng: random.Random | None = None, rejoining: bool = False,
                  configuration: Configuration | None = None, config_scan_from: int = 0,
-                 producers: bytes | None = None, consumers: bytes | None = None,
-                 cluster_version: bytes | None = None, work_clock: Clock = time.perf_counter) -> None:
+                 tables: Mapping[str, bytes | None] | None = None, work_clock: Clock = time.perf_counter) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
-        holds every configuration up to the commit index it saved), as do the producer sessions
-        `producers` holds, the consumer positions `consumers` holds and the cluster version
-        `cluster_version` holds. `work_clock` times the
+        holds every configuration up to the commit index it saved), as do the other tables of the log
+        (raft.tables) after what `tables` holds of each, by name. `work_clock` times the
         scrub's batches, to pace it (the simulation gives its virtual clock, so a seed replays the same)."""
         self.config = config
         self.store = store
@@ -104,17 +103,20 @@ class RaftNode:
         self.sessions = ProducerSessions(config, self.state, store)
         self.consumers = ConsumerPositions(config, self.state, store)
         self.version = ClusterVersion(config.self_id, config.reported_level, self.state, store)
-        restore_tables(config.self_id, store, (self.sessions, producers), (self.consumers, consumers),
-                       (self.version, cluster_version))
+        self.tables = Tables(config.self_id, store, [  # every table of the log (raft.tables): one line each
+            ConfigurationTable(config.self_id, self.members, self._config_changed),
+            self.sessions,
+            self.consumers,
+            self.version,
+        ])
+        self.tables.restore(tables or {}, progress)
         self.version.check_startable()
-        progress.watch_tables(producers=self.sessions, consumers=self.consumers, cluster_version=self.version)
-        self.appends = ClientAppends(config, self.state, store, self.commitment, self.sessions, self.consumers,
-                                     self.version, self._member_ids, self._configuration_appended,
-                                     self.wake_dispatchers, self.durable_moved, self.read_index)
+        self.appends = ClientAppends(config, self.state, store, self.commitment, self.tables, self.sessions,
+                                     self.consumers, self.version, self._member_ids, self.wake_dispatchers,
+                                     self.durable_moved, self.read_index)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
         self.reads = ReadIndex(config, self.state, self.commitment, self.appends, self.elector, self.now)
-        self.handler = EntryHandler(config, self.state, store, self.now, self, self.sessions, self.consumers,
-                                    self.version)
+        self.handler = EntryHandler(config, self.state, store, self.now, self, self.tables)
         self.dispatchers = {peer: self._dispatcher(peer) for peer in self._peer_ids}
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.repairer = Repairer(config, self.state, store, transport, lambda: self._peer_ids, work_clock)
@@ -140,7 +142,7 @@ class RaftNode:
 
     def _dispatcher(self, peer: str) -> EntryDispatcher:
         return EntryDispatcher(peer, self.config, self.state, self.store, self.members, self.commitment,
-                               self.transport, self.now, self, self.sessions, self.consumers, self.version)
+                               self.transport, self.now, self, self.tables)
 
     # -- life ------------------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class RaftNode:
         self._config_changed()
 
     def entries_committed(self) -> None:
+        self.tables.committed(self.state.committed_index)
         self.applier.wake.set()
 
     def follower_commit(self, leader_commit: int, matched_end: int) -> None:
@@ -313,27 +316,6 @@ class RaftNode:
                                 remove: str | None = None) -> Configuration:
         """One change, appended as a CONFIG_CHANGE entry: the new configuration once committed."""
         return await self.reconfiguration.change(add=add, promote=promote, remove=remove)
-
-    def _configuration_appended(self, configuration: Configuration) -> None:
-        """The leader logged a CONFIG_CHANGE entry: in force from now on, committed or not."""
-        self.members.append(configuration)
-        self._config_changed()
-
-    def note_config_entries(self, indices: Sequence[int]) -> None:
-        """A follower took CONFIG_CHANGE entries at `indices`: the latest is in force at once."""
-        for index in indices:
-            if index <= self.members.current.index:
-                continue  # known already: a snapshot install brought it
-            try:
-                self.members.append(Configuration.decode(self.store.get(index).body, index))
-            except (MembershipError, StorageError) as exc:
-                log.error("%s: configuration entry %d not taken: %s", self.config.self_id, index, exc)
-        self._config_changed()
-
-    def log_truncated(self, from_index: int) -> None:
-        """Entries from `from_index` on left the log: a configuration they set is no longer in force."""
-        if self.members.truncate(from_index):
-            self._config_changed()
 
     def _configurations(self, base: Configuration, scan_from: int, committed: int) -> ConfigLog:
         """The configurations in force: `base`, then those of the log's entries after it."""

@@ -38,13 +38,13 @@ import json
 import logging
 import struct
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
+from raftlog.raft.tables import LogTable
 from raftlog.storage.codec import PRODUCER_MAGICS, Entry, Magic, ProducedRun, Stamp, Stamps
 from raftlog.storage.protocol import LogStore
 
@@ -308,18 +308,19 @@ class ProducerTable:
         self.producers, self.owned, self.end_index, self.stable_index = producers, owned, end_index, stable_index
 
 
-class ProducerSessions:
+class ProducerSessions(LogTable):
     """The producer table kept in step with this member's log: the leader's appends, a follower's,
     truncations, snapshot installs, and on start the saved table with the log's tail replayed."""
 
-    magics: frozenset[int] = PRODUCER_MAGICS | {Magic.PRODUCER_SESSION}  # what a start replays
+    name = "producers"
+    magics = frozenset((Magic.PRODUCER_SESSION,))
+    replays = PRODUCER_MAGICS  # a start reads their stamps; a push's and an append's come as runs (`produced`)
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
         self.state = state
         self.store = store
         self.table = self._empty()
-        self.changes = 0  # counts every change: the checkpoint writes a table that changed
         self._stamps = Stamps(store.get)  # the replayed entries' stamps
 
     def _empty(self) -> ProducerTable:
@@ -327,17 +328,12 @@ class ProducerSessions:
                              sessions_per_name_max=self.config.producer_sessions_per_name_max,
                              idle_entries=self.config.producer_idle_entries)
 
-    def appended(self, runs: Iterable[ProducedRun]) -> None:
-        """Producers' entries joined the log, in log order."""
-        for run in runs:
-            self.appended_one(*run)
+    def produced(self, run: ProducedRun) -> None:
+        """One producer's entries joined the log: (producer_id, epoch, first_seq, first_index, last_index)."""
+        self.table.record(*run, self.state.committed_index)
+        self._changes += 1
 
-    def appended_one(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int) -> None:
-        """One producer's entries first_index..last_index joined the log (a leader's append)."""
-        self.table.record(producer_id, epoch, first_seq, first_index, last_index, self.state.committed_index)
-        self.changes += 1
-
-    def session_changed(self, index: int, body: bytes | memoryview) -> None:
+    def appended(self, index: int, magic: int, body: bytes | memoryview) -> None:
         """A PRODUCER_SESSION entry joined the log, in log order among the producers' entries."""
         try:
             change = SessionChange.decode(body)
@@ -345,12 +341,12 @@ class ProducerSessions:
             log.error("%s: producer session entry %d not taken: %s", self.config.self_id, index, exc)
             return
         self.table.change(change, index, self.state.committed_index)
-        self.changes += 1
+        self._changes += 1
 
     def truncated(self, from_index: int) -> None:
         """Entries from `from_index` on left the log."""
         self.table.truncate(from_index - 1)
-        self.changes += 1
+        self._changes += 1
 
     def encode(self) -> bytes:
         return self.table.encode(self.state.committed_index)
@@ -370,7 +366,7 @@ class ProducerSessions:
         """The log restarts after `index` with the leader's table (None: it sent none: empty)."""
         self.table = self._loaded(data, "a snapshot's")
         self.table.truncate(index)  # what the leader had past the snapshot comes again in pushes
-        self.changes += 1
+        self._changes += 1
 
     def restore(self, saved: bytes | None) -> int:
         """On start: the checkpoint's table, cut where the log it was built from was committed (after
@@ -383,7 +379,7 @@ class ProducerSessions:
     def replayed(self, entry: Entry) -> None:
         """On start, the log after the saved table, entry by entry in log order."""
         if entry.magic == Magic.PRODUCER_SESSION:
-            self.session_changed(entry.index, entry.body)
+            self.appended(entry.index, entry.magic, entry.body)
         elif (stamp := self._stamps(entry)) is not None:
             self.table.record(*stamp, entry.index, entry.index, self.state.committed_index)
-            self.changes += 1
+            self._changes += 1

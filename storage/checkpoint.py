@@ -120,6 +120,11 @@ class CheckpointState:
     consumers: bytes | None = None  # the consumer table
     tables: dict[str, bytes] = field(default_factory=dict)  # the later tables (`tables` column), by name
 
+    @property
+    def saved_tables(self) -> dict[str, bytes | None]:
+        """Every table of the log it holds, by name, wherever its column."""
+        return {"producers": self.producers, "consumers": self.consumers, **self.tables}
+
 
 class Checkpoint:
     def __init__(self, path: Path, engine: Engine, state: CheckpointState, interval_ms: int) -> None:

@@ -235,9 +235,7 @@ class MemoryCheckpoint:
         self.applied_index = -1
         self.config_index: int = -1
         self.config: bytes | None = None
-        self.producers: bytes | None = None
-        self.consumers: bytes | None = None
-        self.cluster_version: bytes | None = None
+        self.saved_tables: dict[str, bytes | None] = {}  # each table of the log, by name
         self._tables: dict[str, TableSource] = {}
 
     def watch_tables(self, **sources: TableSource) -> None:
@@ -250,8 +248,8 @@ class MemoryCheckpoint:
     def note_progress(self, committed_index: int, applied_index: int) -> None:
         """Noted and saved at once, the tables with them (as Checkpoint writes them together)."""
         self.committed_index, self.applied_index = committed_index, applied_index
-        for column, source in self._tables.items():
-            setattr(self, column, source.encode())
+        for name, source in self._tables.items():
+            self.saved_tables[name] = source.encode()
 
     async def save_config(self, index: int, config: bytes) -> None:
         if index < self.config_index:

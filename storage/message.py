@@ -124,7 +124,7 @@ def encode_message(topic_id: int, queue: int, queue_offset: int, meta: bytes, ta
 def message_prefix_size(body: Buffer) -> int:
     """Bytes of a MESSAGE entry's body before the client's body: header, stamp and meta."""
     _topic, _queue, _offset, _code, meta_len, flags = MESSAGE_HEADER.unpack_from(body)
-    return MESSAGE_HEADER_SIZE + (STAMP_SIZE if flags & STAMPED else 0) + meta_len
+    return MESSAGE_HEADER_SIZE + (STAMP_SIZE if flags & STAMPED else 0) + int(meta_len)
 
 
 def decode_message(body: memoryview) -> Message:

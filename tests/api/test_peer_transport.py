@@ -65,6 +65,17 @@ def test_a_push_survives_the_wire(push_type: PushType) -> None:
     assert decoded == PushRequest(**{**{f: getattr(request, f) for f in request.__slots__}, "data": decoded.data})
 
 
+def test_a_snapshot_install_carries_every_table_and_the_first_three_in_their_own_fields() -> None:
+    """A release before `tables` reads the producer and consumer tables and the cluster version from
+    their own fields; every later table travels by name."""
+    tables = {"producers": b"p", "consumers": b"c", "cluster_version": b"v", "topics": b"t"}
+    request = PushRequest("g", "n1", 7, PushType.INSTALL_SNAPSHOT, 41, -1, 0, memoryview(b""), 39, 6, tables=tables)
+    proto = pb.PushRequest.FromString(encode_push(request))
+    assert (proto.producers, proto.consumers, proto.cluster_version, dict(proto.tables)) == (b"p", b"c", b"v",
+                                                                                             {"topics": b"t"})
+    assert decode_push(encode_push(request)).tables == tables
+
+
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 1 << 20])
 def test_a_push_is_what_protobuf_reads(size: int) -> None:
     """encode_push writes the entries after the other fields itself, with their length as a varint

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from raftlog.raft.apply import restore_tables
 from raftlog.raft.config import RaftConfig, parse_peers
 from raftlog.raft.consumers import ABSENT, RECORD, ConsumerAsk, ConsumerCommit, ConsumerPositions, commit_problem
 from raftlog.raft.errors import (
@@ -18,6 +17,7 @@ from raftlog.raft.errors import (
     ConsumersFullError,
 )
 from raftlog.raft.member_state import MemberState
+from raftlog.raft.tables import Tables
 from raftlog.storage import StoreConfig
 from raftlog.storage.codec import Magic
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
@@ -35,7 +35,7 @@ async def commit(store: MemoryStore, consumers: ConsumerPositions, name: str, po
 
 async def write(store: MemoryStore, consumers: ConsumerPositions, entry: ConsumerCommit) -> int:
     appended = await store.append_as_leader([entry.encode()], 1, Magic.CONSUMER)
-    consumers.appended([appended.first_index])
+    consumers.appended(appended.first_index, Magic.CONSUMER, store.get(appended.first_index).body)
     return appended.first_index
 
 
@@ -71,7 +71,7 @@ async def test_an_old_form_entry_is_read_as_a_consumer_without_owner_or_flag() -
     store = MemoryStore(StoreConfig())
     consumers = positions_on(store)
     appended = await store.append_as_leader([old], 1, Magic.CONSUMER)
-    consumers.appended([appended.first_index])
+    consumers.appended(appended.first_index, Magic.CONSUMER, store.get(appended.first_index).body)
     consumers.state.committed_index = store.end_index
     found = consumers.live()["billing"]
     assert (found.position, found.metadata, found.owner, found.floor) == (41, "batch 7", "", False)
@@ -202,14 +202,16 @@ async def test_a_restart_takes_the_saved_table_and_the_log_after_it() -> None:
     before.state.committed_index = store.end_index
     after = positions_on(store)
     after.state.committed_index = store.end_index
-    restore_tables("n1", store, (after, saved))
+    Tables("n1", store, [after]).restore({after.name: saved}, MemoryCheckpoint())
     assert after.live() == before.live() and list(after.live()) == ["b", "owned"]
     assert after.live()["owned"][3:] == ("app", True)
     old = positions_on(store)  # a table the releases before saved: rows only
     old.state.committed_index = store.end_index
-    restore_tables("n1", store, (old, json.dumps({k: v for k, v in rows.items() if k != "extras"}).encode()))
+    rows_only = json.dumps({k: v for k, v in rows.items() if k != "extras"}).encode()
+    Tables("n1", store, [old]).restore({old.name: rows_only}, MemoryCheckpoint())
     assert old.live()["owned"][3:] == ("", False) and list(old.live()) == ["b", "owned"]
     broken = positions_on(store)
     broken.state.committed_index = store.end_index
-    restore_tables("n1", store, (broken, b"garbage"))  # said, and rebuilt from the whole log
+    # said, and rebuilt from the whole log
+    Tables("n1", store, [broken]).restore({broken.name: b"garbage"}, MemoryCheckpoint())
     assert broken.live() == before.live()

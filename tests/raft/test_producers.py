@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from raftlog.raft.apply import restore_tables
 from raftlog.raft.config import RaftConfig, parse_peers
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.producers import Checked, ProducedBatch, ProducerSessions, ProducerTable, SessionChange, Verdict
+from raftlog.raft.tables import Tables
 from raftlog.storage import StoreConfig
 from raftlog.storage.codec import Magic, Stamp
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
@@ -117,7 +117,7 @@ def sessions_on(store: MemoryStore) -> ProducerSessions:
 
 
 def restart(sessions: ProducerSessions, saved: bytes | None) -> None:
-    restore_tables("n1", sessions.store, (sessions, saved))  # as a node starts
+    Tables("n1", sessions.store, [sessions]).restore({sessions.name: saved}, MemoryCheckpoint())  # as a node starts
 
 
 async def test_a_restart_cuts_the_saved_table_at_its_commit_index_and_replays_the_log_after_it() -> None:
@@ -150,7 +150,7 @@ def test_a_snapshot_install_takes_the_leaders_table_up_to_the_snapshot() -> None
     sessions = sessions_on(store)
     sessions.installed(12, leader.encode(12))
     assert sessions.table.producers[7].batches == [ProducedBatch(0, 10, 12)]
-    sessions.appended([(7, 0, 3, 13, 14)])
+    sessions.produced((7, 0, 3, 13, 14))
     assert sessions.table.producers == leader.producers
     sessions.installed(12, b"garbage")  # logged, and the producers start afresh
     assert not sessions.table.producers

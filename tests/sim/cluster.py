@@ -293,8 +293,7 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
                         rejoining=rejoining or member.lost_data,
                         configuration=saved_configuration(cp.config_index, cp.config),
-                        config_scan_from=cp.committed_index + 1, producers=cp.producers,
-                        consumers=cp.consumers, cluster_version=cp.cluster_version, work_clock=loop_time)
+                        config_scan_from=cp.committed_index + 1, tables=cp.saved_tables, work_clock=loop_time)
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
                                     describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))
