@@ -226,6 +226,9 @@ static int check_entry(const unsigned char *buf, int64_t offset, int64_t end, in
         if (distance < 1 || distance > index || (file_size > 0 && placed % file_size == 0))
             return 0;
     }
+    if (magic == MAGIC_MESSAGE && (h[HEADER_SIZE + MESSAGE_HEADER_SIZE - 1] & 1)
+            && body_size < MESSAGE_HEADER_SIZE + STAMP_SIZE)  /* a stamped message holds its stamp */
+        return 0;
     out->magic = magic;
     out->size = size;
     out->term = term;
@@ -499,6 +502,53 @@ static int add_produced(PyObject *list, Produced *run, uint64_t producer_id, uin
     return 0;
 }
 
+/* A run of one queue's messages: storage.message.QueuedRun (producer_id -1: unstamped) */
+typedef struct {
+    uint64_t topic_id, queue, first_offset;
+    int64_t first_index, last_index;  /* last_index < first_index: no run */
+    int64_t producer_id;
+    uint64_t epoch, first_seq;
+} Queued;
+
+static int flush_queued(PyObject *list, const Queued *run) {
+    if (run->last_index < run->first_index)
+        return 0;
+    PyObject *item = Py_BuildValue("(KKKLLLKK)", (unsigned long long)run->topic_id, (unsigned long long)run->queue,
+                                   (unsigned long long)run->first_offset, (long long)run->first_index,
+                                   (long long)run->last_index, (long long)run->producer_id,
+                                   (unsigned long long)run->epoch, (unsigned long long)run->first_seq);
+    if (item == NULL)
+        return -1;
+    int failed = PyList_Append(list, item);
+    Py_DECREF(item);
+    return failed;
+}
+
+/* The MESSAGE entry `index`, whose body is `body`, follows `run`: storage.message.add_queued. */
+static int add_queued(PyObject *list, Queued *run, const unsigned char *body, int64_t index) {
+    uint64_t topic_id = get64(body), queue = get32(body + 8), offset = get64(body + 12);
+    int64_t producer_id = -1;
+    uint64_t epoch = 0, sequence = 0;
+    if (body[MESSAGE_HEADER_SIZE - 1] & 1) {  /* stamped: the producer's stamp follows the header */
+        uint64_t rest = get64(body + MESSAGE_HEADER_SIZE + 8);
+        producer_id = (int64_t)get64(body + MESSAGE_HEADER_SIZE);
+        epoch = rest >> SEQUENCE_BITS;
+        sequence = rest & ((1ULL << SEQUENCE_BITS) - 1);
+    }
+    int64_t step = index - run->first_index;
+    if (run->last_index >= run->first_index && run->topic_id == topic_id && run->queue == queue
+            && run->last_index + 1 == index && run->first_offset + (uint64_t)step == offset
+            && run->producer_id == producer_id && run->epoch == epoch
+            && (producer_id == -1 || run->first_seq + (uint64_t)step == sequence)) {
+        run->last_index = index;
+        return 0;
+    }
+    if (flush_queued(list, run) < 0)
+        return -1;
+    *run = (Queued){topic_id, queue, offset, index, index, producer_id, epoch, sequence};
+    return 0;
+}
+
 /* A producer's batch's head: its index (-1: no batch a continuation could go on) and stamp. */
 typedef struct {
     int64_t index;
@@ -523,7 +573,8 @@ static int take_head(PyObject *tail, Head *head) {
 }
 
 /* validate_batch(data, first_index, prev_term, write_pos, prev_chain_crc or -1, file_size[, tail])
- * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, control_indices, produced) | None;
+ * -> (runs, fillers, index_records, positions, last_term, chain, end_pos, control_indices, produced, queued)
+ * | None;
  * tail (head index, producer_id, epoch, sequence): the head of the log's last entry, for a continuation
  * the entries begin with (storage.batch.reference_validate) */
 static PyObject *validate_batch(PyObject *self, PyObject *args) {
@@ -539,8 +590,9 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     }
     PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *controls = NULL,
-             *produced = NULL;
+             *produced = NULL, *queued = NULL;
     Produced run = {0, 0, 0, 0, -1};
+    Queued queue_run = {0, 0, 0, 0, -1, -1, 0, 0};
     const unsigned char *buf = (const unsigned char *)view.buf;
     int64_t end_offset = view.len;
     if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain < -1 || prev_chain > 0xFFFFFFFFLL
@@ -551,9 +603,11 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     positions = PyList_New(0);
     controls = PyList_New(0);
     produced = PyList_New(0);
+    queued = PyList_New(0);
     /* at most one record per header's worth of bytes; trimmed at the end */
     records = PyBytes_FromStringAndSize(NULL, (end_offset / HEADER_SIZE) * RECORD_SIZE);
-    if (runs == NULL || fillers == NULL || positions == NULL || controls == NULL || produced == NULL || records == NULL)
+    if (runs == NULL || fillers == NULL || positions == NULL || controls == NULL || produced == NULL || queued == NULL
+            || records == NULL)
         goto failed;
     unsigned char *record = (unsigned char *)PyBytes_AS_STRING(records);
     int has_chain = prev_chain >= 0;
@@ -586,6 +640,8 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
                 && add_produced(produced, &run, head.producer_id, head.epoch, head.sequence + (uint64_t)(expected - head.index),
                                 expected) < 0)
             goto failed;
+        if (entry.magic == MAGIC_MESSAGE && add_queued(queued, &queue_run, body, expected) < 0)
+            goto failed;
         put_record(record, entry.magic, entry.pos, entry.size, expected, entry.term);
         record += RECORD_SIZE;
         count += 1;
@@ -597,7 +653,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         expected += 1;
     }
     if (append_run(runs, at.run_from, offset, at.run_pos) < 0 || _PyBytes_Resize(&records, count * RECORD_SIZE) < 0
-            || flush_produced(produced, &run) < 0)
+            || flush_produced(produced, &run) < 0 || flush_queued(queued, &queue_run) < 0)
         goto failed;
     PyObject *control_indices = PyList_AsTuple(controls);
     if (control_indices == NULL)
@@ -607,20 +663,27 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
         Py_DECREF(control_indices);
         goto failed;
     }
-    result = Py_BuildValue("(NNNNLkLNN)", runs, fillers, records, positions, (long long)term_floor,
-                           (unsigned long)chain, (long long)at.pos, control_indices, produced_runs);
+    PyObject *queued_runs = PyList_AsTuple(queued);
+    if (queued_runs == NULL) {
+        Py_DECREF(control_indices);
+        Py_DECREF(produced_runs);
+        goto failed;
+    }
+    result = Py_BuildValue("(NNNNLkLNNN)", runs, fillers, records, positions, (long long)term_floor,
+                           (unsigned long)chain, (long long)at.pos, control_indices, produced_runs, queued_runs);
     Py_DECREF(controls);
     Py_DECREF(produced);
+    Py_DECREF(queued);
     PyBuffer_Release(&view);
     return result;
 rejected:
     Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(controls);
-    Py_XDECREF(produced);
+    Py_XDECREF(produced); Py_XDECREF(queued);
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 failed:
     Py_XDECREF(runs); Py_XDECREF(fillers); Py_XDECREF(records); Py_XDECREF(positions); Py_XDECREF(controls);
-    Py_XDECREF(produced);
+    Py_XDECREF(produced); Py_XDECREF(queued);
     PyBuffer_Release(&view);
     return NULL;
 }

@@ -43,6 +43,7 @@ from raftlog.storage.codec import (
     unpack_stamp,
 )
 from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError, StorageError
+from raftlog.storage.message import QueuedRun, add_queued, queued_of
 
 
 @dataclass(slots=True)
@@ -60,6 +61,7 @@ class Batch:
     end_pos: int  # write offset after the batch
     control_indices: tuple[int, ...] = ()  # its CONTROL_MAGICS entries: configurations, consumer positions
     produced: tuple[ProducedRun, ...] = ()  # its producers' entries, run by run: a follower's producer table
+    queued: tuple[QueuedRun, ...] = ()  # its messages, run by run: a follower's queue offsets
 
     @property
     def count(self) -> int:
@@ -193,9 +195,9 @@ def validate_after(
                                         -1 if prev_chain_crc is None else prev_chain_crc, file_size,
                                         None if tail is None else (tail[0], *tail[1]))
         if parts is not None:
-            runs, fillers, records, positions, last_term, chain, end_pos, control_indices, produced = parts
+            runs, fillers, records, positions, last_term, chain, end_pos, control_indices, produced, queued = parts
             return Batch(first_index, view, runs, fillers, records, positions, last_term, chain, end_pos,
-                         control_indices, produced)
+                         control_indices, produced, queued)
     return reference_validate(view, first_index, prev_term, write_pos, prev_chain_crc, file_size, tail)
 
 
@@ -234,6 +236,7 @@ def reference_validate(
     pack_record = INDEX_RECORD.pack
     control_indices: list[int] = []
     produced: list[ProducedRun] = []
+    queued: list[QueuedRun] = []
     records: list[bytes] = []
     positions: list[int] = []
     expected = first_index
@@ -262,6 +265,8 @@ def reference_validate(
             add_produced(produced, head[1]._replace(sequence=head[1].sequence + distance), expected)
         else:
             head = None
+        if magic == Magic.MESSAGE:
+            add_queued(queued, queued_of(view, offset + HEADER_SIZE), expected)
         records.append(pack_record(magic, pos, size, expected, term))
         positions.append(pos)
         term_floor = term
@@ -269,7 +274,7 @@ def reference_validate(
         offset += size
         expected += 1
     return Batch(first_index, view, layout.runs_to(offset), layout.fillers, b"".join(records), positions, term_floor,
-                 chain, layout.pos, tuple(control_indices), tuple(produced))
+                 chain, layout.pos, tuple(control_indices), tuple(produced), tuple(queued))
 
 
 class Layout:

@@ -126,6 +126,7 @@ BOOKKEEPING_MAGICS = frozenset((Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CL
 PRODUCER_MAGICS = frozenset((Magic.PRODUCED, Magic.CONTINUED))  # a producer session's entries
 DATA_MAGICS = frozenset((Magic.NORMAL, *PRODUCER_MAGICS, Magic.MESSAGE))  # the entries readers see as data
 MESSAGE_HEADER_SIZE = 33  # a MESSAGE entry's body holds at least its header (storage.message)
+MESSAGE_STAMPED = 0x01  # ... whose last byte's bit 0 says a producer's stamp follows it
 PREFIX_SIZES: dict[int, int] = {Magic.PRODUCED: STAMP_SIZE, Magic.CONTINUED: DISTANCE_SIZE}  # before the body sent
 
 
@@ -394,6 +395,9 @@ def reference_check_next(buf: Buffer, offset: int, end: int, index: int, term_fl
         verdict = f"a continued entry's distance {distance} back from index {index} names no entry"
     elif magic == Magic.CONTINUED and file_size > 0 and placed % file_size == 0:
         verdict = "a continued entry starts a data file, apart from its head"
+    elif magic == Magic.MESSAGE and buf[offset + HEADER_SIZE + MESSAGE_HEADER_SIZE - 1] & MESSAGE_STAMPED \
+            and body_size < MESSAGE_HEADER_SIZE + STAMP_SIZE:
+        verdict = f"a stamped message entry's body of {body_size} bytes cannot hold its header and stamp"
     return verdict, magic, size, term, chain, pos if placed is None else placed
 
 

@@ -119,7 +119,7 @@ class MemoryStore:
         batch = validate_follower_batch(data, self.end_index + 1, self.end_term, self._write_pos,
                                         self._end_chain, self.config.data_file_size, self.get)
         self._keep(batch)
-        return FollowerAppend(self.end_index, batch.control_indices, batch.produced)
+        return FollowerAppend(self.end_index, batch.control_indices, batch.produced, batch.queued)
 
     def _check_writable(self) -> None:
         if self.disk_full:

@@ -37,13 +37,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from raftlog.storage.codec import MESSAGE_HEADER_SIZE as CODEC_MESSAGE_HEADER_SIZE
+from raftlog.storage.codec import MESSAGE_STAMPED as CODEC_STAMPED
 from raftlog.storage.codec import STAMP, STAMP_SIZE, Buffer, Stamp, unpack_stamp
 
 MESSAGE_HEADER = struct.Struct(">QIQQIB")
 MESSAGE_HEADER_SIZE = MESSAGE_HEADER.size  # 33
 assert MESSAGE_HEADER_SIZE == CODEC_MESSAGE_HEADER_SIZE  # the check every entry passes holds the same
 TAGS_CODE_OFFSET = 20  # where a consume queue's dispatcher reads the tags' code
-STAMPED = 0x01
+STAMPED = CODEC_STAMPED
 QUEUE_MAX = 1 << 16  # queues per topic
 _COUNT = struct.Struct(">H")
 _SHORT = struct.Struct(">H")
@@ -182,3 +183,32 @@ class _MetaReader:
             flat.append(self._string(_SHORT))
             flat.append(self._string(_LONG))
         return flat
+
+
+# (topic_id, queue, first_offset, first_index, last_index, producer_id or -1, epoch, first_seq): consecutive
+# MESSAGE entries of one queue with consecutive offsets (and, when stamped, one producer's consecutive
+# sequences), as the store finds them while it checks a batch: the queue offsets' and producers' tables
+QueuedRun = tuple[int, int, int, int, int, int, int, int]
+UNSTAMPED = -1
+
+
+def queued_of(body: Buffer, offset: int = 0) -> tuple[int, int, int, int, int, int]:
+    """A MESSAGE entry's (topic_id, queue, queue_offset, producer_id or -1, epoch, sequence), from its body."""
+    topic_id, queue, queue_offset, _code, _meta_len, flags = MESSAGE_HEADER.unpack_from(body, offset)
+    if flags & STAMPED:
+        producer_id, epoch, sequence = unpack_stamp(body, offset + MESSAGE_HEADER_SIZE)
+        return topic_id, queue, queue_offset, producer_id, epoch, sequence
+    return topic_id, queue, queue_offset, UNSTAMPED, 0, 0
+
+
+def add_queued(runs: list[QueuedRun], message: tuple[int, int, int, int, int, int], index: int) -> None:
+    """The message at `index` follows `runs`: it extends the last run, or starts one."""
+    topic_id, queue, queue_offset, producer_id, epoch, sequence = message
+    if runs:
+        last = runs[-1]
+        step = index - last[3]
+        if last[:2] == (topic_id, queue) and last[4] + 1 == index and last[2] + step == queue_offset \
+                and last[5:7] == (producer_id, epoch) and (producer_id == UNSTAMPED or last[7] + step == sequence):
+            runs[-1] = (*last[:4], index, *last[5:])
+            return
+    runs.append((topic_id, queue, queue_offset, index, index, producer_id, epoch, sequence))

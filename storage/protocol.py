@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import NamedTuple, Protocol
 
 from raftlog.storage.codec import Entry, ProducedRun, Stamp
+from raftlog.storage.message import QueuedRun
 
 
 class AppendResult(NamedTuple):
@@ -21,6 +22,7 @@ class FollowerAppend(NamedTuple):
     end_index: int  # the log's end after the append
     control_indices: tuple[int, ...]  # the control entries among those appended (codec.CONTROL_MAGICS)
     produced: tuple[ProducedRun, ...] = ()  # the producers' entries among them, run by run
+    queued: tuple[QueuedRun, ...] = ()  # the messages among them, run by run
 
 
 class Verified(NamedTuple):

@@ -248,7 +248,7 @@ class Store:
                                             self._write_pos, self._end_chain,
                                             self.config.data_file_size, self.get)
             await self._write(batch)
-            return FollowerAppend(self.end_index, batch.control_indices, batch.produced)
+            return FollowerAppend(self.end_index, batch.control_indices, batch.produced, batch.queued)
 
     def append_as_follower_now(self, data: bytes | memoryview) -> FollowerAppend | None:
         """append_as_follower without waiting, for the common case of a push that fits the files
@@ -262,7 +262,7 @@ class Store:
         if not self._has_room(batch):
             return None
         self._place(batch)
-        return FollowerAppend(self.end_index, batch.control_indices, batch.produced)
+        return FollowerAppend(self.end_index, batch.control_indices, batch.produced, batch.queued)
 
     def _check_writable(self) -> None:
         self.durability.check()
