@@ -47,6 +47,7 @@ from raftlog.raft.producers import EPOCH_MAX, ProducerSessions, Sequenced, Sessi
 from raftlog.raft.tables import Tables
 from raftlog.raft.waiting import Wakeup, log_if_died
 from raftlog.storage.codec import CONTROL_MAGICS, Magic
+from raftlog.storage.message import queued_of
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.client_appends")
@@ -231,6 +232,10 @@ class ClientAppends:
                 self.tables.produced((*producer, result.first_index, result.first_index + len(bodies) - 1))
             if magic in CONTROL_MAGICS:  # one entry, in the tables from now on, committed or not
                 self.tables.appended(result.first_index, magic, bodies[0])
+            elif magic == Magic.MESSAGE:  # one queue's messages, with contiguous offsets: one run
+                topic_id, queue, offset, producer_id, epoch, sequence = queued_of(bodies[0])
+                self.tables.queued((topic_id, queue, offset, result.first_index,
+                                    result.first_index + len(bodies) - 1, producer_id, epoch, sequence))
         last = result.first_index + len(bodies) - 1
         committed = self.commitment.wait_for(last)
         self._flush.set()

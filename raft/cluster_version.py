@@ -32,10 +32,12 @@ log = logging.getLogger("raftlog.raft.cluster_version")
 
 PRODUCER_OWNERS = 1  # producer sessions opened and closed by their owners: PRODUCER_SESSION entries
 CONSUMER_OWNERS = 1  # the same release's: named consumers' owners and retention-floor flags (CONSUMER's extended form)
-LEVEL = PRODUCER_OWNERS  # what this release knows
+TOPICS = 2  # topics and queues: TOPIC, MESSAGE and QUEUE_COMMIT entries (raft.topics, raft.queues)
+LEVEL = TOPICS  # what this release knows
 FEATURES = {  # what each level brings: the entries and fields first written at it
     PRODUCER_OWNERS: "producer sessions with owners (PRODUCER_SESSION entries), and named consumers' owners "
                      "and retention-floor flags (CONSUMER entries' extended form)",
+    TOPICS: "topics and their queues (TOPIC, MESSAGE and QUEUE_COMMIT entries)",
 }
 BODY = struct.Struct(">H")  # a CLUSTER_VERSION entry's body: the level
 

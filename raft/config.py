@@ -127,6 +127,8 @@ class RaftConfig:
     consumers_max: int = 10_000
     consumers_per_name_max: int = 1_000
     consumer_idle_entries: int = 1_000_000_000
+    # topics (raft.topics): at most this many (RocketMQ's and Kafka's clusters hold tens of thousands)
+    topics_max: int = 100_000
     # the format and protocol level this member reports (raft.cluster_version): its release's, or lower to hold
     # a rolling upgrade's new formats back until every member runs the new release
     reported_level: int = LEVEL
@@ -141,7 +143,7 @@ class RaftConfig:
                      "rpc_timeout_ms", "apply_batch_max", "min_take_leadership_vote_interval_ms",
                      "control_queue_max", "waiting_pushes_max", "producer_batches_kept", "producers_max",
                      "producer_sessions_per_name_max", "producer_idle_entries", "consumers_max",
-                     "consumers_per_name_max", "consumer_idle_entries"):
+                     "consumers_per_name_max", "consumer_idle_entries", "topics_max"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.scrub_interval_ms < 0:

@@ -15,7 +15,9 @@
     ├── UnknownProducerError    UNKNOWN_PRODUCER (no open session of this id and epoch)
     ├── NotProducerOwnerError   NOT_PRODUCER_OWNER (the session is another caller's)
     ├── ProducersFullError      PRODUCERS_FULL (producers_max, or the caller's producer_sessions_per_name_max)
-    └── ClusterVersionError     CLUSTER_VERSION_TOO_LOW (behind names the members holding it back)
+    ├── ClusterVersionError     CLUSTER_VERSION_TOO_LOW (behind names the members holding it back)
+    └── TopicError              TOPIC_EXISTS, TOPIC_NOT_FOUND, INVALID_TOPIC, TOPICS_FULL, TOPIC_NOT_WRITABLE,
+                                TOPIC_NOT_READABLE, KEYS_IN_SEVERAL_QUEUES, MESSAGE_TOO_LARGE (raft.topics)
 """
 
 from __future__ import annotations
@@ -101,3 +103,11 @@ class ClusterVersionError(RaftError):
     def __init__(self, message: str, leader_id: str | None, behind: list[str]) -> None:
         super().__init__(message, leader_id)
         self.behind = behind
+
+
+class TopicError(RaftError):
+    """A request the topic catalog refuses; `code` says why."""
+
+    def __init__(self, code: Code, message: str, leader_id: str | None = None) -> None:
+        super().__init__(message, leader_id)
+        self.code = code

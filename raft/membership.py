@@ -241,7 +241,7 @@ class ConfigurationTable(LogTable):
 
     name = "configurations"
     magics = frozenset((Magic.CONFIG_CHANGE,))
-    saved = False
+    checkpointed = sent = False
 
     def __init__(self, self_id: str, members: ConfigLog, changed: Callable[[], None]) -> None:
         self.self_id = self_id

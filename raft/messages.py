@@ -73,6 +73,15 @@ class Code(IntEnum):
     PRODUCERS_FULL = 620  # a new session would pass producers_max, or its caller's producer_sessions_per_name_max
     CLUSTER_VERSION_TOO_LOW = 621  # what the request needs is written from a cluster version the group is below
     CONSUMER_POSITION_PAST_END = 622  # a consumer's position past the end of the leader's log
+    # raftlog's own: topics and queues (raft.topics, raft.queues)
+    TOPIC_EXISTS = 623  # creating a topic whose name is taken
+    TOPIC_NOT_FOUND = 624  # no topic of that name (or id), or no such queue in it
+    INVALID_TOPIC = 625  # a name, queue count, size bound or change the catalog cannot take
+    TOPICS_FULL = 626  # a new topic would pass topics_max
+    TOPIC_NOT_WRITABLE = 627  # the topic's permissions refuse appends (an operator drains it)
+    TOPIC_NOT_READABLE = 628  # the topic's permissions refuse reads
+    KEYS_IN_SEVERAL_QUEUES = 629  # one batch whose keys fall in several queues, unsplit
+    MESSAGE_TOO_LARGE = 630  # a message above its topic's largest message size
 
 
 class Role(Enum):

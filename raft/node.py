@@ -48,10 +48,13 @@ from raftlog.raft.messages import (
 )
 from raftlog.raft.producers import ProducerSessions, Sequenced, SessionChange
 from raftlog.raft.progress import PeerProgress, Progress
+from raftlog.raft.queues import QueueOffsets
 from raftlog.raft.read_index import ReadIndex
 from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
 from raftlog.raft.tables import Tables
+from raftlog.raft.topic_appends import MessageBatch, MessagesAppended, TopicAppends
+from raftlog.raft.topics import Topic, TopicCatalog
 from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
 from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time
@@ -103,17 +106,23 @@ class RaftNode:
         self.sessions = ProducerSessions(config, self.state, store)
         self.consumers = ConsumerPositions(config, self.state, store)
         self.version = ClusterVersion(config.self_id, config.reported_level, self.state, store)
+        self.topics = TopicCatalog(config.self_id, config.topics_max)
+        self.queue_offsets = QueueOffsets(config.self_id)
         self.tables = Tables(config.self_id, store, [  # every table of the log (raft.tables): one line each
             ConfigurationTable(config.self_id, self.members, self._config_changed),
             self.sessions,
             self.consumers,
             self.version,
+            self.topics,
+            self.queue_offsets,
         ])
         self.tables.restore(tables or {}, progress)
         self.version.check_startable()
         self.appends = ClientAppends(config, self.state, store, self.commitment, self.tables, self.sessions,
                                      self.consumers, self.version, self._member_ids, self.wake_dispatchers,
                                      self.durable_moved, self.read_index)
+        self.topic_appends = TopicAppends(config, self.state, self.appends, self.topics, self.queue_offsets,
+                                          self.version, self._member_ids)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
         self.reads = ReadIndex(config, self.state, self.commitment, self.appends, self.elector, self.now)
         self.handler = EntryHandler(config, self.state, store, self.now, self, self.tables)
@@ -220,6 +229,14 @@ class RaftNode:
     async def commit_consumer(self, ask: ConsumerAsk) -> tuple[Appended, ConsumerCommit]:
         """A named consumer's position, in the log once committed (raft.consumers), and the entry written."""
         return await self.appends.commit_consumer(ask)
+
+    async def change_topic(self, op: str, name: str, fields: Mapping[str, Any]) -> Topic | None:
+        """Create, change or delete a topic (raft.topics): the topic once committed (None: deleted)."""
+        return await self.topic_appends.change_topic(op, name, fields)
+
+    async def append_messages(self, batch: MessageBatch, caller: str = "") -> MessagesAppended:
+        """A batch of messages in one queue of a topic, once committed (raft.topic_appends)."""
+        return await self.topic_appends.append_messages(batch, caller)
 
     def durable_moved(self) -> None:
         """A flush covered more of the log: the checkpoint's progress may move up to the commit index."""

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from raftlog.storage.codec import Entry, ProducedRun
 from raftlog.storage.errors import StorageError
+from raftlog.storage.message import QueuedRun
 from raftlog.storage.protocol import FollowerAppend, LogStore
 
 log = logging.getLogger("raftlog.raft.tables")
+CONTROL, PRODUCED, QUEUED = 0, 1, 2  # what a follower's push brought, in this order where they share an index
 
 
 class LogTable:
@@ -29,7 +31,8 @@ class LogTable:
     name: ClassVar[str]  # its key in the checkpoint and in a snapshot install
     magics: ClassVar[frozenset[int]] = frozenset()  # the control entries it is made of
     replays: ClassVar[frozenset[int]] = frozenset()  # the other entries a start hands it (`replayed`)
-    saved: ClassVar[bool] = True  # kept in the checkpoint and sent with a snapshot install
+    checkpointed: ClassVar[bool] = True  # kept in the checkpoint
+    sent: ClassVar[bool] = True  # sent with a snapshot install
     _changes: int = 0
 
     @property
@@ -42,6 +45,9 @@ class LogTable:
 
     def produced(self, run: ProducedRun) -> None:
         """A producer's entries joined the log, in log order among the control entries."""
+
+    def queued(self, run: QueuedRun) -> None:
+        """A queue's messages joined the log, in log order among the control entries."""
 
     def committed(self, index: int) -> None:
         """The commit index moved to `index`."""
@@ -81,6 +87,7 @@ class Tables:
             for magic in table.magics:
                 self._made_of[magic] = (*self._made_of.get(magic, ()), table)
         self._producers = tuple(t for t in self.tables if type(t).produced is not LogTable.produced)
+        self._queues = tuple(t for t in self.tables if type(t).queued is not LogTable.queued)
 
     def __getitem__(self, name: str) -> LogTable:
         return next(table for table in self.tables if table.name == name)
@@ -99,7 +106,7 @@ class Tables:
             for table, start in zip(self.tables, starts, strict=True):
                 if index >= start and entry.magic in table.magics | table.replays:
                     table.replayed(entry)
-        checkpoint.watch_tables(**{table.name: table for table in self.tables if table.saved})
+        checkpoint.watch_tables(**{table.name: table for table in self.tables if table.checkpointed})
 
     def appended(self, index: int, magic: int, body: bytes | memoryview) -> None:
         """The leader wrote a control entry."""
@@ -110,23 +117,29 @@ class Tables:
         for table in self._producers:
             table.produced(run)
 
+    def queued(self, run: QueuedRun) -> None:
+        for table in self._queues:
+            table.queued(run)
+
     def took(self, appended: FollowerAppend) -> None:
         """A follower's push brought entries: each control entry read once, in log order with the runs."""
-        runs = iter(appended.produced)
-        run = next(runs, None)
-        for index in appended.control_indices:
-            while run is not None and run[3] < index:  # the producers' entries before this one
-                self.produced(run)
-                run = next(runs, None)
-            try:
-                entry = self.store.get(index)
-            except StorageError as exc:  # damaged as it arrived: the scrub repairs it
-                log.error("%s: control entry %d not read: %s", self.self_id, index, exc)
-                continue
-            self.appended(index, entry.magic, entry.body)
-        while run is not None:
-            self.produced(run)
-            run = next(runs, None)
+        steps: list[tuple[int, int, Any]] = [(index, CONTROL, index) for index in appended.control_indices]
+        steps += [(run[3], PRODUCED, run) for run in appended.produced]
+        steps += [(run[3], QUEUED, run) for run in appended.queued]
+        if appended.produced or appended.queued:
+            steps.sort(key=lambda step: step[:2])
+        for _index, kind, step in steps:
+            if kind == PRODUCED:
+                self.produced(step)
+            elif kind == QUEUED:
+                self.queued(step)
+            else:
+                try:
+                    entry = self.store.get(step)
+                except StorageError as exc:  # damaged as it arrived: the scrub repairs it
+                    log.error("%s: control entry %d not read: %s", self.self_id, step, exc)
+                    continue
+                self.appended(step, entry.magic, entry.body)
 
     def committed(self, index: int) -> None:
         for table in self.tables:
@@ -138,9 +151,9 @@ class Tables:
 
     def installed(self, index: int, data: Mapping[str, bytes]) -> None:
         for table in self.tables:
-            if table.saved:
+            if table.sent:
                 table.installed(index, data.get(table.name))
 
     def encode(self) -> dict[str, bytes]:
-        """What a snapshot install sends: every saved table, by name."""
-        return {table.name: table.encode() for table in self.tables if table.saved}
+        """What a snapshot install sends: every table it carries, by name."""
+        return {table.name: table.encode() for table in self.tables if table.sent}
