@@ -30,6 +30,7 @@ from raftlog.raft.consumers import ConsumerAsk, ConsumerCommit, ConsumerPosition
 from raftlog.raft.dispatcher import EntryDispatcher
 from raftlog.raft.elector import LeaderElector
 from raftlog.raft.errors import TermChangedError
+from raftlog.raft.group_offsets import GroupOffsets
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.membership import ConfigLog, Configuration, ConfigurationTable, MembershipError
@@ -53,8 +54,8 @@ from raftlog.raft.read_index import ReadIndex
 from raftlog.raft.reconfiguration import Reconfiguration
 from raftlog.raft.repair import Repairer
 from raftlog.raft.tables import Tables
-from raftlog.raft.topic_appends import MessageBatch, MessagesAppended, TopicAppends
-from raftlog.raft.topics import Topic, TopicCatalog
+from raftlog.raft.topic_appends import TopicAppends
+from raftlog.raft.topics import TopicCatalog
 from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
 from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time
@@ -108,6 +109,7 @@ class RaftNode:
         self.version = ClusterVersion(config.self_id, config.reported_level, self.state, store)
         self.topics = TopicCatalog(config.self_id, config.topics_max)
         self.queue_offsets = QueueOffsets(config.self_id)
+        self.groups = GroupOffsets(config, self.state, self.queue_offsets.next_offset)
         self.tables = Tables(config.self_id, store, [  # every table of the log (raft.tables): one line each
             ConfigurationTable(config.self_id, self.members, self._config_changed),
             self.sessions,
@@ -115,14 +117,16 @@ class RaftNode:
             self.version,
             self.topics,
             self.queue_offsets,
+            self.groups,
         ])
         self.tables.restore(tables or {}, progress)
         self.version.check_startable()
         self.appends = ClientAppends(config, self.state, store, self.commitment, self.tables, self.sessions,
                                      self.consumers, self.version, self._member_ids, self.wake_dispatchers,
                                      self.durable_moved, self.read_index)
+        # topics, their messages and consumer groups' offsets (raft.topic_appends): `node.topic_appends.*`
         self.topic_appends = TopicAppends(config, self.state, self.appends, self.topics, self.queue_offsets,
-                                          self.version, self._member_ids)
+                                          self.groups, self.version, self._member_ids)
         self.elector = LeaderElector(config, self.state, store, self.members, transport, self.now, self.rng, self)
         self.reads = ReadIndex(config, self.state, self.commitment, self.appends, self.elector, self.now)
         self.handler = EntryHandler(config, self.state, store, self.now, self, self.tables)
@@ -229,14 +233,6 @@ class RaftNode:
     async def commit_consumer(self, ask: ConsumerAsk) -> tuple[Appended, ConsumerCommit]:
         """A named consumer's position, in the log once committed (raft.consumers), and the entry written."""
         return await self.appends.commit_consumer(ask)
-
-    async def change_topic(self, op: str, name: str, fields: Mapping[str, Any]) -> Topic | None:
-        """Create, change or delete a topic (raft.topics): the topic once committed (None: deleted)."""
-        return await self.topic_appends.change_topic(op, name, fields)
-
-    async def append_messages(self, batch: MessageBatch, caller: str = "") -> MessagesAppended:
-        """A batch of messages in one queue of a topic, once committed (raft.topic_appends)."""
-        return await self.topic_appends.append_messages(batch, caller)
 
     def durable_moved(self) -> None:
         """A flush covered more of the log: the checkpoint's progress may move up to the commit index."""

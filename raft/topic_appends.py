@@ -1,4 +1,4 @@
-"""Topic changes and messages, appended by the leader (RocketMQ's asyncPutMessage over DLedger).
+"""Topic changes, messages and consumer groups' commits, appended by the leader (RocketMQ's asyncPutMessage).
 
 A topic change is a TOPIC entry the catalog decides against the log's tail, under the append lock.
 A batch of messages goes to one queue of one topic, all or nothing: the queue the caller named,
@@ -19,6 +19,7 @@ from raftlog.raft.client_appends import Appended, ClientAppends
 from raftlog.raft.cluster_version import TOPICS, ClusterVersion
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.errors import TopicError
+from raftlog.raft.group_offsets import GroupAsk, GroupCommit, GroupOffsets
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import Code
 from raftlog.raft.queues import QueueOffsets
@@ -76,13 +77,15 @@ def queue_of(topic: Topic, batch: MessageBatch, turns: Callable[[Topic], int]) -
 
 class TopicAppends:
     def __init__(self, config: RaftConfig, state: MemberState, appends: ClientAppends, catalog: TopicCatalog,
-                 offsets: QueueOffsets, version: ClusterVersion, member_ids: Callable[[], Sequence[str]],
+                 offsets: QueueOffsets, groups: GroupOffsets, version: ClusterVersion,
+                 member_ids: Callable[[], Sequence[str]],
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.state = state
         self.appends = appends
         self.catalog = catalog
         self.offsets = offsets
+        self.groups = groups
         self.version = version
         self._member_ids = member_ids
         self._clock_ms = clock_ms
@@ -136,3 +139,18 @@ class TopicAppends:
                                                        caller=caller, decide=decide)
         topic, queue, first = placed[0]
         return MessagesAppended(topic, queue, first, appended)
+
+    async def commit_group(self, ask: GroupAsk) -> tuple[Appended, GroupCommit]:
+        """A consumer group's offsets in many queues, one QUEUE_COMMIT entry, once committed."""
+        await self._topics_allowed()
+        decided: list[GroupCommit] = []
+
+        def decide() -> list[bytes]:
+            self.version.require(TOPICS, self._member_ids())
+            commit = self.groups.decide(ask)
+            decided.append(commit)
+            return [commit.encode()]
+
+        appended = await self.appends.append_committed([b""], self.state.current_term, Magic.QUEUE_COMMIT,
+                                                       decide=decide)
+        return appended, decided[0]

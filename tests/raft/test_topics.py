@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from raftlog.raft.errors import TopicError
+from raftlog.raft.errors import ConsumerConflictError, ConsumerPositionError, TopicError
+from raftlog.raft.group_offsets import GroupAsk, QueueAsk
 from raftlog.raft.messages import Code
 from raftlog.raft.node import RaftNode
 from raftlog.raft.queues import QueueOffsets
@@ -37,14 +38,15 @@ async def test_messages_take_contiguous_offsets_per_queue_the_same_on_every_memb
     cluster = SimCluster(seed=3)
     try:
         leader = await stable(cluster)
-        topic = await leader.change_topic("create", "orders", {"queues": 4})
+        topic = await leader.topic_appends.change_topic("create", "orders", {"queues": 4})
         assert topic is not None and topic.queues == 4 and topic.id > 0
-        answers = await asyncio.gather(*(leader.append_messages(batch("orders", [f"{key}-{i}".encode()], key=key))
+        appends = leader.topic_appends
+        answers = await asyncio.gather(*(appends.append_messages(batch("orders", [f"{key}-{i}".encode()], key=key))
                                          for i in range(5) for key in ("c1", "c2", "c3")))
         for key in ("c1", "c2", "c3"):
             mine = [a for a in answers if a.queue == key_queue(key, 4)]
             assert sorted(a.first_offset for a in mine) == list(range(len(mine)))  # contiguous from 0
-        round_robin = [await leader.append_messages(batch("orders", [b"x", b"y"])) for _ in range(4)]
+        round_robin = [await leader.topic_appends.append_messages(batch("orders", [b"x", b"y"])) for _ in range(4)]
         assert sorted(a.queue for a in round_robin) == [0, 1, 2, 3]  # the member's turn, queue after queue
         assert await run_until(cluster, cluster.converged, 5.0)
         logs = [messages_of(node) for node in cluster.running]
@@ -65,7 +67,7 @@ async def test_the_catalog_refuses_what_it_cannot_take_and_a_topic_created_again
     cluster = SimCluster(seed=5)
     try:
         leader = await stable(cluster)
-        first = await leader.change_topic("create", "audit", {"queues": 2, "description": "who did what"})
+        first = await leader.topic_appends.change_topic("create", "audit", {"queues": 2, "description": "who did what"})
         assert first is not None
         refusals = [
             (("create", "audit", {"queues": 2}), Code.TOPIC_EXISTS),
@@ -76,18 +78,18 @@ async def test_the_catalog_refuses_what_it_cannot_take_and_a_topic_created_again
         ]
         for (op, name, fields), code in refusals:
             with pytest.raises(TopicError) as refused:
-                await leader.change_topic(op, name, fields)
+                await leader.topic_appends.change_topic(op, name, fields)
             assert refused.value.code is code
-        await leader.append_messages(batch("audit", [b"old"], queue=1))
-        changed = await leader.change_topic("change", "audit", {"queues": 3, "writable": False})
+        await leader.topic_appends.append_messages(batch("audit", [b"old"], queue=1))
+        changed = await leader.topic_appends.change_topic("change", "audit", {"queues": 3, "writable": False})
         assert changed is not None and (changed.queues, changed.perm) == (3, "r-")
         with pytest.raises(TopicError) as refused:
-            await leader.append_messages(batch("audit", [b"drained"]))
+            await leader.topic_appends.append_messages(batch("audit", [b"drained"]))
         assert refused.value.code is Code.TOPIC_NOT_WRITABLE
-        assert await leader.change_topic("delete", "audit", {}) is None
-        again = await leader.change_topic("create", "audit", {"queues": 2})
+        assert await leader.topic_appends.change_topic("delete", "audit", {}) is None
+        again = await leader.topic_appends.change_topic("create", "audit", {"queues": 2})
         assert again is not None and again.id != first.id
-        answer = await leader.append_messages(batch("audit", [b"new"], queue=1))
+        answer = await leader.topic_appends.append_messages(batch("audit", [b"new"], queue=1))
         assert answer.first_offset == 0  # another topic: its queues start again
         assert await run_until(cluster, cluster.converged, 5.0)
         catalogs = [node.topics.current for node in cluster.running]
@@ -107,12 +109,12 @@ async def test_keys_in_several_queues_are_refused_unless_split() -> None:
     cluster = SimCluster(seed=7)
     try:
         leader = await stable(cluster)
-        await leader.change_topic("create", "orders", {"queues": 8})
+        await leader.topic_appends.change_topic("create", "orders", {"queues": 8})
         keys = [f"customer-{i}" for i in range(20)]
         assert len({key_queue(k, 8) for k in keys}) > 1
         mixed = MessageBatch("orders", [b"m"] * len(keys), [Meta.of([k]) for k in keys])
         with pytest.raises(TopicError) as refused:
-            await leader.append_messages(mixed)
+            await leader.topic_appends.append_messages(mixed)
         assert refused.value.code is Code.KEYS_IN_SEVERAL_QUEUES
     finally:
         await cluster.stop()
@@ -141,3 +143,33 @@ def test_a_snapshots_offsets_skip_the_messages_pushed_again() -> None:
     follower.installed(12, leader.encode())  # the leader's offsets as of its commit index, 15
     follower.queued((1, 0, 3, 13, 19, -1, 0, 0))  # pushed again from after the install
     assert follower.next_offset(1, 0) == 10
+
+
+@simulate
+async def test_a_groups_commit_of_many_queues_is_one_entry_and_a_compare_and_set_is_all_or_nothing() -> None:
+    cluster = SimCluster(seed=9)
+    try:
+        leader = await stable(cluster)
+        appends = leader.topic_appends
+        topic = await appends.change_topic("create", "orders", {"queues": 8})
+        assert topic is not None
+        for queue in range(8):
+            await appends.append_messages(batch("orders", [b"a", b"b", b"c"], queue=queue))
+        end = leader.store.end_index
+        appended, _ = await appends.commit_group(GroupAsk("billing", [QueueAsk(topic.id, q, 2, -1) for q in range(8)],
+                                                          caller="app"))
+        assert appended.first_index == appended.last_index == end + 1  # eight queues, one entry
+        stale = [QueueAsk(topic.id, q, 3, 2) for q in range(7)] + [QueueAsk(topic.id, 7, 3, 1)]
+        with pytest.raises(ConsumerConflictError):  # one queue's expectation fails: none moves
+            await appends.commit_group(GroupAsk("billing", stale))
+        with pytest.raises(ConsumerPositionError):  # past the queue's end
+            await appends.commit_group(GroupAsk("billing", [QueueAsk(topic.id, 0, 4)]))
+        await appends.commit_group(GroupAsk("billing", [QueueAsk(topic.id, 0, 3, 2)]))
+        assert await run_until(cluster, cluster.converged, 5.0)
+        for node in cluster.running:
+            group = node.groups.live()["billing"]
+            assert group.owner == "app" and group.offsets == {(topic.id, q): 3 if q == 0 else 2 for q in range(8)}
+        await appends.commit_group(GroupAsk("billing", [], remove=True))
+        assert "billing" not in leader.groups.live()
+    finally:
+        await cluster.stop()
