@@ -43,7 +43,7 @@ from raftlog.raft.errors import (
     UnknownProducerError,
 )
 from raftlog.raft.member_state import MemberState
-from raftlog.raft.producers import EPOCH_MAX, ProducerSessions, Sequenced, SessionChange, Verdict
+from raftlog.raft.producers import EPOCH_MAX, ProducerSessions, QueueKey, Sequenced, SessionChange, Verdict
 from raftlog.raft.tables import Tables
 from raftlog.raft.waiting import Wakeup, log_if_died
 from raftlog.storage.codec import CONTROL_MAGICS, Magic
@@ -198,15 +198,19 @@ class ClientAppends:
             await self._confirm_leadership()
             raise
         if appended.duplicate:
-            if not await self.commitment.wait_committed(appended.last_index, self.config.max_wait_ack_ms / 1000):
-                raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
-                                      f"{self.config.max_wait_ack_ms} ms", self.state.leader_id)
-            if self.store.term_at(appended.last_index) != appended.term:  # leadership and the entries lost
-                raise TermChangedError("the original entries were replaced while waiting for their commit",
-                                       self.state.leader_id)
+            await self.original_committed(appended)
         elif committed is not None:  # else committed already (a single-member group)
             await committed  # fails with AckTimeoutError after max_wait_ack_ms
         return appended
+
+    async def original_committed(self, appended: Appended) -> None:
+        """A duplicate's original entries, once committed (they may not be yet: a retry soon after)."""
+        if not await self.commitment.wait_committed(appended.last_index, self.config.max_wait_ack_ms / 1000):
+            raise AckTimeoutError(f"no quorum for index {appended.last_index} within "
+                                  f"{self.config.max_wait_ack_ms} ms", self.state.leader_id)
+        if self.store.term_at(appended.last_index) != appended.term:  # leadership and the entries lost
+            raise TermChangedError("the original entries were replaced while waiting for their commit",
+                                   self.state.leader_id)
 
     async def append_local(self, bodies: Sequence[bytes], term: int, magic: int, producer: Sequenced | None = None,
                            caller: str = "", decide: Callable[[], Sequence[bytes] | None] | None = None,
@@ -225,7 +229,7 @@ class ClientAppends:
             if producer is None:
                 result = await self.store.append_as_leader(bodies, term, magic)
             else:
-                original = self._original(producer, len(bodies), caller)
+                original = self.original_of(producer, len(bodies), caller)
                 if original is not None:
                     return original, None
                 result = await self.store.append_as_leader(bodies, term, Magic.PRODUCED, stamp=producer)
@@ -243,11 +247,13 @@ class ClientAppends:
         self._appended()
         return Appended(result.first_index, last, term, result.positions), committed
 
-    def _original(self, producer: Sequenced, count: int, caller: str) -> Appended | None:
+    def original_of(self, producer: Sequenced, count: int, caller: str, queue: QueueKey | None = None
+                    ) -> Appended | None:
         """A duplicate's original entries, or None for a new batch; raises for one out of order, fenced,
-        of no open session, or of another caller's."""
+        of no open session, or of another caller's. `queue`: a batch of messages, whose sequence is
+        its topic-queue's."""
         checked = self.sessions.table.check(producer.producer_id, producer.epoch, producer.sequence, count,
-                                            caller=caller, owned=self.version.level >= PRODUCER_OWNERS)
+                                            caller=caller, owned=self.version.level >= PRODUCER_OWNERS, queue=queue)
         if checked.verdict is Verdict.NEW:
             return None
         if checked.verdict is Verdict.UNKNOWN:

@@ -46,6 +46,7 @@ from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.tables import LogTable
 from raftlog.storage.codec import PRODUCER_MAGICS, Entry, Magic, ProducedRun, Stamp, Stamps
+from raftlog.storage.message import UNSTAMPED, QueuedRun, queued_run
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.producers")
@@ -94,6 +95,9 @@ class SessionChange(NamedTuple):
         return cls(producer_id, epoch, bytes(body[SESSION.size:]).decode(), bool(closed))
 
 
+QueueKey = tuple[int, int]  # (topic_id, queue): a topic-queue's sequence
+
+
 class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on the leader and each follower
     """Entries first_index..last_index, sequences first_seq..first_seq + count - 1 of one epoch."""
 
@@ -109,22 +113,20 @@ class ProducedBatch(NamedTuple):  # a tuple: one is made for every append, on th
 @dataclass(slots=True)
 class ProducerState:
     epoch: int
-    batches: list[ProducedBatch] = field(default_factory=list)  # oldest first
+    batches: list[ProducedBatch] = field(default_factory=list)  # the log's sequence's, oldest first
     owner: str | None = None  # who opened it (None: a session of the releases before owners)
     opened_index: int = -1  # its PRODUCER_SESSION entry (-1: opened by its first batch)
-
-    @property
-    def last(self) -> ProducedBatch:
-        return self.batches[-1]
+    # its messages' batches in each topic-queue, each queue's sequence its own (as Kafka's per partition)
+    queues: dict[QueueKey, list[ProducedBatch]] = field(default_factory=dict)
 
     @property
     def active_index(self) -> int:
         """The last entry that was its: its open, or its last batch's end (its age, in log time)."""
-        return self.batches[-1].last_index if self.batches else self.opened_index
+        return max((b[-1].last_index for b in (self.batches, *self.queues.values()) if b), default=self.opened_index)
 
-    @property
-    def next_seq(self) -> int:
-        return self.batches[-1].last_seq + 1 if self.batches else 0
+    def batches_of(self, queue: QueueKey | None) -> list[ProducedBatch]:
+        """Its batches in the log's sequence (queue None), or in a queue's."""
+        return self.batches if queue is None else self.queues.get(queue, [])
 
 
 class Verdict(Enum):
@@ -163,9 +165,10 @@ class ProducerTable:
         self.stable_index = -1  # of a loaded table: its entries up to here were committed, and cannot change
 
     def check(self, producer_id: int, epoch: int, first_seq: int, count: int, *, caller: str,
-              owned: bool) -> Checked:
-        """What to do with a batch of `count` entries from `first_seq` by `caller` (nothing is recorded).
-        `owned`: sessions have owners (cluster version 1), and only an opened session takes batches."""
+              owned: bool, queue: QueueKey | None = None) -> Checked:
+        """What to do with a batch of `count` entries from `first_seq` by `caller` (nothing is recorded),
+        in the log's sequence or (`queue`) a topic-queue's. `owned`: sessions have owners (cluster
+        version 1), and only an opened session takes batches."""
         state = self.producers.get(producer_id)
         if state is None:
             return UNKNOWN if owned or first_seq > 0 else NEW_BATCH
@@ -179,11 +182,12 @@ class ProducerTable:
             return NEW_BATCH if first_seq == 0 else Checked(Verdict.OUT_OF_ORDER, expected_seq=0)
         if owned and state.owner is None:
             return UNKNOWN  # a session of the releases before owners: its producer opens one
-        next_seq = state.next_seq  # the common case: right after its last batch
+        batches = state.batches_of(queue)
+        next_seq = batches[-1].last_seq + 1 if batches else 0  # the common case: right after its last batch
         if first_seq == next_seq:
             return NEW_BATCH
         if first_seq < next_seq:
-            for batch in state.batches:
+            for batch in batches:
                 if batch.first_seq <= first_seq and first_seq + count - 1 <= batch.last_seq:
                     return Checked(Verdict.DUPLICATE, original=batch)
         return Checked(Verdict.OUT_OF_ORDER, expected_seq=next_seq)
@@ -212,10 +216,11 @@ class ProducerTable:
             self._evict(committed_index)
 
     def record(self, producer_id: int, epoch: int, first_seq: int, first_index: int, last_index: int,
-               committed_index: int) -> None:
-        """Entries first_index..last_index are in the log, in log order, from this producer. Those up
-        to end_index are in the table already (a table installed with a snapshot, then the entries
-        after the snapshot's first pushed again): they are not recorded twice."""
+               committed_index: int, queue: QueueKey | None = None) -> None:
+        """Entries first_index..last_index are in the log, in log order, from this producer (messages of
+        one topic-queue where `queue` says). Those up to end_index are in the table already (a table
+        installed with a snapshot, then the entries after the snapshot's first pushed again): they are
+        not recorded twice."""
         if last_index <= self.end_index:
             return
         if first_index <= self.end_index:
@@ -228,7 +233,7 @@ class ProducerTable:
             self._forget(producer_id)
             state = producers[producer_id] = ProducerState(epoch)
         producers.move_to_end(producer_id)
-        batches = state.batches
+        batches = state.batches if queue is None else state.queues.setdefault(queue, [])
         if batches:
             last_seq_first, last_first, last_last = batches[-1]
             if last_seq_first + last_last - last_first + 1 == first_seq and last_last + 1 == first_index:
@@ -250,10 +255,10 @@ class ProducerTable:
             if state.opened_index > after_index:
                 self._forget(producer_id)
                 continue
-            state.batches = [b if b.last_index <= after_index else
-                             ProducedBatch(b.first_seq, b.first_index, after_index)
-                             for b in state.batches if b.first_index <= after_index]
-            if not state.batches and state.owner is None:
+            state.batches = _cut(state.batches, after_index)
+            state.queues = {queue: kept for queue, batches in state.queues.items()
+                            if (kept := _cut(batches, after_index))}
+            if not state.batches and not state.queues and state.owner is None:
                 self._forget(producer_id)
 
     def _forget(self, producer_id: int) -> None:
@@ -286,7 +291,10 @@ class ProducerTable:
             [producer_id, state.epoch, [list(batch) for batch in state.batches]]
             for producer_id, state in self.producers.items()],
                            "owners": [[producer_id, state.owner, state.opened_index]
-                                      for producer_id, state in self.producers.items() if state.owner is not None]},
+                                      for producer_id, state in self.producers.items() if state.owner is not None],
+                           "queues": [[producer_id, *queue, [list(batch) for batch in batches]]
+                                      for producer_id, state in self.producers.items()
+                                      for queue, batches in state.queues.items()]},
                           separators=(",", ":")).encode()
 
     def load(self, data: bytes) -> None:
@@ -302,6 +310,9 @@ class ProducerTable:
                 state = producers[int(producer_id)]
                 state.owner, state.opened_index = str(owner), int(opened_index)
                 owned[state.owner] += 1
+            for producer_id, topic_id, queue, batches in fields.get("queues", ()):
+                producers[int(producer_id)].queues[(int(topic_id), int(queue))] = [
+                    ProducedBatch(int(s), int(f), int(last)) for s, f, last in batches]
             end_index, stable_index = int(fields["end_index"]), int(fields["stable_index"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a producer table: {exc}") from None
@@ -314,7 +325,8 @@ class ProducerSessions(LogTable):
 
     name = "producers"
     magics = frozenset((Magic.PRODUCER_SESSION,))
-    replays = PRODUCER_MAGICS  # a start reads their stamps; a push's and an append's come as runs (`produced`)
+    # a start reads their stamps; a push's and an append's come as runs (`produced`, `queued`)
+    replays = PRODUCER_MAGICS | {Magic.MESSAGE}
 
     def __init__(self, config: RaftConfig, state: MemberState, store: LogStore) -> None:
         self.config = config
@@ -332,6 +344,14 @@ class ProducerSessions(LogTable):
         """One producer's entries joined the log: (producer_id, epoch, first_seq, first_index, last_index)."""
         self.table.record(*run, self.state.committed_index)
         self._changes += 1
+
+    def queued(self, run: QueuedRun) -> None:
+        """A queue's messages joined the log: a producer's, where they are stamped."""
+        topic_id, queue, _offset, first_index, last_index, producer_id, epoch, first_seq = run
+        if producer_id != UNSTAMPED:
+            self.table.record(producer_id, epoch, first_seq, first_index, last_index, self.state.committed_index,
+                              (topic_id, queue))
+            self._changes += 1
 
     def appended(self, index: int, magic: int, body: bytes | memoryview) -> None:
         """A PRODUCER_SESSION entry joined the log, in log order among the producers' entries."""
@@ -380,6 +400,14 @@ class ProducerSessions(LogTable):
         """On start, the log after the saved table, entry by entry in log order."""
         if entry.magic == Magic.PRODUCER_SESSION:
             self.appended(entry.index, entry.magic, entry.body)
+        elif entry.magic == Magic.MESSAGE:
+            self.queued(queued_run(entry))
         elif (stamp := self._stamps(entry)) is not None:
             self.table.record(*stamp, entry.index, entry.index, self.state.committed_index)
             self._changes += 1
+
+
+def _cut(batches: list[ProducedBatch], after_index: int) -> list[ProducedBatch]:
+    """`batches` as a log that ends at `after_index` holds them."""
+    return [b if b.last_index <= after_index else ProducedBatch(b.first_seq, b.first_index, after_index)
+            for b in batches if b.first_index <= after_index]

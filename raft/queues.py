@@ -20,7 +20,7 @@ from collections import deque
 
 from raftlog.raft.tables import LogTable
 from raftlog.storage.codec import Entry, Magic
-from raftlog.storage.message import UNSTAMPED, QueuedRun, queued_of
+from raftlog.storage.message import UNSTAMPED, QueuedRun, queued_run
 
 log = logging.getLogger("raftlog.raft.queues")
 
@@ -75,8 +75,7 @@ class QueueOffsets(LogTable):
                 break
 
     def replayed(self, entry: Entry) -> None:
-        topic_id, queue, offset, producer_id, epoch, sequence = queued_of(entry.body)
-        self.queued((topic_id, queue, offset, entry.index, entry.index, producer_id, epoch, sequence))
+        self.queued(queued_run(entry))
 
     # -- starts and snapshot installs --------------------------------------------------------
 

@@ -22,10 +22,11 @@ from raftlog.raft.errors import TopicError
 from raftlog.raft.group_offsets import GroupAsk, GroupCommit, GroupOffsets
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import Code
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.queues import QueueOffsets
 from raftlog.raft.topics import Topic, TopicCatalog, TopicChange
 from raftlog.storage.codec import Magic
-from raftlog.storage.message import Meta, encode_message, key_queue
+from raftlog.storage.message import Meta, encode_message, key_queue, queued_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,14 @@ def queue_of(topic: Topic, batch: MessageBatch, turns: Callable[[Topic], int]) -
     return queues.pop() if queues else turns(topic)
 
 
+class _Duplicate(Exception):
+    """A producer's retry of messages in the log already: answered with the originals, once committed."""
+
+    def __init__(self, original: MessagesAppended) -> None:
+        super().__init__("a duplicate")
+        self.original = original
+
+
 class TopicAppends:
     def __init__(self, config: RaftConfig, state: MemberState, appends: ClientAppends, catalog: TopicCatalog,
                  offsets: QueueOffsets, groups: GroupOffsets, version: ClusterVersion,
@@ -112,8 +121,11 @@ class TopicAppends:
         return None if op == "delete" else self.catalog.by_id.get(appended.first_index) if op == "create" \
             else self.catalog.current.get(name)
 
-    async def append_messages(self, batch: MessageBatch, caller: str = "") -> MessagesAppended:
-        """The batch's messages in their queue, once committed."""
+    async def append_messages(self, batch: MessageBatch, caller: str = "", producer: Sequenced | None = None
+                              ) -> MessagesAppended:
+        """The batch's messages in their queue, once committed. A producer's batch (`producer`: its
+        session and the batch's first sequence in the queue) that is in the log already is answered with
+        its original messages (exactly once per queue, as Kafka's per partition)."""
         if not batch.bodies or len(batch.bodies) != len(batch.metas):
             raise ValueError("a batch of messages holds one or more bodies, each with its keys, tags and properties")
         await self._topics_allowed()
@@ -130,15 +142,27 @@ class TopicAppends:
                     raise TopicError(Code.MESSAGE_TOO_LARGE, f"a message of {len(body)} bytes; topic {topic.name!r} "
                                      f"takes at most {topic.max_message_bytes}", self.state.leader_id)
             queue = queue_of(topic, batch, self._turns.take)
+            if producer is not None and (original := self.appends.original_of(
+                    producer, len(batch.bodies), caller, (topic.id, queue))) is not None:
+                raise _Duplicate(MessagesAppended(topic, queue, self._offset_at(original.first_index), original))
             first = self.offsets.next_offset(topic.id, queue)
             placed.append((topic, queue, first))
-            return [encode_message(topic.id, queue, first + i, meta.encode(), meta.tags_code, body)
+            return [encode_message(topic.id, queue, first + i, meta.encode(), meta.tags_code, body,
+                                   None if producer is None else producer._replace(
+                                       sequence=producer.sequence + i))
                     for i, (body, meta) in enumerate(zip(batch.bodies, batch.metas, strict=True))]
 
-        appended = await self.appends.append_committed(batch.bodies, self.state.current_term, Magic.MESSAGE,
-                                                       caller=caller, decide=decide)
+        try:
+            appended = await self.appends.append_committed(batch.bodies, self.state.current_term, Magic.MESSAGE,
+                                                           caller=caller, decide=decide)
+        except _Duplicate as duplicate:
+            await self.appends.original_committed(duplicate.original.entries)
+            return duplicate.original
         topic, queue, first = placed[0]
         return MessagesAppended(topic, queue, first, appended)
+
+    def _offset_at(self, index: int) -> int:
+        return queued_of(self.appends.store.get(index).body)[2]
 
     async def commit_group(self, ask: GroupAsk) -> tuple[Appended, GroupCommit]:
         """A consumer group's offsets in many queues, one QUEUE_COMMIT entry, once committed."""

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from raftlog.storage.codec import MESSAGE_HEADER_SIZE as CODEC_MESSAGE_HEADER_SIZE
 from raftlog.storage.codec import MESSAGE_STAMPED as CODEC_STAMPED
-from raftlog.storage.codec import STAMP, STAMP_SIZE, Buffer, Stamp, unpack_stamp
+from raftlog.storage.codec import STAMP, STAMP_SIZE, Buffer, Entry, Stamp, unpack_stamp
 
 MESSAGE_HEADER = struct.Struct(">QIQQIB")
 MESSAGE_HEADER_SIZE = MESSAGE_HEADER.size  # 33
@@ -199,6 +199,12 @@ def queued_of(body: Buffer, offset: int = 0) -> tuple[int, int, int, int, int, i
         producer_id, epoch, sequence = unpack_stamp(body, offset + MESSAGE_HEADER_SIZE)
         return topic_id, queue, queue_offset, producer_id, epoch, sequence
     return topic_id, queue, queue_offset, UNSTAMPED, 0, 0
+
+
+def queued_run(entry: Entry) -> QueuedRun:
+    """A MESSAGE entry as a run of its own."""
+    topic_id, queue, queue_offset, producer_id, epoch, sequence = queued_of(entry.body)
+    return topic_id, queue, queue_offset, entry.index, entry.index, producer_id, epoch, sequence
 
 
 def add_queued(runs: list[QueuedRun], message: tuple[int, int, int, int, int, int], index: int) -> None:

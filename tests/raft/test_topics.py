@@ -8,10 +8,17 @@ import asyncio
 
 import pytest
 
-from raftlog.raft.errors import ConsumerConflictError, ConsumerPositionError, TopicError
+from raftlog.raft.errors import (
+    ConsumerConflictError,
+    ConsumerPositionError,
+    NotProducerOwnerError,
+    OutOfOrderSequenceError,
+    TopicError,
+)
 from raftlog.raft.group_offsets import GroupAsk, QueueAsk
 from raftlog.raft.messages import Code
 from raftlog.raft.node import RaftNode
+from raftlog.raft.producers import Sequenced
 from raftlog.raft.queues import QueueOffsets
 from raftlog.raft.topic_appends import MessageBatch
 from raftlog.storage.codec import Magic
@@ -171,5 +178,36 @@ async def test_a_groups_commit_of_many_queues_is_one_entry_and_a_compare_and_set
             assert group.owner == "app" and group.offsets == {(topic.id, q): 3 if q == 0 else 2 for q in range(8)}
         await appends.commit_group(GroupAsk("billing", [], remove=True))
         assert "billing" not in leader.groups.live()
+    finally:
+        await cluster.stop()
+
+
+@simulate
+async def test_a_producers_messages_are_taken_once_per_queue_each_queue_counting_its_own_sequence() -> None:
+    cluster = SimCluster(seed=13)
+    try:
+        leader = await stable(cluster)
+        appends = leader.topic_appends
+        await appends.change_topic("create", "orders", {"queues": 2})
+        session = await leader.change_session(77, caller="app")
+        first = await appends.append_messages(batch("orders", [b"a", b"b"], queue=0), "app",
+                                              Sequenced(77, session.epoch, 0))
+        other = await appends.append_messages(batch("orders", [b"c"], queue=1), "app", Sequenced(77, session.epoch, 0))
+        retry = await appends.append_messages(batch("orders", [b"a", b"b"], queue=0), "app",
+                                              Sequenced(77, session.epoch, 0))
+        assert (retry.queue, retry.first_offset, retry.entries.first_index) == (0, first.first_offset,
+                                                                                 first.entries.first_index)
+        assert retry.entries.duplicate and other.first_offset == 0
+        with pytest.raises(OutOfOrderSequenceError):  # queue 0 goes on from sequence 2
+            await appends.append_messages(batch("orders", [b"d"], queue=0), "app", Sequenced(77, session.epoch, 5))
+        with pytest.raises(NotProducerOwnerError):
+            await appends.append_messages(batch("orders", [b"e"], queue=0), "intruder", Sequenced(77, session.epoch, 2))
+        assert await run_until(cluster, cluster.converged, 5.0)
+        for node in cluster.running:  # every member knows each queue's sequence: a new leader judges alike
+            state = node.sessions.table.producers[77]
+            topic_id = first.topic.id
+            assert [b.last_seq for b in state.queues[(topic_id, 0)]] == [1]
+            assert [b.last_seq for b in state.queues[(topic_id, 1)]] == [0]
+        assert len(messages_of(leader)) == 3
     finally:
         await cluster.stop()
