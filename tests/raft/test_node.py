@@ -21,13 +21,16 @@ from raftlog.raft.errors import (
     PendingFullError,
     TermChangedError,
 )
+from raftlog.raft.group_offsets import GroupAsk, QueueAsk
 from raftlog.raft.inmem_transport import Network
 from raftlog.raft.messages import Code, PushRequest, PushType, Role, VoteRequest, VoteResult
 from raftlog.raft.node import RaftNode
 from raftlog.raft.producers import Sequenced
+from raftlog.raft.topic_appends import MessageBatch
 from raftlog.storage import CorruptEntryError, Store, StoreConfig
 from raftlog.storage.codec import Entry, Magic
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
+from raftlog.storage.message import Meta
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.vloop import InlineExecutor, run_virtual
 
@@ -261,6 +264,10 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
             if i == 10:
                 await leader.commit_consumer(ConsumerAsk("billing", last.first_index, "at 10", caller="app",
                                                          floor=True))
+                topic = await leader.topic_appends.change_topic("create", "orders", {"queues": 2})
+                assert topic is not None
+                await leader.topic_appends.append_messages(MessageBatch("orders", [b"m"] * 3, [Meta()] * 3, 1))
+                await leader.topic_appends.commit_group(GroupAsk("billing", [QueueAsk(topic.id, 1, 2)], "app"))
         files = leader.store.head_files()
         assert len(files) >= 2
         await leader.store.delete_head_files(len(files))  # cleaned: the follower's next entry is gone
@@ -274,8 +281,12 @@ async def test_a_follower_behind_the_leaders_first_entry_gets_a_snapshot_install
         cluster.check_sessions()
         assert not cluster.violations
         installed = cluster.members[behind].node
-        assert installed is not None and installed.sessions.table.producers[7].last.last_seq == 149
+        assert installed is not None and installed.sessions.table.producers[7].batches[-1].last_seq == 149
         assert installed.consumers.live() == leader.consumers.live()
+        # the topics, each queue's offsets and the groups' offsets of the entries cleaned away came with it
+        assert installed.topics.current == leader.topics.current
+        assert installed.queue_offsets.next == leader.queue_offsets.next == {(topic.id, 1): 3}
+        assert installed.groups.live() == leader.groups.live()
         billing = installed.consumers.live()["billing"]
         assert (billing.metadata, billing.owner, billing.floor) == ("at 10", "app", True)  # the snapshot's extras
         await cluster.crash(leader.config.self_id)  # the installed member or the other leads: both know

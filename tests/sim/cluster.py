@@ -677,7 +677,8 @@ class SimCluster:
         them once committed)."""
         leader = self.leader()
         assert leader is not None
-        tables = {node.config.self_id: {producer_id: (state.epoch, state.last)
+        tables = {node.config.self_id: {producer_id: (state.epoch, state.batches[-1:],
+                                                      {queue: batches[-1] for queue, batches in state.queues.items()})
                                         for producer_id, state in node.sessions.table.producers.items()}
                   for node in self.running if node.config.self_id in leader.configuration.ids}
         first = next(iter(tables.values()))
