@@ -123,3 +123,24 @@ class CheckpointFullError(CheckpointError, DiskFullError):
     """SQLite found no room for a write: the file is sound, the disk is full."""
 
     code = "DISK_FULL"
+
+
+# Consume queues (storage.consume_queue): ConsumeQueueError under StorageError, QueueOffsetError under it.
+
+
+class ConsumeQueueError(StorageError):
+    """A consume queue's files, or units dispatched to it, disagree with what it holds."""
+
+    code = "INCONSISTENT_STATE"
+
+
+class QueueOffsetError(ConsumeQueueError):
+    """No unit at that queue offset: retention took it (below min_offset), or none yet (past the end)."""
+
+    code = "INDEX_OUT_OF_RANGE"
+
+    def __init__(self, offset: int, min_offset: int, next_offset: int) -> None:
+        self.offset = offset
+        self.min_offset = min_offset
+        self.next_offset = next_offset
+        super().__init__(f"queue offset {offset} is outside the queue's units [{min_offset}, {next_offset})")
