@@ -21,6 +21,7 @@ from raftlog.raft.member_state import MemberState
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType, Role
 from raftlog.raft.node import RaftNode
 from raftlog.raft.producers import ProducerTable
+from raftlog.raft.queues import QueueOffsets
 from raftlog.raft.quorum import quorum_index
 from raftlog.storage.codec import Magic
 
@@ -158,6 +159,16 @@ def forgets_saved_consumers(original: Callable[..., Any]) -> Callable[..., Any]:
     return restore
 
 
+def offsets_from_committed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The leader takes a queue's next offset from its committed messages (an applied table), not from its
+    log's tail: a batch appended while another is uncommitted takes that one's offsets again."""
+
+    def next_offset(self: QueueOffsets, topic_id: int, queue: int) -> int:
+        return self.committed_offsets().get((topic_id, queue), 0)
+
+    return next_offset
+
+
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-before-quorum": (ClientAppends, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
@@ -170,4 +181,5 @@ MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "retries-forwarded-appends": (LogService, "append", retries_forwarded_appends),
     "forgets-producers": (RaftNode, "_on_role_change", forgets_producers),
     "forgets-saved-consumers": (ConsumerPositions, "restore", forgets_saved_consumers),
+    "offsets-from-committed": (QueueOffsets, "next_offset", offsets_from_committed),
 }

@@ -30,6 +30,7 @@ from raftlog.storage.codec import HEADER, HEADER_SIZE
 from raftlog.storage.recovery import SCAN_FILES
 from tests.sim.cluster import SimCluster, run_until
 from tests.sim.mutants import MUTANTS
+from tests.sim.topics import MessageAck, check_topics, topic_writers
 from tests.sim.vloop import run_virtual
 
 RANGE_LIMIT = 5  # entries a range read asks for
@@ -395,6 +396,9 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         readers = asyncio.create_task(_readers(cluster, random.Random(seed * 31 + 7), stop))
         producers = asyncio.create_task(_producers(cluster, random.Random(seed * 7919 + 11), stop))
         consumers = asyncio.create_task(_consumers(cluster, random.Random(seed * 6007 + 5), stop))
+        message_acks: list[MessageAck] = []
+        writers = asyncio.create_task(topic_writers(cluster, random.Random(seed * 4099 + 13), stop, message_acks,
+                                                    _until_answered))
         for _ in range(phases):
             kind = rng.choice(NEMESES)
             nemeses.append(kind)
@@ -417,6 +421,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         await readers
         await producers
         await consumers
+        await writers
         if membership:
             await run_until(cluster, lambda: cluster.leader() is not None, CONVERGE_S)
             _start_added(cluster)
@@ -425,6 +430,7 @@ async def scenario(seed: int, voters: int = 3, phases: int = 5, verbose: bool = 
         cluster.check_committed_kept()
         if converged:
             cluster.check_final()
+            check_topics(cluster, message_acks)
         else:
             ends = {n.config.self_id: (n.role.value, n.term, n.store.end_index, n.committed_index)
                     for n in cluster.running}

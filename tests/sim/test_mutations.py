@@ -30,10 +30,11 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     ("acks-before-quorum", 2, 3, "found nothing, but it was acknowledged"),
     ("acks-before-writing", 2, 3, "durable on only"),
     ("reads-local-commit-index", 1, 3, "found nothing, but it was acknowledged"),
-    ("ends-ranges-at-local-commit-index", 4, 3, "found nothing, but it was acknowledged"),
+    ("ends-ranges-at-local-commit-index", 5, 3, "found nothing, but it was acknowledged"),
     ("retries-forwarded-appends", 21, 3, "is in the log twice"),
     ("forgets-producers", 1, 3, "UNKNOWN_PRODUCER"),  # with owners, sessions are opened: forgotten, they refuse
     ("forgets-saved-consumers", 1, 3, "consumer positions differ"),
+    ("offsets-from-committed", 2, 3, "messages from offset"),  # a new batch takes an uncommitted one's offsets
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,
                                    found: str) -> None:
