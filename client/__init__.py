@@ -9,8 +9,9 @@
 """
 
 from raftlog.client.connection import Connection, RaftlogError
-from raftlog.client.consumer import AsyncConsumer, Consumer, Record
+from raftlog.client.consumer import AsyncConsumer, Consumer
 from raftlog.client.producer import Appended, AsyncProducer, Pending, Producer
+from raftlog.storage.record import Record
 
 __all__ = ["Appended", "AsyncConsumer", "AsyncProducer", "Connection", "Consumer", "Pending", "Producer",
            "RaftlogError", "Record"]

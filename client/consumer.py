@@ -16,35 +16,15 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import httpx
 
 from raftlog.client.connection import BACKOFF_S, Connection, LoopThread, RaftlogError, error_of
-from raftlog.storage.codec import (
-    BOOKKEEPING_MAGICS,
-    DISTANCE,
-    DISTANCE_SIZE,
-    HEADER,
-    HEADER_SIZE,
-    SEQUENCE_BITS,
-    STAMP,
-    STAMP_SIZE,
-    Magic,
-)
+from raftlog.storage.codec import BOOKKEEPING_MAGICS, HEADER, HEADER_SIZE, MissingHeadError, Stamp, decode_entry
+from raftlog.storage.record import Record, Records
 
 ENTRIES = "application/vnd.raftlog.entries"
-TYPES = {Magic.NORMAL: "normal", Magic.NOOP: "noop", Magic.CONFIG_CHANGE: "config_change"}
-SEQUENCE_MASK = (1 << SEQUENCE_BITS) - 1
-
-
-class Record(NamedTuple):
-    index: int  # type: ignore[assignment]  # the entry's, over tuple.index
-    term: int
-    pos: int
-    type: str  # normal, noop (a new leader's first entry), config_change
-    body: bytes
-    producer: tuple[int, int, int] | None = None  # the producer session's id, epoch and sequence, if any
 
 
 class AsyncConsumer:
@@ -66,8 +46,7 @@ class AsyncConsumer:
         self._stream: AsyncIterator[bytes] | None = None
         self._response: httpx.Response | None = None
         self._buffer = bytearray()
-        self._head: tuple[int, tuple[int, int, int]] | None = None  # the last producer's batch head decoded
-        self._orphans: list[tuple[int, int]] = []  # (record, head index): continuations the stream began inside
+        self._records_of = Records()  # the log's records, one stream after another
         self.reconnects = 0
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -124,61 +103,38 @@ class AsyncConsumer:
                 await asyncio.sleep(BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)])
                 attempt += 1
                 continue
-            records = self._decode(chunk)
-            if records is not None:
-                if self._orphans:
-                    await self._stamp_orphans(records)
+            records: list[Record] = []
+            self._buffer += chunk
+            while (missing := self._take(records)) is not None:  # the stream began inside a producer's batch
+                self._records_of.know(missing, await self._head_stamp(missing))
+            if records:
                 return records
 
-    def _decode(self, chunk: bytes) -> list[Record] | None:
-        """The whole entries the stream has brought so far, control entries left out (DLedger's stored
-        format: storage.codec; the stream's CRCs were checked by the member that read it); None while
-        none is whole."""
-        buffer = self._buffer
-        buffer += chunk
-        data, end, size = bytes(buffer), 0, 0
-        records: list[Record] = []
-        append, unpack_header, unpack_stamp, produced, continued = records.append, HEADER.unpack_from, \
-            STAMP.unpack_from, Magic.PRODUCED, Magic.CONTINUED
-        while end + HEADER_SIZE <= len(data):
-            magic, size, index, term, pos, *_rest = unpack_header(data, end)
-            if end + size > len(data):
-                break
-            if magic == produced:
-                producer_id, rest = unpack_stamp(data, end + HEADER_SIZE)
-                self._head = (index, (producer_id, rest >> SEQUENCE_BITS, rest & SEQUENCE_MASK))
-                append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + STAMP_SIZE:end + size],
-                              self._head[1]))
-            elif magic == continued:  # the head's stamp, its sequence plus the distance back to it
-                distance = DISTANCE.unpack_from(data, end + HEADER_SIZE)[0]
-                head = self._head
-                stamp = None
-                if head is not None and head[0] == index - distance:
-                    stamp = (head[1][0], head[1][1], head[1][2] + distance)
-                else:  # stamped once its head is read
-                    self._orphans.append((len(records), index - distance))
-                append(Record(index, term, pos, "normal", data[end + HEADER_SIZE + DISTANCE_SIZE:end + size], stamp))
-            elif magic not in BOOKKEEPING_MAGICS:  # a control entry a reader of data sees
-                append(Record(index, term, pos, TYPES.get(magic, "other"), data[end + HEADER_SIZE:end + size]))
-            end += size
-            self._next = index + 1
-        del buffer[:end]
-        return records or None
+    def _take(self, records: list[Record]) -> int | None:
+        """The records of the whole entries the stream has brought, control entries left out (DLedger's
+        stored format; the stream's CRCs were checked by the member that read it). Stops at a
+        continuation whose head came before the stream began: returns that head's index."""
+        data = bytes(self._buffer)
+        view, end = memoryview(data), 0
+        try:
+            while end + HEADER_SIZE <= len(data) and end + (size := HEADER.unpack_from(data, end)[1]) <= len(data):
+                entry = decode_entry(view, end)
+                if entry.magic not in BOOKKEEPING_MAGICS:  # else a control entry that only writers read
+                    records.append(self._records_of(entry))
+                end += size
+                self._next = entry.index + 1
+        except MissingHeadError as exc:
+            return exc.head_index
+        finally:
+            del self._buffer[:end]
+        return None
 
-    async def _stamp_orphans(self, records: list[Record]) -> None:
-        """Stamp the continuations of a batch whose head came before the stream began: the head's
-        stamp, read once (by index, as its headers give it)."""
-        for at, head_index in self._orphans:
-            if self._head is None or self._head[0] != head_index:
-                found = await self.connection.retried("GET", f"/v1/entries/{head_index}",
-                                                      headers={"accept": "application/octet-stream"})
-                said = found.headers
-                self._head = (head_index, (int(said["x-raftlog-producer-id"]), int(said["x-raftlog-producer-epoch"]),
-                                           int(said["x-raftlog-sequence"])))
-            record = records[at]
-            producer_id, epoch, sequence = self._head[1]
-            records[at] = record._replace(producer=(producer_id, epoch, sequence + record.index - head_index))
-        self._orphans.clear()
+    async def _head_stamp(self, index: int) -> Stamp:
+        """The stamp of the producer's batch head at `index`, as its raw answer's headers give it."""
+        said = (await self.connection.retried("GET", f"/v1/entries/{index}",
+                                              headers={"accept": "application/octet-stream"})).headers
+        return Stamp(int(said["x-raftlog-producer-id"]), int(said["x-raftlog-producer-epoch"]),
+                     int(said["x-raftlog-sequence"]))
 
     async def _open(self) -> None:
         connection = self.connection

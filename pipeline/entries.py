@@ -9,15 +9,15 @@ the headers into columns and the bodies into one Arrow data buffer.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from raftlog.storage.codec import (
     CRC_FAULTS,
-    DATA_MAGICS,
     DISTANCE_SIZE,
     ENDS,
     HEADER_SIZE,
@@ -28,10 +28,11 @@ from raftlog.storage.codec import (
     Stamp,
     check_next,
 )
+from raftlog.storage.message import Message, MessageFormatError, decode_message
+from raftlog.storage.record import TYPE_NAMES
 
-TYPE_NAMES = {int(m): "normal" if m in DATA_MAGICS else m.name.lower() for m in Magic}  # as readers see them
-
-
+STRINGS = pa.list_(pa.string())
+PROPERTIES = pa.map_(pa.string(), pa.string())
 BASE_FIELDS = [
     pa.field("index", pa.int64()),
     pa.field("term", pa.int64()),
@@ -44,6 +45,12 @@ BASE_FIELDS = [
     pa.field("producer_id", pa.int64()),  # a producer session's entry: its stamp; else null
     pa.field("producer_epoch", pa.int64()),
     pa.field("sequence", pa.int64()),
+    pa.field("topic_id", pa.int64()),  # a message's: its topic, queue, offset in it and what it carries; else null
+    pa.field("queue", pa.int32()),
+    pa.field("queue_offset", pa.int64()),
+    pa.field("keys", STRINGS),
+    pa.field("tags", STRINGS),
+    pa.field("properties", PROPERTIES),
 ]
 TEXT_FIELD = pa.field("body_text", pa.string())
 BATCH_BYTES = 32 << 20  # a record batch is cut at this many log bytes, whatever its rows
@@ -233,9 +240,34 @@ class Decoder:
             raise CorruptDataError("the entries read", index, "the head of a batch continued here is not in its file")
         return self.head_stamp(index)
 
+    def _messages(self, buf: Buffer, at: np.ndarray, header: np.ndarray, messages: Messages) -> np.ndarray:
+        """Decode a segment's messages into `messages` (storage.message's decoder), rows counted from
+        messages.first_row; returns the offsets of the bytes ahead of their bodies. A damaged row is left
+        as stored; one that holds no message is marked so, or raises CorruptDataError."""
+        view, starts, sizes = memoryview(buf), [], []
+        for i in np.flatnonzero(header["magic"] == Magic.MESSAGE).tolist():
+            row, start = messages.first_row + i, int(at[i]) + HEADER_SIZE
+            if row in self._corrupt:
+                continue
+            body = view[start:start + int(header["body_size"][i])]
+            try:
+                message = decode_message(body)
+            except MessageFormatError as exc:
+                if not self.mark_corrupt:
+                    raise CorruptDataError("the entries read", int(header["index"][i]), str(exc)) from None
+                self._corrupt[row] = str(exc)
+                continue
+            starts.append(start)
+            sizes.append(len(body) - len(message.body))
+            messages.add(row, message, sizes[-1])
+            del body, message  # no view of the buffer left behind: a mapped file is closed after
+        messages.first_row += len(at)
+        return _spans(np.array(starts, np.int64), np.array(sizes, np.int64))
+
     def batch(self) -> pa.RecordBatch:
         """The rows decoded since the last batch, as Arrow columns."""
         headers, bodies, prefixes = [], [], []
+        messages = Messages()
         for buf, offsets in self._segments:
             data = np.frombuffer(buf, np.uint8)
             at = np.frombuffer(offsets, np.int64)
@@ -246,27 +278,30 @@ class Decoder:
             span = data[first:last + HEADER_SIZE + int(header["body_size"][-1])]
             dropped = [header_bytes.ravel()]
             prefix = np.zeros(len(at), STAMP_DTYPE)  # a head's stamp; a continuation's distance, as its `rest`
-            for magic, prefix_bytes, field, dtype in ((Magic.PRODUCED, STAMP_BYTES, None, STAMP_DTYPE),
-                                                      (Magic.CONTINUED, DISTANCE_BYTES, "rest", "u1")):
+            for magic, prefix_bytes, part, dtype in ((Magic.PRODUCED, STAMP_BYTES, None, STAMP_DTYPE),
+                                                     (Magic.CONTINUED, DISTANCE_BYTES, "rest", "u1")):
                 rows = header["magic"] == magic
                 if rows.any():  # the client's body is what follows the stamp or the distance
                     taken = at[rows][:, None] + prefix_bytes
                     values = data[taken].view(dtype)[:, 0]
-                    if field is None:
+                    if part is None:
                         prefix[rows] = values
                     else:
-                        prefix[field][rows] = values
+                        prefix[part][rows] = values
                     dropped.append(taken.ravel())
+            dropped.append(self._messages(buf, at, header, messages))
             prefixes.append(prefix)
             bodies.append(np.delete(span, np.concatenate(dropped) - first))
         header = np.concatenate(headers) if headers else np.zeros(0, HEADER_DTYPE)
         produced = np.isin(header["magic"], (Magic.PRODUCED, Magic.CONTINUED))
         sizes = header["body_size"].astype(np.int64) - STAMP_SIZE * (header["magic"] == Magic.PRODUCED) \
             - DISTANCE_SIZE * (header["magic"] == Magic.CONTINUED)
+        sizes[messages.rows] -= np.array(messages.prefix_sizes, np.int64)
         damaged = np.fromiter(self._corrupt, np.int64, len(self._corrupt))
         stamps, unstamped = self._stamps(header, np.concatenate(prefixes) if prefixes else np.zeros(0, STAMP_DTYPE),
                                          damaged)
         produced[unstamped] = False
+        messages.stamp(stamps, produced)
         if self._unreadable is not None:
             filler = np.zeros(1, HEADER_DTYPE)
             filler["index"] = self._unreadable[0]
@@ -290,7 +325,7 @@ class Decoder:
                    TYPE_DICTIONARY.take(_arrow(header["magic"].astype(np.int32), known)),
                    _arrow(header["channel"].astype(np.int32), known), body,
                    _arrow(header["body_crc"].astype(np.int32), known), _arrow(header["chain"].astype(np.int32), known),
-                   *_stamp_columns(produced, stamps)]
+                   *_stamp_columns(produced, stamps), *messages.columns(n)]
         if self.text:
             columns.append(_utf8(columns[5]))
         if self.mark_corrupt:
@@ -312,6 +347,63 @@ def _stamp_columns(produced: np.ndarray, stamps: np.ndarray) -> list[pa.Array]:
         values[:len(values_of)] = np.where(produced[:len(values_of)], values_of.astype(np.int64), 0)
         columns.append(_arrow(values, produced))
     return columns
+
+
+@dataclass(slots=True)
+class Messages:
+    """The message fields of a batch's rows, gathered message by message."""
+
+    first_row: int = 0  # of the segment decoded next
+    rows: list[int] = field(default_factory=list)
+    prefix_sizes: list[int] = field(default_factory=list)  # bytes ahead of each message's body
+    messages: list[Message] = field(default_factory=list)  # each one's fields, its body left out
+
+    def add(self, row: int, message: Message, prefix_size: int) -> None:
+        self.rows.append(row)
+        self.prefix_sizes.append(prefix_size)
+        self.messages.append(message._replace(body=memoryview(b"")))
+
+    def stamp(self, stamps: np.ndarray, produced: np.ndarray) -> None:
+        """The stamped messages' stamps, beside the producers' entries'."""
+        for row, message in zip(self.rows, self.messages, strict=True):
+            if message.stamp is not None:
+                stamps[row] = message.stamp.pack_ints()
+                produced[row] = True
+
+    def columns(self, n: int) -> list[pa.Array]:
+        """topic_id, queue, queue_offset, keys, tags and properties of `n` rows, null but for messages."""
+        valid = np.zeros(n, bool)
+        valid[self.rows] = True
+        columns = []
+        for name, dtype in (("topic_id", np.int64), ("queue", np.int32), ("queue_offset", np.int64)):
+            values = np.zeros(n, dtype)
+            values[self.rows] = [getattr(m, name) for m in self.messages]
+            columns.append(_arrow(values, valid))
+        for name in ("keys", "tags"):
+            lists = [getattr(m, name) for m in self.messages]
+            columns.append(_lists(STRINGS, valid, self.rows, lists, [_strings([s for items in lists for s in items])]))
+        pairs = [list(m.properties.items()) for m in self.messages]
+        entries = pa.StructArray.from_arrays([_strings([k for p in pairs for k, _ in p]),
+                                              _strings([v for p in pairs for _, v in p])],
+                                             fields=[PROPERTIES.key_field, PROPERTIES.item_field])
+        columns.append(_lists(PROPERTIES, valid, self.rows, pairs, [entries]))
+        return columns
+
+
+def _lists(kind: pa.DataType, valid: np.ndarray, rows: list[int], lists: Sequence[Sequence[Any]],
+           children: list[pa.Array]) -> pa.Array:
+    """A list (or map) column: row rows[i] holds lists[i]'s items, in `children`; the others null."""
+    counts = np.zeros(len(valid), np.int32)
+    counts[rows] = [len(items) for items in lists]
+    offsets = np.zeros(len(valid) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.Array.from_buffers(kind, len(valid), [_bitmap(valid), pa.py_buffer(offsets)], children=children)
+
+
+def _spans(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The offsets of the bytes in [start, start + size) for each span."""
+    ends = np.cumsum(sizes)
+    return np.repeat(starts - ends + sizes, sizes) + np.arange(int(ends[-1]) if len(ends) else 0)
 
 
 def _utf8(body: pa.Array) -> pa.Array:

@@ -32,7 +32,8 @@ from raftlog.pipeline.options import PipelineError, ReadOptions, parse_options
 from raftlog.storage.codec import BOOKKEEPING_MAGICS
 
 SCHEMA = ("index long, term long, pos long, type string, channel int, body binary, body_crc int, "
-          "chain_crc int, producer_id long, producer_epoch long, sequence long")
+          "chain_crc int, producer_id long, producer_epoch long, sequence long, topic_id long, queue int, "
+          "queue_offset long, keys array<string>, tags array<string>, properties map<string,string>")
 
 BOOKKEEPING_TYPES = tuple(sorted(TYPE_NAMES[m] for m in BOOKKEEPING_MAGICS))  # names: pa.array would import pandas
 

@@ -33,9 +33,12 @@ from raftlog.storage.codec import (
     INDEX_RECORD,
     SEQUENCE_BITS,
     Entry,
+    Head,
     Magic,
+    MissingHeadError,
     ProducedRun,
     Stamp,
+    Stamps,
     add_produced,
     head_index,
     place,
@@ -175,9 +178,6 @@ def validate_follower_batch(
                           _tail_head(view, first_index, entry_at))
 
 
-Head = tuple[int, Stamp]  # a producer's batch's head entry: its index and stamp
-
-
 def validate_after(
     view: memoryview,
     first_index: int,
@@ -242,7 +242,7 @@ def reference_validate(
     expected = first_index
     term_floor = prev_term
     chain = prev_chain_crc
-    head = tail
+    stamps = Stamps(head=tail)  # no entry to read by: a continuation goes on the batch before it
     layout = Layout(_adopted_pos(view, first_index, file_size) if write_pos is None else write_pos)
     offset = 0
     while offset < end:
@@ -254,17 +254,13 @@ def reference_validate(
         pos = layout.move_to(offset, placed)
         if magic in CONTROL_MAGICS:
             control_indices.append(expected)
-        if magic == Magic.PRODUCED:
-            head = (expected, unpack_stamp(view, offset + HEADER_SIZE))
-            add_produced(produced, head[1], expected)
-        elif magic == Magic.CONTINUED:
-            distance = DISTANCE.unpack_from(view, offset + HEADER_SIZE)[0]
-            if head is None or expected - distance != head[0]:
-                raise AppendRejectedError(expected, f"a continued entry's distance {distance} names no head of the "
-                                                    "batch it continues")
-            add_produced(produced, head[1]._replace(sequence=head[1].sequence + distance), expected)
-        else:
-            head = None
+        try:
+            stamp = stamps.stamp(magic, expected, view[offset + HEADER_SIZE:offset + size])
+        except MissingHeadError as exc:
+            raise AppendRejectedError(expected, f"a continued entry's distance {expected - exc.head_index} names "
+                                                "no head of the batch it continues") from None
+        if stamp is not None:
+            add_produced(produced, stamp, expected)
         if magic == Magic.MESSAGE:
             add_queued(queued, queued_of(view, offset + HEADER_SIZE), expected)
         records.append(pack_record(magic, pos, size, expected, term))
