@@ -27,17 +27,19 @@ from raftlog.api.bodies import BATCH_CONTENT_TYPE, BatchFormatError, BatchTooLar
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError, bad_request, too_large
 from raftlog.api.metrics import NodeMetrics
+from raftlog.api.read_plan import LogRead, LogReads
 from raftlog.api.schemas import Appended, BatchAppended, NewBatch, NewEntry
-from raftlog.api.service import LogService, entry_json, entry_type
+from raftlog.api.service import LogService
 from raftlog.raft.messages import Code
 from raftlog.raft.producers import Sequenced
-from raftlog.storage.codec import client_body, client_body_crc, stamp_of
+from raftlog.storage.record import Record
 
 OCTETS = "application/octet-stream"
 SUCCESS = (Code.SUCCESS.name,)  # the label of a committed append
 ERRORS_SHOWN_MAX = 10  # problems named in one 400; the rest are counted
 STRINGS_PER_ENTRY_MAX = 4  # a NewEntry's keys and values: "body", its text, "encoding", its name
 COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))  # as JSONResponse
+ASCII_JSON = json.JSONEncoder(separators=(",", ":"))  # for headers, which are Latin-1
 PRODUCER_HEADERS = {b"x-raftlog-producer-id": "id", b"x-raftlog-producer-epoch": "epoch",
                     b"x-raftlog-sequence": "sequence"}  # a producer session's (its bounds: LogService.check_bodies)
 
@@ -49,6 +51,7 @@ class EntryHandlers:
     def __init__(self, service: LogService, metrics: NodeMetrics, consumers: ConsumerCommits) -> None:
         self.service = service
         self.consumers = consumers  # the consumer routes' (api.delivery, api.grpc_api)
+        self.reads = LogReads(service, consumers)  # REST's and gRPC's
         self.metrics = metrics
         self.limits = service.limits
 
@@ -132,18 +135,52 @@ class EntryHandlers:
                                                                    caller_name(request.scope))), status_code=201)
 
     async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
-        entry = await self.service.get(index, linearizable)
-        stamp = stamp_of(entry, self.service.store.get)
+        record = await self.reads.one(LogRead(start=index, linearizable=linearizable))
         if OCTETS in accept:
-            headers = {"X-Raftlog-Index": str(entry.index), "X-Raftlog-Term": str(entry.term),
-                       "X-Raftlog-Pos": str(entry.pos), "X-Raftlog-Type": entry_type(entry),
-                       "X-Raftlog-Body-Crc": str(client_body_crc(entry))}
-            if stamp is not None:
-                headers.update({"X-Raftlog-Producer-Id": str(stamp.producer_id),
-                                "X-Raftlog-Producer-Epoch": str(stamp.epoch),
-                                "X-Raftlog-Sequence": str(stamp.sequence)})
-            return Response(bytes(client_body(entry)), media_type=OCTETS, headers=headers)
-        return JSONResponse(entry_json(entry, stamp))
+            return Response(record.body, media_type=OCTETS, headers=record_headers(record))
+        return JSONResponse(record_json(record))
+
+
+def record_json(record: Record) -> dict[str, Any]:
+    """A record for JSON readers: the body as UTF-8 text when it is valid UTF-8, else base64; the producer
+    session that appended it, if one did, and a message's topic fields."""
+    try:
+        text, encoding = record.body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        text, encoding = base64.b64encode(record.body).decode("ascii"), "base64"
+    fields: dict[str, Any] = {"index": record.index, "term": record.term, "pos": record.pos, "type": record.type,
+                              "body": text, "encoding": encoding, "body_crc": record.body_crc}
+    if record.producer is not None:
+        fields["producer"] = {"id": record.producer.producer_id, "epoch": record.producer.epoch,
+                              "sequence": record.producer.sequence}
+    if record.topic_id is not None:
+        fields["topic_id"] = record.topic_id
+        if record.topic is not None:
+            fields["topic"] = record.topic
+        fields.update(queue=record.queue, queue_offset=record.queue_offset, keys=record.keys, tags=record.tags,
+                      properties=record.properties)
+    return fields
+
+
+def record_headers(record: Record) -> dict[str, str]:
+    """What an entry's raw body comes with: its record in X-Raftlog-* headers (keys, tags and properties
+    as ASCII JSON)."""
+    headers = {"X-Raftlog-Index": str(record.index), "X-Raftlog-Term": str(record.term),
+               "X-Raftlog-Pos": str(record.pos), "X-Raftlog-Type": record.type,
+               "X-Raftlog-Body-Crc": str(record.body_crc)}
+    if record.producer is not None:
+        headers.update({"X-Raftlog-Producer-Id": str(record.producer.producer_id),
+                        "X-Raftlog-Producer-Epoch": str(record.producer.epoch),
+                        "X-Raftlog-Sequence": str(record.producer.sequence)})
+    if record.topic_id is not None:
+        headers["X-Raftlog-Topic-Id"] = str(record.topic_id)
+        if record.topic is not None:
+            headers["X-Raftlog-Topic"] = record.topic
+        headers.update({"X-Raftlog-Queue": str(record.queue), "X-Raftlog-Queue-Offset": str(record.queue_offset),
+                        "X-Raftlog-Keys": ASCII_JSON.encode(record.keys),
+                        "X-Raftlog-Tags": ASCII_JSON.encode(record.tags),
+                        "X-Raftlog-Properties": ASCII_JSON.encode(record.properties)})
+    return headers
 
 
 class ModelResponse(JSONResponse):

@@ -31,18 +31,18 @@ from raftlog.api.auth import LOCAL, AuthFailures, Caller, Role, Tokens, bearer_c
 from raftlog.api.connection_slots import CreditCalls
 from raftlog.api.entry_handlers import EntryHandlers, parse_model
 from raftlog.api.errors import ApiError, api_error
-from raftlog.api.follow import committed_chunks
 from raftlog.api.grpc_budget import Held, Refused, bounded, decoder, streamed
 from raftlog.api.grpc_health import Readiness
 from raftlog.api.grpc_port import GrpcPort
 from raftlog.api.limits import InflightBytes
+from raftlog.api.read_plan import LogRead, Stream
 from raftlog.api.schemas import NewMember
-from raftlog.api.service import LogService, shown
+from raftlog.api.service import LogService
 from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
 from raftlog.raft.producers import Sequenced
 from raftlog.raft.waiting import consume
-from raftlog.storage.codec import Entry, Magic, Stamp, Stamps, client_body, client_body_crc, iter_entries, stamp_of
+from raftlog.storage.record import Record
 
 log = logging.getLogger("raftlog.api.grpc")
 
@@ -69,11 +69,6 @@ BY_CODE = {Code.FALL_BEHIND_TOO_MUCH: grpc.StatusCode.FAILED_PRECONDITION,
            **dict.fromkeys((Code.ALREADY_VOTER, Code.LAST_VOTER, Code.LEARNER_BEHIND, Code.QUORUM_AT_RISK,
                             Code.CHANGE_IN_FLIGHT, Code.SECRET_REQUIRED, Code.PRODUCER_FENCED),
                            grpc.StatusCode.FAILED_PRECONDITION)}  # OUT_OF_ORDER_SEQUENCE: ABORTED, as its 409
-ENTRY_TYPES: dict[int, pb.EntryType] = {Magic.NORMAL: pb.NORMAL, Magic.NOOP: pb.NOOP,
-                                        Magic.CONFIG_CHANGE: pb.CONFIG_CHANGE, Magic.PRODUCED: pb.NORMAL,
-                                        Magic.CONSUMER: pb.CONSUMER, Magic.CONTINUED: pb.NORMAL,
-                                        Magic.PRODUCER_SESSION: pb.PRODUCER_SESSION,
-                                        Magic.CLUSTER_VERSION: pb.CLUSTER_VERSION}
 ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role.WRITER, "Get": Role.READER,
          "Read": Role.READER, "Cluster": Role.READER, "TransferLeader": Role.ADMIN, "Members": Role.READER,
          "AddMember": Role.ADMIN, "PromoteMember": Role.ADMIN, "RemoveMember": Role.ADMIN, "NewProducer": Role.WRITER,
@@ -176,47 +171,30 @@ class LogServicer(log_pb2_grpc.LogServicer):
     # -- reads -----------------------------------------------------------------------------
 
     async def Get(self, request: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.Entry:
-        linearizable = request.consistency == pb.LINEARIZABLE
-        service = self.service
-
-        async def get() -> Entry:
-            index = request.index
-            if request.WhichOneof("at") == "pos":
-                index = await service.index_at_pos(request.pos, linearizable)
-            return await service.get(index, linearizable)
-
-        entry = await self._answer(context, get())
-        return _entry(entry, stamp_of(entry, service.store.get))
+        at_pos = request.WhichOneof("at") == "pos"
+        read = LogRead(start=request.index, pos=request.pos if at_pos else None,
+                       linearizable=request.consistency == pb.LINEARIZABLE)
+        return _entry(await self._answer(context, self.handlers.reads.one(read)))
 
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> None:
         """Entries written one by one with context.write, each within follow_stall_ms: a reader
         that takes nothing that long is cut off (api.follow)."""
-        service, limits = self.service, self.service.limits
-        linearizable = request.consistency == pb.LINEARIZABLE
+        limits = self.service.limits
         if request.limit < 0:
             await _abort(context, ApiError(Code.UNEXPECTED_ARGUMENT, "limit must be at least 0"))
-        start = request.start
-        if request.WhichOneof("from") == "pos":
-            start = await self._answer(context, service.index_at_pos(request.pos, linearizable))
-        if request.HasField("consumer"):
-            resumed = await self._answer(context, self.handlers.consumers.resume_index(request.consumer, linearizable))
-            start = start if resumed is None else resumed
-        requested = start + request.limit - 1 if request.limit else 2**63 - 1
-        end = await self._answer(context, service.readable_end(start, requested, linearizable))
-        last = min(end, requested)
-        first = None
-        if last >= start:
-            first = await self._answer(context, service.read_raw(start, last - start + 1, linearizable=False))
-        chunks = committed_chunks(service, first, start, requested if request.follow else last,
-                                  follow=request.follow, budget=service.follow_budget)
+        at_pos = request.WhichOneof("from") == "pos"
+        read = LogRead(start=request.start, pos=request.pos if at_pos else None,
+                       consumer=request.consumer if request.HasField("consumer") else None, limit=request.limit,
+                       linearizable=request.consistency == pb.LINEARIZABLE, control=request.include_control,
+                       follow=request.follow)
+        stream: Stream = await self._answer(context, self.handlers.reads.stream(read))
         if request.follow:
             await context.send_initial_metadata(())  # the client knows the tail is open before an entry comes
-        stamps = Stamps(service.store.get)
         try:
-            async for chunk in chunks:
-                for entry in shown((e for view in chunk or () for e in iter_entries(view)), request.include_control):
+            async for chunk in stream.chunks:
+                for record in stream.records(chunk or ()):
                     async with asyncio.timeout(limits.follow_stall_ms / 1000):
-                        await context.write(_entry(entry, stamps(entry)))
+                        await context.write(_entry(record))
         except ApiError as exc:
             await _abort(context, exc)
         except TimeoutError:
@@ -224,7 +202,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
                      self.peer_name(context.peer()), limits.follow_stall_ms)
             await _abort(context, ApiError(Code.SERVER_BUSY, "the reader took nothing for follow_stall_ms"))
         finally:
-            await chunks.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
+            await stream.chunks.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
 
     # -- the group -------------------------------------------------------------------------
 
@@ -467,11 +445,15 @@ def _expected(request: pb.CommitConsumerRequest | pb.DeleteConsumerRequest) -> i
     return request.expected if request.HasField("expected") else None
 
 
-def _entry(entry: Entry, stamp: Stamp | None) -> pb.Entry:
-    return pb.Entry(index=entry.index, term=entry.term, pos=entry.pos, type=ENTRY_TYPES[entry.magic],
-                    body=bytes(client_body(entry)), body_crc=client_body_crc(entry),
-                    producer=None if stamp is None else pb.Producer(id=stamp.producer_id, epoch=stamp.epoch,
-                                                                    sequence=stamp.sequence))
+def _entry(record: Record) -> pb.Entry:
+    """A record as gRPC readers get it; its type by name (storage.record's, as EntryType spells them)."""
+    producer = record.producer
+    return pb.Entry(index=record.index, term=record.term, pos=record.pos, type=record.type.upper(),
+                    body=record.body, body_crc=record.body_crc,
+                    producer=None if producer is None else pb.Producer(id=producer.producer_id, epoch=producer.epoch,
+                                                                       sequence=producer.sequence),
+                    topic_id=record.topic_id, topic=record.topic, queue=record.queue, queue_offset=record.queue_offset,
+                    keys=record.keys, tags=record.tags, properties=record.properties)
 
 
 def _consumer(answer: ConsumerAnswer) -> pb.Consumer:

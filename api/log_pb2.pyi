@@ -20,6 +20,9 @@ class EntryType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSUMER: _ClassVar[EntryType]
     PRODUCER_SESSION: _ClassVar[EntryType]
     CLUSTER_VERSION: _ClassVar[EntryType]
+    MESSAGE: _ClassVar[EntryType]
+    TOPIC: _ClassVar[EntryType]
+    QUEUE_COMMIT: _ClassVar[EntryType]
 LINEARIZABLE: Consistency
 LOCAL: Consistency
 NORMAL: EntryType
@@ -28,6 +31,9 @@ CONFIG_CHANGE: EntryType
 CONSUMER: EntryType
 PRODUCER_SESSION: EntryType
 CLUSTER_VERSION: EntryType
+MESSAGE: EntryType
+TOPIC: EntryType
+QUEUE_COMMIT: EntryType
 
 class Producer(_message.Message):
     __slots__ = ("id", "epoch", "sequence")
@@ -170,7 +176,14 @@ class GetRequest(_message.Message):
     def __init__(self, index: _Optional[int] = ..., pos: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("index", "term", "pos", "type", "body", "body_crc", "producer")
+    __slots__ = ("index", "term", "pos", "type", "body", "body_crc", "producer", "topic_id", "topic", "queue", "queue_offset", "keys", "tags", "properties")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +191,13 @@ class Entry(_message.Message):
     BODY_FIELD_NUMBER: _ClassVar[int]
     BODY_CRC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
     index: int
     term: int
     pos: int
@@ -185,7 +205,14 @@ class Entry(_message.Message):
     body: bytes
     body_crc: int
     producer: Producer
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ...) -> None: ...
+    topic_id: int
+    topic: str
+    queue: int
+    queue_offset: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., type: _Optional[_Union[EntryType, str]] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., producer: _Optional[_Union[Producer, _Mapping]] = ..., topic_id: _Optional[int] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., queue_offset: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., tags: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("start", "pos", "limit", "follow", "consistency", "consumer", "include_control")

@@ -8,7 +8,6 @@ from one table; nothing is appended unless the whole request is valid.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator, Iterable
 from importlib.metadata import version
 from typing import Any
@@ -29,12 +28,13 @@ from raftlog.api.auth import SAFE_METHODS, AuthFailures, TokenCheck, Tokens, req
 from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, GuardedHeaders, page_policy
 from raftlog.api.delivery import install_delivery_routes
-from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain
+from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain, record_json
 from raftlog.api.errors import AnswerErrors, ApiError, api_error, bad_request, error_response
 from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
-from raftlog.api.follow import LogPage, LogStream, committed_chunks
+from raftlog.api.follow import LogPage, LogStream
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests
+from raftlog.api.read_plan import LogRead, Stream
 from raftlog.api.request_checks import RequestCheck, RequestChecks
 from raftlog.api.schemas import (
     CONSISTENCY,
@@ -54,10 +54,8 @@ from raftlog.api.schemas import (
     Transferred,
     TransferTarget,
 )
-from raftlog.api.service import entry_json, shown
 from raftlog.raft.messages import Code
 from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
-from raftlog.storage.codec import Stamps, iter_entries
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
@@ -219,10 +217,10 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                                                         examples=["billing"]),
                            control: bool = Query(False, description=(
                                "Also the bookkeeping entries (types consumer: named consumers' commits; "
-                               "producer_session: sessions opened and closed; cluster_version), which "
-                               "reads of data skip; the stored format always has them")),
+                               "producer_session: sessions opened and closed; cluster_version; topic: changes "
+                               "to the topic catalog; queue_commit: consumer groups' offsets), which reads of "
+                               "data skip; the stored format always has them")),
                            ) -> Response:
-        linearizable = consistency == "linearizable"
         accept = request.headers.get("accept", "")
         stream = next((kind for kind in (NDJSON, SSE, ENTRIES_CONTENT_TYPE) if kind in accept), None)
         if follow and stream is None:
@@ -233,35 +231,17 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
         if resumed is not None:  # an EventSource reconnecting: on from the entry after the last it got
             if not (resumed.isascii() and resumed.isdigit() and len(resumed) <= INDEX_DIGITS_MAX):
                 raise bad_request(f"Last-Event-ID {resumed[:40]!r} is not an index")
-            start = int(resumed) + 1
-        elif pos is not None:
-            start = await service.index_at_pos(pos, linearizable)
-        elif consumer is not None:  # on after its committed position (an EventSource's reconnection: after its last)
-            after = await handlers.consumers.resume_index(consumer, linearizable)
-            start = start if after is None else after
-        start = start or 0
+            start, pos, consumer = int(resumed) + 1, None, None
+        read = LogRead(start=start, pos=pos, consumer=consumer, limit=limit or 0, control=control, follow=follow,
+                       linearizable=consistency == "linearizable", wait_s=wait_ms / 1000)
         if stream is not None:
-            requested = start + limit - 1 if limit else sys.maxsize
-            end = await service.readable_end(start, requested, linearizable)
-            if end < start and wait_ms and not follow and await service.await_entry(start, wait_ms / 1000):
-                end = service.node.committed_index
-            last = min(end, requested)
-            first = None
-            if last >= start:  # read before the 200 goes out: a cleaned start is still a 410
-                first = await service.read_raw(start, last - start + 1, linearizable=False)
-            chunks = committed_chunks(service, first, start, requested if follow else last, follow=follow,
-                                      budget=service.follow_budget, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
-            headers = {"X-Raftlog-Committed-Index": str(end), "Cache-Control": "no-store",
+            planned = await handlers.reads.stream(read, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
+            headers = {"X-Raftlog-Committed-Index": str(planned.end), "Cache-Control": "no-store",
                        "X-Accel-Buffering": "no"}  # a proxy (nginx) passes each entry on as it comes
-            return LogStream(_rendered(chunks, stream, control, Stamps(service.store.get)), media_type=stream,
-                             headers=headers)
-        page = min(limit or DEFAULT_PAGE, limits.range_limit_max)
-        entries, committed = await service.read(start, page, linearizable)
-        if not entries and wait_ms and await service.await_entry(start, wait_ms / 1000):
-            entries, committed = await service.read(start, page, linearizable=False)
-        stamps = Stamps(service.store.get)
-        return LogPage({"entries": [entry_json(e, stamps(e)) for e in shown(entries, control)],
-                        "next": start + len(entries), "committed_index": committed}, service.follow_budget)
+            return LogStream(_rendered(planned, stream), media_type=stream, headers=headers)
+        page = await handlers.reads.page(read, min(limit or DEFAULT_PAGE, limits.range_limit_max))
+        return LogPage({"entries": [record_json(r) for r in page.records], "next": page.next,
+                        "committed_index": page.committed}, service.follow_budget)
 
     install_delivery_routes(app, handlers, errors)
 
@@ -442,20 +422,20 @@ def _error_response(status: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
-async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, control: bool, stamps: Stamps
-                    ) -> AsyncIterator[bytes]:
+async def _rendered(stream: Stream, kind: str) -> AsyncIterator[bytes]:
     """A stream's bytes. An error after the 200 (the next entry was cleaned away under a slow reader)
     ends an NDJSON stream with an error line and an event stream with an `error` event; the stored
     format has no room for one: its connection is cut, so the reader sees the stream unfinished."""
     try:
-        async for chunk in chunks:
+        async for chunk in stream.chunks:
             if chunk is None:
                 if kind == SSE:
                     yield b": keepalive\n\n"
             elif kind == NDJSON:
-                yield _ndjson(chunk, control, stamps)
-            elif kind == SSE:
-                yield _events(chunk, control, stamps)
+                yield b"".join(json.dumps(record_json(r)).encode() + b"\n" for r in stream.records(chunk))
+            elif kind == SSE:  # one event per entry: its index as the event id, the entry as JSON
+                yield b"".join(b"id: %d\ndata: %s\n\n" % (r.index, json.dumps(record_json(r)).encode())
+                               for r in stream.records(chunk))
             else:
                 yield b"".join(chunk)
     except ApiError as exc:
@@ -463,17 +443,6 @@ async def _rendered(chunks: AsyncIterator[list[memoryview] | None], kind: str, c
             raise
         error = COMPACT_JSON.encode(exc.body()).encode()
         yield error + b"\n" if kind == NDJSON else b"event: error\ndata: " + error + b"\n\n"
-
-
-def _ndjson(chunks: list[memoryview], control: bool, stamps: Stamps) -> bytes:
-    return b"".join(json.dumps(entry_json(e, stamps(e))).encode() + b"\n"
-                    for e in shown((e for chunk in chunks for e in iter_entries(chunk)), control))
-
-
-def _events(chunks: list[memoryview], control: bool, stamps: Stamps) -> bytes:
-    """Server-sent events, one per entry: its index as the event id, the entry as JSON."""
-    return b"".join(b"id: %d\ndata: %s\n\n" % (e.index, json.dumps(entry_json(e, stamps(e))).encode())
-                    for e in shown((e for chunk in chunks for e in iter_entries(chunk)), control))
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -149,19 +149,31 @@ class ConsumerList(BaseModel):
 class EntryOut(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"index": 42, "term": 3, "pos": 6216, "type": "normal", "body": "hello", "encoding": "utf-8",
-         "body_crc": 907060870}]})
+         "body_crc": 907060870},
+        {"index": 43, "term": 3, "pos": 6264, "type": "message", "body": "hello", "encoding": "utf-8",
+         "body_crc": 907060870, "topic_id": 12, "queue": 3, "queue_offset": 0, "keys": ["customer-42"],
+         "tags": ["order"], "properties": {"region": "eu"}}]})
 
     index: int
     term: int
     pos: int
-    type: Literal["normal", "noop", "config_change", "consumer", "producer_session", "cluster_version"] = Field(
-        description="consumer (a named consumer's commit), producer_session (a session opened or closed) and "
-                    "cluster_version (the group's level raised): bookkeeping entries that reads show only with "
-                    "control=true")
-    body: str
+    type: Literal["normal", "message", "noop", "config_change", "consumer", "producer_session", "cluster_version",
+                  "topic", "queue_commit"] = Field(
+        description="message: a message of a topic's queue, with its topic fields; consumer (a named consumer's "
+                    "commit), producer_session (a session opened or closed), cluster_version (the group's level "
+                    "raised), topic (a change to the topic catalog) and queue_commit (a consumer group's offsets): "
+                    "bookkeeping entries that reads show only with control=true")
+    body: str = Field(description="As its client sent it (a message's own body, after its header)")
     encoding: Encoding = Field(description="utf-8 when the body is valid UTF-8, else base64")
     body_crc: int = Field(description="CRC-32 of the body")
     producer: ProducerOut | None = Field(None, description="The producer session that appended it, if one did")
+    topic_id: int | None = Field(None, description="A message's topic: the index of the entry that created it")
+    topic: str | None = Field(None, description="A message's topic's name, where the member knows it")
+    queue: int | None = Field(None, description="A message's queue in its topic")
+    queue_offset: int | None = Field(None, description="A message's offset in its queue, from 0")
+    keys: list[str] | None = Field(None, description="A message's keys")
+    tags: list[str] | None = Field(None, description="A message's tags")
+    properties: dict[str, str] | None = Field(None, description="A message's properties")
 
 
 class EntryPage(BaseModel):

@@ -11,10 +11,9 @@ leader has not committed I either.
 from __future__ import annotations
 
 import asyncio
-import base64
 import secrets
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from raftlog.api.answers import (
@@ -37,16 +36,7 @@ from raftlog.raft.messages import Code, Role
 from raftlog.raft.node import RaftNode
 from raftlog.raft.producers import PRODUCER_ID_MAX, Sequenced, out_of_range
 from raftlog.raft.waiting import wait_event
-from raftlog.storage.codec import (
-    BOOKKEEPING_MAGICS,
-    DATA_MAGICS,
-    Entry,
-    Magic,
-    Stamp,
-    client_body,
-    client_body_crc,
-    iter_entries,
-)
+from raftlog.storage.codec import Entry, iter_entries
 from raftlog.storage.protocol import LogStore
 
 T = TypeVar("T")
@@ -446,32 +436,6 @@ class LogService:
             return await self.peers.status(peer_id, STATUS_TIMEOUT_S)
         except ApiError:
             return None
-
-
-def shown(entries: Iterable[Entry], control: bool) -> Iterator[Entry]:
-    """What a reader of data gets: the bookkeeping entries (named consumers' commits, producer sessions,
-    the cluster version) only when it asks."""
-    return iter(entries) if control else (entry for entry in entries if entry.magic not in BOOKKEEPING_MAGICS)
-
-
-def entry_json(entry: Entry, stamp: Stamp | None) -> dict[str, Any]:
-    """An entry for JSON readers: UTF-8 text when the body is valid UTF-8, else base64; the body as
-    its client sent it, and the producer session that appended it (`stamp`: codec.Stamps), if one did."""
-    body = bytes(client_body(entry))
-    try:
-        text, encoding = body.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        text, encoding = base64.b64encode(body).decode("ascii"), "base64"
-    fields = {"index": entry.index, "term": entry.term, "pos": entry.pos, "type": entry_type(entry),
-              "body": text, "encoding": encoding, "body_crc": client_body_crc(entry)}
-    if stamp is not None:
-        fields["producer"] = {"id": stamp.producer_id, "epoch": stamp.epoch, "sequence": stamp.sequence}
-    return fields
-
-
-def entry_type(entry: Entry) -> str:
-    """Its type as readers see it: a producer's entry is a normal one."""
-    return "normal" if entry.magic in DATA_MAGICS else Magic(entry.magic).name.lower()
 
 
 def _age_ms(now: float, then: float | None) -> int | None:

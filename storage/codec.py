@@ -228,11 +228,6 @@ class Stamps:
         self.head = (head_index, stamp)
 
 
-def stamp_of(entry: Entry, entry_at: Callable[[int], Entry]) -> Stamp | None:
-    """A producer's entry's stamp (None for any other entry); `entry_at` reads a continuation's head."""
-    return Stamps(entry_at)(entry)
-
-
 def client_body(entry: Entry) -> memoryview:
     """The body as its client sent it: a producer's entry's without its stamp or distance."""
     return entry.body[PREFIX_SIZES[entry.magic]:] if entry.magic in PREFIX_SIZES else entry.body
