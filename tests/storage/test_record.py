@@ -1,8 +1,8 @@
 """The one decoder of an entry's record (storage.record) against the others that resolve its fields on
-their own: the compiled codec's follower check (its producers' runs: the same stamps), the Python
-reference's, and the pipeline's numpy decoder (the same types, bodies, stamps and message fields), on
-random logs that mix plain entries, producers' batches, messages and control entries, read from any
-index, in any cuts."""
+their own: the compiled codec's follower check and the Python reference's (their producers' and
+messages' runs: the same stamps, topics, queues and offsets), and the pipeline's numpy decoder (the
+same types, bodies, stamps and message fields), on random logs that mix plain entries, producers'
+batches, messages and control entries, read from any index, in any cuts."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from raftlog.storage.codec import (
     iter_entries,
     unpack_stamp,
 )
-from raftlog.storage.message import Meta, encode_message
+from raftlog.storage.message import UNSTAMPED, Meta, QueuedRun, add_queued, encode_message
 from raftlog.storage.record import Record, Records
 
 FILE_SIZE = 1024  # small files: a producer's batch starts a head again in each
@@ -74,18 +74,25 @@ def records_from(entries: list[Entry], start: int) -> list[Record]:
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(appends, min_size=1, max_size=12))
-def test_the_follower_checks_find_the_stamps_the_decoder_does(log: list[Append]) -> None:
-    """A follower's producers' runs (raft.producers' table) hold the stamps the record decoder gives,
-    in the Python reference and compiled."""
+def test_the_follower_checks_find_the_stamps_and_queue_offsets_the_decoder_does(log: list[Append]) -> None:
+    """A follower's producers' runs and messages' runs (the producer and queue offset tables) hold the
+    stamps, topics, queues and offsets the record decoder gives, in the Python reference and compiled."""
     data = encode_log(log)
-    expected: list[ProducedRun] = []
+    produced: list[ProducedRun] = []
+    queued: list[QueuedRun] = []
     for record, entry in zip(records_from(iter_entries(data), 0), iter_entries(data), strict=True):
         if entry.magic in codec.PRODUCER_MAGICS:
             assert record.producer is not None
-            add_produced(expected, record.producer, record.index)
-    assert reference_validate(data, 0, 0, 0, 0, FILE_SIZE).produced == tuple(expected)
+            add_produced(produced, record.producer, record.index)
+        elif entry.magic == Magic.MESSAGE:
+            assert record.topic_id is not None and record.queue is not None and record.queue_offset is not None
+            stamp = (UNSTAMPED, 0, 0) if record.producer is None else record.producer
+            add_queued(queued, (record.topic_id, record.queue, record.queue_offset, *stamp), record.index)
+    checked = reference_validate(data, 0, 0, 0, 0, FILE_SIZE)
+    assert (checked.produced, checked.queued) == (tuple(produced), tuple(queued))
     if codec.compiled is not None:
-        assert list(codec.compiled.validate_batch(data, 0, 0, 0, 0, FILE_SIZE)[8]) == expected
+        parts = codec.compiled.validate_batch(data, 0, 0, 0, 0, FILE_SIZE)
+        assert (list(parts[8]), list(parts[9])) == (produced, queued)
 
 
 @settings(max_examples=150, deadline=None)
