@@ -27,14 +27,17 @@ from raftlog.app.settings import NodeSettings
 from raftlog.raft.membership import Configuration, describe_members, saved_configuration
 from raftlog.raft.node import RaftNode, trusted_commit_end
 from raftlog.storage import Checkpoint, CleanService, CorruptLogError, Store
+from raftlog.storage.consume_queues import ConsumeQueues
 
 log = logging.getLogger("raftlog.node")
 
 CHECKPOINT_FILE = "checkpoint.db"
+CONSUME_QUEUE_DIR = "consumequeue"  # RocketMQ's store/consumequeue
 
 
 class Node:
-    def __init__(self, settings: NodeSettings, checkpoint: Checkpoint, store: Store) -> None:
+    def __init__(self, settings: NodeSettings, checkpoint: Checkpoint, store: Store,
+                 consume_queues: ConsumeQueues | None = None) -> None:
         self.settings = settings
         self.checkpoint = checkpoint
         self.store = store
@@ -52,7 +55,8 @@ class Node:
                              voted_for=state.voted_for, committed_index=state.committed_index,
                              applied_index=state.applied_index, rejoining=store.recovery.lost_from is not None,
                              configuration=saved_configuration(state.config_index, state.config),
-                             config_scan_from=saved_committed + 1, tables=state.saved_tables)
+                             config_scan_from=saved_committed + 1, tables=state.saved_tables,
+                             consume_queues=consume_queues)
         self.raft.add_config_listener(self.peers.set_members)
         in_force = self.raft.configuration
         if settings.join is None and in_force.index >= 0 and not in_force.same_members(Configuration(config.peers)):
@@ -63,7 +67,10 @@ class Node:
         self._lag_watch: asyncio.Task[None] | None = None
         self.peers.on_push = self.metrics.observe_push
         store.durability.on_flush = self.metrics.flush_seconds.observe
-        self.cleaner = CleanService(store, safe_index=self._safe_index, floor=self.raft.consumers.floor)
+        dispatcher = self.raft.consume_queues
+        self.cleaner = CleanService(store, safe_index=self._safe_index, floor=self.raft.consumers.floor,
+                                    cleaned=None if dispatcher is None else dispatcher.retained)
+        self._flushing_queues: asyncio.Task[None] | None = None
         limits = settings.api_limits()
         self.request_bytes = InflightBytes(limits.max_inflight_body_bytes)  # the client, gRPC and peer ports share it
         self.service = LogService(self.raft, self.peers, limits, client_url=settings.client_url,
@@ -114,7 +121,12 @@ class Node:
         except BaseException:
             await checkpoint.close()
             raise
-        return cls(settings, checkpoint, store)
+        try:
+            return cls(settings, checkpoint, store, ConsumeQueues(data_dir / CONSUME_QUEUE_DIR))
+        except BaseException:
+            await checkpoint.close()
+            await store.close()
+            raise
 
     def _safe_index(self) -> int:
         """Cleaning never deletes an entry that is not applied yet; a follower that falls behind
@@ -146,6 +158,8 @@ class Node:
         self.checkpoint.start()
         self.raft.start()
         self.cleaner.start()
+        if self.raft.consume_queues is not None:
+            self._flushing_queues = asyncio.create_task(self.raft.consume_queues.run(), name="consume-queues")
         self._lag_watch = asyncio.create_task(self.metrics.watch_loop_lag(), name="loop-lag")
 
     async def stop(self) -> None:
@@ -155,6 +169,11 @@ class Node:
             self._lag_watch.cancel()
         await self.raft.stop()
         await self.cleaner.stop()
+        if self._flushing_queues is not None:
+            self._flushing_queues.cancel()
+            await asyncio.gather(self._flushing_queues, return_exceptions=True)
+        if self.raft.consume_queues is not None:
+            await self.raft.consume_queues.close()
         await self.peers.close()
         try:
             await self.checkpoint.close()

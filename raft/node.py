@@ -26,6 +26,7 @@ from raftlog.raft.client_appends import Appended, ClientAppends
 from raftlog.raft.cluster_version import ClusterVersion
 from raftlog.raft.commitment import Commitment
 from raftlog.raft.config import Peer, RaftConfig
+from raftlog.raft.consume_dispatch import ConsumeQueueDispatcher
 from raftlog.raft.consumers import ConsumerAsk, ConsumerCommit, ConsumerPositions
 from raftlog.raft.dispatcher import EntryDispatcher
 from raftlog.raft.elector import LeaderElector
@@ -60,6 +61,7 @@ from raftlog.raft.transfer import LeadershipTransfer
 from raftlog.raft.transport import Transport
 from raftlog.raft.waiting import Clock, Signal, log_if_died, loop_time
 from raftlog.storage.codec import Magic
+from raftlog.storage.consume_queues import ConsumeQueues
 from raftlog.storage.errors import StorageError
 from raftlog.storage.protocol import LogStore
 
@@ -84,11 +86,13 @@ class RaftNode:
                  applied_index: int = -1, state_machine: StateMachine | None = None,
                  rng: random.Random | None = None, rejoining: bool = False,
                  configuration: Configuration | None = None, config_scan_from: int = 0,
-                 tables: Mapping[str, bytes | None] | None = None, work_clock: Clock = time.perf_counter) -> None:
+                 tables: Mapping[str, bytes | None] | None = None, consume_queues: ConsumeQueues | None = None,
+                 work_clock: Clock = time.perf_counter) -> None:
         """`configuration`: the committed one the checkpoint holds (None: `config.peers`, the first);
         the log's configuration entries from `config_scan_from` on come after it (the checkpoint
         holds every configuration up to the commit index it saved), as do the other tables of the log
-        (raft.tables) after what `tables` holds of each, by name. `work_clock` times the
+        (raft.tables) after what `tables` holds of each, by name; `consume_queues`: the topics' consume
+        queues (None: the simulation's, without). `work_clock` times the
         scrub's batches, to pace it (the simulation gives its virtual clock, so a seed replays the same)."""
         self.config = config
         self.store = store
@@ -108,18 +112,22 @@ class RaftNode:
         self.consumers = ConsumerPositions(config, self.state, store)
         self.version = ClusterVersion(config.self_id, config.reported_level, self.state, store)
         self.topics = TopicCatalog(config.self_id, config.topics_max)
-        self.queue_offsets = QueueOffsets(config.self_id)
+        self.consume_queues = None if consume_queues is None else ConsumeQueueDispatcher(config.self_id, store,
+                                                                                           consume_queues)
+        self.queue_offsets = QueueOffsets(config.self_id, self.consume_queues)
         self.groups = GroupOffsets(config, self.state, self.queue_offsets.next_offset)
-        self.tables = Tables(config.self_id, store, [  # every table of the log (raft.tables): one line each
+        self.tables = Tables(config.self_id, store, [table for table in (  # the log's tables (raft.tables)
             ConfigurationTable(config.self_id, self.members, self._config_changed),
             self.sessions,
             self.consumers,
             self.version,
             self.topics,
+            self.consume_queues,  # before the queue offsets: it restores the queues they are read from
             self.queue_offsets,
             self.groups,
-        ])
+        ) if table is not None])
         self.tables.restore(tables or {}, progress)
+        self.tables.committed(committed)  # what a start replayed and was committed: the consume queues
         self.version.check_startable()
         self.appends = ClientAppends(config, self.state, store, self.commitment, self.tables, self.sessions,
                                      self.consumers, self.version, self._member_ids, self.wake_dispatchers,

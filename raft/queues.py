@@ -8,7 +8,8 @@ had taken: a truncation cuts uncommitted entries only, whose appends were never 
 answered offset is ever given to another message.
 
 Not in the checkpoint: a start reads the offsets from the consume queues, which hold every
-committed message, and the messages of the log after them. A snapshot install carries the
+committed message, and the messages of the log after them (restored first: raft.node lists the
+dispatcher before this table). A snapshot install carries the
 leader's committed offsets.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
+from typing import Protocol
 
 from raftlog.raft.tables import LogTable
 from raftlog.storage.codec import Entry, Magic
@@ -27,13 +29,23 @@ log = logging.getLogger("raftlog.raft.queues")
 QueueKey = tuple[int, int]  # (topic_id, queue)
 
 
+class Dispatched(Protocol):
+    """The consume queues, restored (raft.consume_dispatch): their offsets, and where the log goes on."""
+
+    start_index: int
+
+    def next_offsets(self) -> dict[QueueKey, int]: ...
+
+
 class QueueOffsets(LogTable):
     name = "queue_offsets"
     replays = frozenset((Magic.MESSAGE,))
     checkpointed = False
 
-    def __init__(self, self_id: str) -> None:
+    def __init__(self, self_id: str, dispatched: Dispatched | None = None) -> None:
+        """`dispatched`: the consume queues' dispatcher, whose queues give the offsets at a start."""
         self.self_id = self_id
+        self.dispatched = dispatched
         self.next: dict[QueueKey, int] = {}  # as of the log's tail
         self.tail: deque[QueuedRun] = deque()  # the runs not known committed, in log order
         self.base_index = -1  # the runs up to here are in `next` and out of `tail` (a snapshot's)
@@ -80,8 +92,12 @@ class QueueOffsets(LogTable):
     # -- starts and snapshot installs --------------------------------------------------------
 
     def restore(self, saved: bytes | None) -> int:
-        """Every message of the log, from its start (until the consume queues give the offsets)."""
-        return 0
+        """The consume queues' offsets, and the log's messages after what they hold (without consume
+        queues, the simulation's: every message of the log)."""
+        if self.dispatched is None:
+            return 0
+        self.next = self.dispatched.next_offsets()
+        return self.dispatched.start_index
 
     def committed_offsets(self) -> dict[QueueKey, int]:
         """The table without its uncommitted tail."""

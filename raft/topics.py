@@ -10,7 +10,8 @@ leader included, through restarts, retention and snapshot installs. A truncation
 the entries cut had changed.
 
 A TOPIC entry's body is JSON: {"op": "create" | "change" | "delete", "name": ..., and the fields
-set}; a create's "created_ms" is the leader's clock, so every member holds the same.
+set}; a create's "created_ms" is the leader's clock, so every member holds the same; a delete's "id"
+names the topic whose consume queues go.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class TopicChange:
             op, name = fields.pop("op"), fields.pop("name")
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a topic change ({exc})") from None
-        if op not in OPS or not isinstance(name, str) or not set(fields) <= {*CHANGEABLE, "created_ms"}:
+        if op not in OPS or not isinstance(name, str) or not set(fields) <= {*CHANGEABLE, "created_ms", "id"}:
             raise ValueError(f"not a topic change: {op!r} of {name!r} with {sorted(fields)}")
         return cls(op, name, fields)
 
@@ -214,7 +215,7 @@ class TopicCatalog(LogTable):
         if current is None:
             raise refuse(Code.TOPIC_NOT_FOUND, f"no topic {name!r}")
         if op == "delete":
-            return TopicChange(op, name, {})
+            return TopicChange(op, name, {"id": current.id})  # its consume queues go once it commits
         _check(refuse, fields)
         if fields.get("queues", current.queues) < current.queues:
             raise refuse(Code.INVALID_TOPIC, f"topic {name!r} has {current.queues} queues: a queue count grows, "

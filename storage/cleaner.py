@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 
 from raftlog.storage.config import parse_delete_when
@@ -51,8 +51,11 @@ def files_to_delete(files: Sequence[HeadFile], now: float, reserved_s: float, sa
 class CleanService:
     def __init__(self, store: Store, safe_index: Callable[[], int], *,
                  floor: Callable[[], int | None] = lambda: None, clock: Callable[[], float] = time.time,
-                 disk_usage: Callable[[], float] | None = None) -> None:
+                 disk_usage: Callable[[], float] | None = None,
+                 cleaned: Callable[[], Awaitable[None]] | None = None) -> None:
+        """`cleaned`: called after head files are deleted (the consume queues' first offsets move)."""
         self.store = store
+        self.cleaned = cleaned
         self.safe_index = safe_index
         self.floor = floor  # the last index the slowest flagged consumer processed (None: none)
         self.clock = clock
@@ -82,6 +85,8 @@ class CleanService:
         if count:
             await self.store.delete_head_files(count)
             self.files_deleted += count
+            if self.cleaned is not None:
+                await self.cleaned()
             log.info("cleaned %d data files (disk usage %.1f%%, forced: %s)", count, ratio * 100, force)
         return count
 

@@ -371,6 +371,15 @@ class ConsumeQueue:
         self.min_offset = new_min
         fsync_dir(Path(self.directory))
 
+    def reset(self, offset: int) -> None:
+        """Empty the queue, its next unit at `offset` (a snapshot install: the log restarts after the
+        messages that took the offsets below it); durable on return, kept by an empty first file's name."""
+        self.delete()
+        self.min_offset = self.next_offset = offset
+        if offset:
+            self._create(self.grid.file_of(offset))
+            self.flush()
+
     # -- durability and closing --------------------------------------------------------------------
 
     def flush(self) -> None:

@@ -203,12 +203,67 @@ class ConsumeQueues:
                 for queue, names in files.items():
                     yield _number(topic.name, topic.path), queue, names
 
+    def next_offsets(self) -> dict[tuple[int, int], int]:
+        """Each stored queue's next offset (after `recover`, which opened them all): where its next
+        message goes, as of the units dispatched."""
+        return {(topic_id, queue): cq.next_offset for topic_id, queues in self._topics.items()
+                for queue, cq in queues.items() if cq.has_files}
+
+    def offsets_at(self, pos: int) -> dict[tuple[int, int], int]:
+        """Each stored queue's first offset at or past the log's `pos`: its offsets as of the entry before
+        (what a snapshot install from there carries)."""
+        offsets = {}
+        for topic_id, queue, names in self._stored_queues():
+            cq = self._loaded(topic_id, queue, names)
+            was_open = cq.files_open
+            offsets[(topic_id, queue)] = cq.first_at_or_past(pos)
+            if not was_open:
+                cq.close_files()
+        return offsets
+
+    def correct_min_offsets(self, log_begin_pos: int) -> Iterator[None]:
+        """Retention removed the log before `log_begin_pos`: every queue's first offset moves past it. A
+        step per queue, so that an owner on an event loop can let others run between them."""
+        for topic_id, queue, names in list(self._stored_queues()):
+            cq = self._loaded(topic_id, queue, names)
+            was_open = cq.files_open
+            cq.correct_min_offset(log_begin_pos)
+            if not was_open:
+                cq.close_files()
+            yield
+
+    def reset(self, offsets: dict[tuple[int, int], int]) -> None:
+        """A snapshot install: every queue empty, each of `offsets` going on from its offset there, the
+        others gone; the dispatched point dropped (the new log is dispatched from its start)."""
+        for topic_id, queue, names in list(self._stored_queues()):
+            if (topic_id, queue) not in offsets:
+                self._loaded(topic_id, queue, names).delete()
+        for (topic_id, queue), offset in offsets.items():
+            self._loaded(topic_id, queue).reset(offset)
+        self._dirty.clear()
+        self._save_point(None)
+        self._through = None
+
+    def flush_parts(self) -> tuple[int, DispatchedPoint | None]:
+        """The owner's half of a flush from another thread: every queue counts as clean from now on (what it
+        writes after this is for the next flush), and the other thread syncs the root's file system
+        (`syncfs(fd)`), then saves the point (`save_point`). Returns the root's descriptor and the point."""
+        for cq in self._dirty:
+            cq.synced()
+        self._dirty.clear()
+        return self._root_fd, self._through
+
+    def save_point(self, point: DispatchedPoint | None) -> None:
+        """After a flush_parts' sync: the point it covered is durable."""
+        if point != self.dispatched:
+            self._save_point(point)
+
     # -- durability and closing ------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Put every dirty queue's units on disk, then move the dispatched point to what they cover."""
         if len(self._dirty) >= self.syncfs_from_queues:
-            _syncfs(self._root_fd)
+            syncfs(self._root_fd)
             for cq in self._dirty:
                 cq.synced()
         else:
@@ -235,7 +290,7 @@ class ConsumeQueues:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _syncfs(fd: int) -> None:
+def syncfs(fd: int) -> None:
     """syncfs(2), which Python's os module lacks: write every dirty page and inode of fd's file system."""
     if _libc.syncfs(fd) != 0:
         error = ctypes.get_errno()

@@ -16,6 +16,7 @@ from raftlog.storage.batch import Batch, encode_leader_batch, validate_follower_
 from raftlog.storage.checkpoint import TableSource, check_vote
 from raftlog.storage.codec import HEADER, Entry, Magic, Stamp, decode_entry
 from raftlog.storage.config import StoreConfig
+from raftlog.storage.consume_queue import UNIT
 from raftlog.storage.errors import (
     CorruptEntryError,
     DiskFullError,
@@ -23,6 +24,7 @@ from raftlog.storage.errors import (
     StorageError,
     check_in_log,
 )
+from raftlog.storage.message import MESSAGE_HEADER
 from raftlog.storage.protocol import AppendResult, FollowerAppend, RawEntries, Verified
 
 
@@ -188,6 +190,10 @@ class MemoryStore:
         for i, raw in enumerate(self._entries[first - self.begin_index:]):
             if int.from_bytes(raw[:4], "big") in magics:
                 yield first + i
+
+    def message_units(self, first: int, last: int) -> bytes:
+        entries = [self.get(i) for i in range(first, last + 1)]
+        return b"".join(UNIT.pack(e.pos, e.size, MESSAGE_HEADER.unpack_from(e.body)[3]) for e in entries)
 
     def first_index_of_term(self, term: int, before_index: int) -> int | None:
         for index in range(self.begin_index, min(before_index, self.end_index) + 1):

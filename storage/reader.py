@@ -26,6 +26,8 @@ from raftlog.storage.codec import (
     decode_entry,
     header_of_record,
 )
+from raftlog.storage.consume_queue import units_of
+from raftlog.storage.consume_queues import tags_codes_of
 from raftlog.storage.errors import CorruptEntryError, StorageError, check_in_log
 from raftlog.storage.protocol import LogBounds, RawEntries, Verified
 from raftlog.storage.retention import PageRelease
@@ -193,6 +195,21 @@ class LogReader:
             for found in wanted.finditer(types):
                 yield index + found.start()
             index += count
+
+    def message_units(self, first: int, last: int) -> bytes:
+        """The consume queue units of the MESSAGE entries first..last (storage.consume_queue): each one's
+        pos and size from its index record, its tags code from its body, without reading the entries."""
+        parts = []
+        index = first
+        while index <= last:
+            at = index * INDEX_RECORD_SIZE
+            seg = self.index.find(at)
+            offset = at - seg.start
+            count = min(last + 1 - index, (self.index.file_size - offset) // INDEX_RECORD_SIZE)
+            records = seg.view[offset:offset + count * INDEX_RECORD_SIZE]
+            parts.append(units_of(records, tags_codes_of(records, self.data)))
+            index += count
+        return b"".join(parts)
 
     def first_index_of_term(self, term: int, before_index: int) -> int | None:
         """The first kept index at or below `before_index` whose term is `term`, or None.

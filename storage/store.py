@@ -337,6 +337,9 @@ class Store:
     def indices_of(self, magics: Collection[int], start: int) -> Iterator[int]:
         return self.reader.indices_of(magics, start)
 
+    def message_units(self, first: int, last: int) -> bytes:
+        return self.reader.message_units(first, last)
+
     async def repair(self, index: int, raw: bytes) -> None:
         """Overwrite the damaged entry at `index` with `raw`, a replica's stored copy of it.
 

@@ -47,6 +47,7 @@ from raftlog.raft.producers import Sequenced, SessionChange
 from raftlog.raft.waiting import loop_time
 from raftlog.storage import CorruptLogError, Store, StoreConfig
 from raftlog.storage.codec import DATA_MAGICS, Magic, client_body
+from raftlog.storage.consume_queues import ConsumeQueues
 from raftlog.storage.memory import MemoryCheckpoint, MemoryStore
 from raftlog.storage.message import decode_message
 from tests.sim.disk import PowerLossDisk, SlowDiskExecutor
@@ -294,7 +295,8 @@ class SimCluster:
                         applied_index=cp.applied_index, rng=random.Random(self.rng.random()),
                         rejoining=rejoining or member.lost_data,
                         configuration=saved_configuration(cp.config_index, cp.config),
-                        config_scan_from=cp.committed_index + 1, tables=cp.saved_tables, work_clock=loop_time)
+                        config_scan_from=cp.committed_index + 1, tables=cp.saved_tables, work_clock=loop_time,
+                        consume_queues=None if self.tmp is None else ConsumeQueues(self.tmp / node_id / "consumequeue"))
         peers = SimPeers(self.network, node_id, (config.max_wait_ack_ms + config.rpc_timeout_ms) / 1000)
         member.service = LogService(node, peers, ApiLimits(), client_url=f"sim://{node_id}",  # type: ignore[arg-type]
                                     describe=lambda: ("sync", DiskStatus("memory", 0.0, False)))
@@ -335,6 +337,8 @@ class SimCluster:
         if calls:
             await asyncio.wait(calls)
         await member.node.stop()
+        if member.node.consume_queues is not None:
+            member.node.consume_queues.queues.close()
         member.node = member.service = None
         if isinstance(member.store, PowerLossStore):
             await member.store.power_loss()  # the whole machine went down: unflushed data is gone

@@ -15,6 +15,7 @@ from raftlog.api.errors import ApiError
 from raftlog.api.service import LogService
 from raftlog.raft.client_appends import ClientAppends
 from raftlog.raft.commitment import Commitment
+from raftlog.raft.consume_dispatch import ConsumeQueueDispatcher
 from raftlog.raft.consumers import ConsumerPositions
 from raftlog.raft.handler import EntryHandler
 from raftlog.raft.member_state import MemberState
@@ -24,6 +25,8 @@ from raftlog.raft.producers import ProducerTable
 from raftlog.raft.queues import QueueOffsets
 from raftlog.raft.quorum import quorum_index
 from raftlog.storage.codec import Magic
+from raftlog.storage.consume_queue import ConsumeQueue
+from raftlog.storage.message import QueuedRun
 
 
 def votes_twice(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -169,6 +172,26 @@ def offsets_from_committed(original: Callable[..., Any]) -> Callable[..., Any]:
     return next_offset
 
 
+def dispatches_uncommitted(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The consume queues' dispatcher indexes messages as they join the log, committed or not."""
+
+    def queued(self: ConsumeQueueDispatcher, run: QueuedRun) -> None:
+        original(self, run)
+        self.committed(run[4])
+
+    return queued
+
+
+def keeps_queues_past_the_log(original: Callable[..., Any]) -> Callable[..., Any]:
+    """A start does not cut a consume queue where the log goes on after its dispatched point (RocketMQ's
+    truncateDirtyLogicFiles left out): the units past it stay."""
+
+    def truncate_past_pos(self: ConsumeQueue, pos: int) -> None:
+        return None
+
+    return truncate_past_pos
+
+
 MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-before-quorum": (ClientAppends, "append", acks_before_quorum),
     "votes-twice": (MemberState, "vote_for", votes_twice),
@@ -182,4 +205,6 @@ MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "forgets-producers": (RaftNode, "_on_role_change", forgets_producers),
     "forgets-saved-consumers": (ConsumerPositions, "restore", forgets_saved_consumers),
     "offsets-from-committed": (QueueOffsets, "next_offset", offsets_from_committed),
+    "dispatches-uncommitted": (ConsumeQueueDispatcher, "queued", dispatches_uncommitted),
+    "keeps-queues-past-the-log": (ConsumeQueue, "truncate_past_pos", keeps_queues_past_the_log),
 }

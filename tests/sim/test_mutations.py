@@ -35,6 +35,8 @@ def plant(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     ("forgets-producers", 1, 3, "UNKNOWN_PRODUCER"),  # with owners, sessions are opened: forgotten, they refuse
     ("forgets-saved-consumers", 1, 3, "consumer positions differ"),
     ("offsets-from-committed", 2, 3, "messages from offset"),  # a new batch takes an uncommitted one's offsets
+    ("dispatches-uncommitted", 3, 3, "holds the unit"),  # a truncated message's unit, then another's
+    ("keeps-queues-past-the-log", 1, 3, "messages from offset"),  # damage cut the log: the offsets run on
 ])
 def test_a_random_schedule_catches(monkeypatch: pytest.MonkeyPatch, name: str, seed: int, voters: int,
                                    found: str) -> None:

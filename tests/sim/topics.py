@@ -28,6 +28,7 @@ from raftlog.raft.node import RaftNode
 from raftlog.raft.producers import Sequenced
 from raftlog.raft.topic_appends import MessageBatch
 from raftlog.storage.codec import Magic
+from raftlog.storage.consume_queue import UNIT
 from raftlog.storage.message import Meta, decode_message, key_queue
 from tests.sim.cluster import PRODUCER, SimCluster
 
@@ -111,6 +112,7 @@ def check_topics(cluster: SimCluster, acks: list[MessageAck]) -> None:
                                           f"entry {index}, after {expected - 1}")
             offsets[key] = message.queue_offset + 1
             found[index] = (message.topic_id, message.queue, message.queue_offset, bytes(message.body))
+        check_consume_queues(cluster, node)
         if node.queue_offsets.next != offsets:
             cluster.violations.append(f"{node.config.self_id}: queue offsets {node.queue_offsets.next}, its log "
                                       f"gives {offsets}")
@@ -124,6 +126,26 @@ def check_topics(cluster: SimCluster, acks: list[MessageAck]) -> None:
 
 Attempt = Callable[[str], Coroutine[Any, Any, bool]]
 UntilAnswered = Callable[[SimCluster, random.Random, asyncio.Event, list[float], Attempt], Awaitable[bool]]
+
+
+def check_consume_queues(cluster: SimCluster, node: RaftNode) -> None:
+    """A member's consume queues hold the units its log's committed messages give, each at its offset."""
+    if node.consume_queues is None:
+        return
+    store, derived = node.store, {}
+    for index in store.indices_of(frozenset((Magic.MESSAGE,)), store.begin_index):
+        if index > node.committed_index:
+            break
+        entry = store.get(index)
+        message = decode_message(entry.body)
+        derived.setdefault((message.topic_id, message.queue), []).append(
+            (message.queue_offset, UNIT.pack(entry.pos, entry.size, message.tags_code)))
+    for (topic_id, queue), units in derived.items():
+        cq = node.consume_queues.queues.queue(topic_id, queue)
+        first = units[0][0]
+        if cq.next_offset != units[-1][0] + 1 or cq.units(first, len(units)) != b"".join(u for _o, u in units):
+            cluster.violations.append(f"{node.config.self_id}: consume queue {queue} of topic {topic_id} holds "
+                                      f"offsets {cq.min_offset}..{cq.next_offset - 1}, not its log's")
 
 
 async def topic_writers(cluster: SimCluster, rng: random.Random, stop: asyncio.Event, acks: list[MessageAck],
