@@ -70,6 +70,9 @@ proto: $(STAMP)
 	sed -i 's/^from raftlog.v1 import log_pb2/from raftlog.api import log_pb2/' .proto-out/raftlog/v1/log_pb2_grpc.py
 	mv .proto-out/raftlog/peer/v1/peer_pb2.py .proto-out/raftlog/peer/v1/peer_pb2.pyi api/
 	mv .proto-out/raftlog/v1/log_pb2.py .proto-out/raftlog/v1/log_pb2.pyi .proto-out/raftlog/v1/log_pb2_grpc.py api/
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=.proto-out --pyi_out=.proto-out --grpc_python_out=.proto-out proto/raftlog/v1/topics.proto
+	sed -i 's/^from raftlog.v1 import \(log_pb2\|topics_pb2\)/from raftlog.api import \1/' .proto-out/raftlog/v1/topics_pb2*.py*
+	mv .proto-out/raftlog/v1/topics_pb2.py .proto-out/raftlog/v1/topics_pb2.pyi .proto-out/raftlog/v1/topics_pb2_grpc.py api/
 	rm -rf .proto-out
 
 # the compiled codec against the Python reference under atheris (tests/storage/fuzz_codec.py), FUZZ_SECONDS in

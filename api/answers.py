@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftlog.raft.membership import Configuration
+from raftlog.raft.topics import Topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,47 @@ class TransferAnswer:
         if not isinstance(leader, str) or not isinstance(previous, str):
             raise ValueError("a transfer's answer names the new leader and the previous one")
         return cls(leader, previous)
+
+
+def topic_from_json(fields: dict[str, Any]) -> Topic:
+    """What Topic.json gave, back (a forwarded topic change's answer); ValueError if it is not that."""
+    try:
+        return Topic(**{name: value for name, value in fields.items() if name != "perm"})
+    except TypeError as exc:
+        raise ValueError(f"not a topic: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageAnswer:
+    """Where one message went: its topic, queue and queue offset, its entry's index and position."""
+
+    topic: str
+    topic_id: int
+    queue: int
+    queue_offset: int
+    index: int
+    pos: int
+    duplicate: bool = False  # a producer's retry: appended before, not now
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesAnswer:
+    """A batch of messages committed in one queue of a topic, by `leader`: the first message's queue
+    offset and index, each message's position (the next ones count up from the first)."""
+
+    topic: str
+    topic_id: int
+    queue: int
+    first_offset: int
+    first_index: int
+    term: int
+    positions: Sequence[int]
+    leader: str
+    duplicate: bool = False  # a producer's retry: the messages were appended before, and these are theirs
+
+    def messages(self) -> list[MessageAnswer]:
+        return [MessageAnswer(self.topic, self.topic_id, self.queue, self.first_offset + i, self.first_index + i, pos,
+                              self.duplicate) for i, pos in enumerate(self.positions)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD"})
 WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch", "/v1/producers"})
 CONSUMERS_PATH = "/v1/consumers/"
 PRODUCERS_PATH = "/v1/producers/"
+TOPICS_PATH = "/v1/topics/"
+MESSAGES_SUFFIX = "/messages"  # a topic's messages: POST appends them
 
 
 class Role(IntEnum):
@@ -53,8 +55,8 @@ class Role(IntEnum):
 
     READER = 1  # GET routes
     CONSUMER = 2  # reads, and moving the named consumers its name covers
-    WRITER = 3  # appends, moving any named consumer, and reads
-    ADMIN = 4  # leadership transfer, the admin page's actions, a consumer's retention floor, and everything else
+    WRITER = 3  # appends (a topic's messages too), moving any named consumer, and reads
+    ADMIN = 4  # the topic catalog, leadership transfer, the admin page's actions, a consumer's retention floor, ...
 
 
 class TokenError(ValueError):
@@ -159,7 +161,7 @@ def required_role(method: str, path: str) -> Role | None:
     """The least role a public request needs; None: open to anyone."""
     if method in SAFE_METHODS:
         return None if path in OPEN_PATHS else Role.READER
-    if method == "POST" and path in WRITE_PATHS:
+    if method == "POST" and (path in WRITE_PATHS or (path.startswith(TOPICS_PATH) and path.endswith(MESSAGES_SUFFIX))):
         return Role.WRITER
     if method == "DELETE" and path.startswith(PRODUCERS_PATH):  # its owner's own session
         return Role.WRITER

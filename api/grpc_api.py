@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import grpc
 import grpc.aio
@@ -75,6 +75,15 @@ ROLES = {"Append": Role.WRITER, "AppendBatch": Role.WRITER, "AppendStream": Role
          "CloseProducer": Role.WRITER,
          "CommitConsumer": Role.CONSUMER, "GetConsumer": Role.READER, "ListConsumers": Role.READER,
          "DeleteConsumer": Role.CONSUMER}  # a consumer token: the consumers its name covers (api.auth)
+
+
+class PortService(NamedTuple):
+    """Another service of the gRPC port (api.grpc_topics), guarded, credited and listed as Log is."""
+
+    name: str
+    roles: Mapping[str, Role]  # the role each method needs
+    batches: frozenset[str]  # the methods whose messages' field 1 is counted before they are decoded
+    add_to: Callable[[grpc.aio.Server], None]  # its servicer, added to the server
 
 
 def grpc_code(error: ApiError) -> grpc.StatusCode:
@@ -289,7 +298,9 @@ class CallGuard(grpc.aio.ServerInterceptor):
     """
 
     def __init__(self, tokens: Tokens | None, failures: AuthFailures | None, budget: InflightBytes,
-                 max_batch_entries: int) -> None:
+                 max_batch_entries: int, services: Sequence[PortService] = ()) -> None:
+        log_service = PortService(SERVICE, ROLES, BATCHES, lambda _server: None)  # guarded: each service's roles
+        self.services = {SERVICE: log_service, **{service.name: service for service in services}}
         self.tokens = tokens
         self.failures = failures
         self.budget = budget
@@ -297,17 +308,18 @@ class CallGuard(grpc.aio.ServerInterceptor):
         self.peer_name = _same  # a caller's address, from gRPC's name of it (GrpcApi sets it)
 
     async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
-        service, _, method = details.method[1:].rpartition("/")
-        if service != SERVICE:
+        name, _, method = details.method[1:].rpartition("/")
+        service = self.services.get(name)
+        if service is None:
             return await continuation(details)
         if self.tokens is not None:
-            refusal = self.refusal(method, details.invocation_metadata)
+            refusal = self.refusal(method, details.invocation_metadata, service.roles)
             if refusal is not None:
-                return self._refusing(method, *refusal)
+                return self._refusing(f"{name}/{method}", *refusal)
         handler = await continuation(details)
         if handler is None:
             return None
-        decode = decoder(handler.request_deserializer, method in BATCHES, self.max_batch_entries)
+        decode = decoder(handler.request_deserializer, method in service.batches, self.max_batch_entries)
         if method == "AppendStream":
             return streamed(handler, self.budget, decode)
         if handler.unary_unary is not None:
@@ -316,17 +328,17 @@ class CallGuard(grpc.aio.ServerInterceptor):
             return bounded(handler, self.budget, decode, _abort, streams=True)
         return handler
 
-    def refusal(self, method: str, metadata: Any) -> tuple[str, ApiError] | None:
+    def refusal(self, method: str, metadata: Any, roles: Mapping[str, Role] = ROLES) -> tuple[str, ApiError] | None:
         """Why a call of `method` with this metadata is refused (the reason counted, the error), or None."""
         assert self.tokens is not None
-        return refusal(self.tokens, _bearer(metadata), ROLES.get(method, Role.ADMIN), method)
+        return refusal(self.tokens, _bearer(metadata), roles.get(method, Role.ADMIN), method)
 
-    def _refusing(self, method: str, reason: str, error: ApiError) -> grpc.RpcMethodHandler:
+    def _refusing(self, call: str, reason: str, error: ApiError) -> grpc.RpcMethodHandler:
         failures, peer_name = self.failures, self.peer_name
 
         async def refuse(_requests: Any, context: grpc.aio.ServicerContext) -> None:
             if failures is not None:
-                failures.note(reason, f"{SERVICE}/{method}", peer_name(context.peer()))
+                failures.note(reason, call, peer_name(context.peer()))
             await _abort(context, error)
 
         return grpc.stream_unary_rpc_method_handler(refuse)
@@ -338,7 +350,8 @@ class GrpcApi:
 
     def __init__(self, service: LogService, handlers: EntryHandlers, tokens: Tokens | None,
                  failures: AuthFailures | None, address: str,
-                 credentials: grpc.ServerCredentials | None = None, budget: InflightBytes | None = None) -> None:
+                 credentials: grpc.ServerCredentials | None = None, budget: InflightBytes | None = None,
+                 services: Sequence[PortService] = ()) -> None:
         limits = service.limits
         # a batch of max_request_bytes of bodies, with each body's tag and length (at most 6 bytes)
         message_max = limits.max_request_bytes + BODY_FRAMING_MAX * limits.max_batch_entries + 1024
@@ -361,18 +374,21 @@ class GrpcApi:
         ]
         self.port = GrpcPort(address, limits)  # OSError when the port is taken
         self.guard = CallGuard(tokens, failures, budget or InflightBytes(limits.max_inflight_body_bytes),
-                               limits.max_batch_entries)
+                               limits.max_batch_entries, services)
         self.guard.peer_name = self.port.slots.peer_name
-        credit = CreditCalls(self.port.slots.credit_name, frozenset({SERVICE}))  # after the token check
+        names = (SERVICE, *(extra.name for extra in services))
+        credit = CreditCalls(self.port.slots.credit_name, frozenset(names))  # after the token check
         self.server = grpc.aio.server(options=options, interceptors=(self.guard, credit),
                                       # beyond the calls at once: RESOURCE_EXHAUSTED
                                       maximum_concurrent_rpcs=limits.max_inflight_requests + limits.max_followers)
-        self.readiness = Readiness(service, SERVICE)
+        self.readiness = Readiness(service, *names)
         servicer = LogServicer(service, handlers, tokens)
         servicer.peer_name = self.port.slots.peer_name
         log_pb2_grpc.add_LogServicer_to_server(servicer, self.server)
+        for extra in services:
+            extra.add_to(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.readiness, self.server)
-        reflection.enable_server_reflection((SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.enable_server_reflection((*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                                              reflection.SERVICE_NAME), self.server)
         inner = self.port.server_address  # TLS passes the port's listener, for gRPC's server to do
         bound = (self.server.add_secure_port(inner, credentials) if credentials is not None

@@ -14,22 +14,23 @@ READINESS_S = 1.0  # how often Watch subscribers of the API's service get readin
 
 
 class Readiness(health_aio.HealthServicer):
-    """grpc.health.v1: the empty service is SERVING while the process is up; the API's service
-    (`raftlog.v1.Log`) while the member has a leader and has caught up with it (as /readyz), asked
-    at each Check."""
+    """grpc.health.v1: the empty service is SERVING while the process is up; the API's services
+    (`raftlog.v1.Log`, `raftlog.v1.Topics`) while the member has a leader and has caught up with it
+    (as /readyz), asked at each Check."""
 
-    def __init__(self, service: LogService, name: str) -> None:
+    def __init__(self, service: LogService, *names: str) -> None:
         super().__init__()
         self.service = service
-        self.name = name  # the API's service
+        self.names = names  # the API's services
 
     async def refresh(self) -> None:
         ready = self.service.node.caught_up
-        await self.set(self.name, health_pb2.HealthCheckResponse.SERVING if ready
-                       else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in self.names:
+            await self.set(name, health_pb2.HealthCheckResponse.SERVING if ready
+                           else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def Check(self, request: health_pb2.HealthCheckRequest, context: Any) -> Any:
-        if request.service == self.name:
+        if request.service in self.names:
             await self.refresh()
         return await super().Check(request, context)
 

@@ -26,7 +26,7 @@ import logging
 import ssl
 import tempfile
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,8 +35,16 @@ import grpc.aio
 from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
-from raftlog.api.answers import AppendAnswer, ConsumerAnswer, MembershipAnswer, ProducerAnswer, TransferAnswer
-from raftlog.api.errors import ApiError
+from raftlog.api.answers import (
+    AppendAnswer,
+    ConsumerAnswer,
+    MembershipAnswer,
+    MessagesAnswer,
+    ProducerAnswer,
+    TransferAnswer,
+    topic_from_json,
+)
+from raftlog.api.errors import ApiError, too_large
 from raftlog.api.forward_stream import ForwardStream
 from raftlog.api.peer_codec import (
     PeerMessageError,
@@ -44,9 +52,13 @@ from raftlog.api.peer_codec import (
     consumer_commit_request,
     decode_message,
     encode_message,
+    messages_answer,
+    messages_request,
+    topic_change_request,
 )
 from raftlog.api.peer_stream import H2PushStream
 from raftlog.api.peer_wire import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEOUT_MS, SERVICE
+from raftlog.raft.cluster_version import TOPICS
 from raftlog.raft.config import Peer
 from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.messages import (
@@ -60,6 +72,8 @@ from raftlog.raft.messages import (
     VoteResponse,
 )
 from raftlog.raft.producers import Sequenced
+from raftlog.raft.topic_appends import MessageBatch
+from raftlog.raft.topics import Topic
 from raftlog.raft.transport import PeerUnavailable
 from raftlog.raft.waiting import loop_time
 
@@ -239,6 +253,33 @@ class PeerClient:
                            f"the leader {leader_id} runs a release before cluster versions", leader_id) from None
         return _typed(ProducerAnswer, answer.json, leader_id)
 
+    async def change_topic(self, leader_id: str, op: str, name: str, fields: Mapping[str, Any],
+                           caller: str) -> Topic | None:
+        """A topic created, changed or deleted by the leader: the topic then (None: deleted)."""
+        request = topic_change_request(op, name, fields, caller)
+        try:
+            answer = await self._api_call(leader_id, "ChangeTopic", request, pb.JsonAnswer)
+        except UnimplementedCall:
+            raise _before_topics(leader_id) from None
+        fields = _json(answer.json, leader_id)
+        try:
+            return topic_from_json(fields) if fields else None
+        except ValueError as exc:
+            raise ApiError(Code.NETWORK_ERROR, f"{leader_id} answered something else than a topic: {exc}") from None
+
+    async def append_messages(self, leader_id: str, batch: MessageBatch, caller: str,
+                              producer: Sequenced | None = None) -> MessagesAnswer:
+        """One queue's batch of messages, appended by the leader once committed."""
+        request = messages_request(batch, caller, producer)
+        if request.ByteSize() > self.max_forward_bytes:
+            raise too_large(f"a batch of {request.ByteSize()} bytes with its messages' keys, tags and properties: "
+                            f"the leader takes at most {self.max_forward_bytes}")
+        try:
+            answer = await self._api_call(leader_id, "AppendMessages", request, pb.MessagesResponse)
+        except UnimplementedCall:
+            raise _before_topics(leader_id) from None
+        return messages_answer(answer)
+
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
         answer = await self._api_call(peer_id, "Status", pb.StatusRequest(), pb.JsonAnswer, timeout_s)
         return _json(answer.json, peer_id)
@@ -341,6 +382,11 @@ def _json(text: str, peer_id: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ApiError(Code.NETWORK_ERROR, f"{peer_id} answered something else than a JSON object")
     return value
+
+
+def _before_topics(leader_id: str) -> ApiError:
+    return ApiError(Code.CLUSTER_VERSION_TOO_LOW, f"topics need cluster version {TOPICS}; the leader {leader_id} "
+                    "runs a release before topics", leader_id)
 
 
 def _typed(answer_type: type[A], text: str, peer_id: str) -> A:

@@ -10,14 +10,14 @@ and the call fails, never a crash.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum, IntEnum
 from typing import Any, TypeVar, cast, get_type_hints
 
 from google.protobuf.message import DecodeError, Message
 
 from raftlog.api import peer_pb2 as pb
-from raftlog.api.answers import AppendAnswer
+from raftlog.api.answers import AppendAnswer, MessagesAnswer
 from raftlog.raft.consumers import ConsumerAsk
 from raftlog.raft.messages import (
     Code,
@@ -33,6 +33,9 @@ from raftlog.raft.messages import (
     VoteResponse,
 )
 from raftlog.raft.producers import Sequenced
+from raftlog.raft.topic_appends import MessageBatch
+from raftlog.raft.topics import CHANGEABLE
+from raftlog.storage import message as stored
 
 M = TypeVar("M")
 FIELD_TYPES: dict[type, dict[str, Any]] = {}  # _field_types's, by message class
@@ -191,3 +194,54 @@ def append_answer_share(message: pb.AppendResponse, offset: int, count: int) -> 
     first = message.first_index + offset
     return AppendAnswer(first, first + count - 1, message.term, list(message.positions[offset:offset + count]),
                         message.leader, message.duplicate)
+
+
+# -- topics (raft.topics) and their messages (raft.topic_appends), through the leader -------------
+
+def topic_change_request(op: str, name: str, fields: Mapping[str, Any], caller: str) -> pb.TopicChange:
+    """A topic change, forwarded to the leader: only the fields it sets."""
+    return pb.TopicChange(op=op, name=name, caller=caller, **{f: v for f, v in fields.items() if f in CHANGEABLE})
+
+
+def forwarded_topic_change(message: bytes) -> tuple[str, str, dict[str, Any], str]:
+    """What topic_change_request sent: (op, name, fields, caller) (DecodeError if it is not a message)."""
+    request = pb.TopicChange.FromString(message)
+    fields = {name: getattr(request, name) for name in CHANGEABLE if request.HasField(name)}
+    return request.op, request.name, fields, request.caller
+
+
+def messages_request(batch: MessageBatch, caller: str, producer: Sequenced | None) -> pb.MessagesRequest:
+    """A batch of messages, forwarded to the leader: each body after its keys, tags and properties, in
+    a MESSAGE entry's own form (its header all zeros), which storage.message reads back."""
+    request = pb.MessagesRequest(messages=[stored.encode_message(0, 0, 0, meta.encode(), 0, body)
+                                           for body, meta in zip(batch.bodies, batch.metas, strict=True)],
+                                 topic=batch.topic, queue=batch.queue, caller=caller)
+    if producer is not None:
+        request.producer_id, request.producer_epoch, request.sequence = producer
+    return request
+
+
+def forwarded_messages(message: bytes) -> tuple[MessageBatch, str, Sequenced | None]:
+    """What messages_request sent: the batch, its caller and its producer (DecodeError, or
+    MessageFormatError for a message that storage.message does not read)."""
+    request = pb.MessagesRequest.FromString(message)
+    bodies, metas = [], []
+    for raw in request.messages:
+        decoded = stored.decode_message(memoryview(raw))
+        bodies.append(bytes(decoded.body))
+        metas.append(stored.Meta.of(decoded.keys, decoded.tags, decoded.properties))
+    producer = (Sequenced(request.producer_id, request.producer_epoch, request.sequence)
+                if request.HasField("producer_id") else None)
+    return (MessageBatch(request.topic, bodies, metas, request.queue if request.HasField("queue") else None),
+            request.caller, producer)
+
+
+def messages_answer_message(answer: MessagesAnswer) -> pb.MessagesResponse:
+    return pb.MessagesResponse(topic=answer.topic, topic_id=answer.topic_id, queue=answer.queue,
+                               first_offset=answer.first_offset, first_index=answer.first_index, term=answer.term,
+                               positions=answer.positions, leader=answer.leader, duplicate=answer.duplicate)
+
+
+def messages_answer(message: pb.MessagesResponse) -> MessagesAnswer:
+    return MessagesAnswer(message.topic, message.topic_id, message.queue, message.first_offset, message.first_index,
+                          message.term, list(message.positions), message.leader, message.duplicate)

@@ -271,6 +271,68 @@ class SessionChange(_message.Message):
     close: bool
     def __init__(self, producer_id: _Optional[int] = ..., caller: _Optional[str] = ..., close: _Optional[bool] = ...) -> None: ...
 
+class TopicChange(_message.Message):
+    __slots__ = ("op", "name", "queues", "max_message_bytes", "readable", "writable", "description", "caller")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    READABLE_FIELD_NUMBER: _ClassVar[int]
+    WRITABLE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    name: str
+    queues: int
+    max_message_bytes: int
+    readable: bool
+    writable: bool
+    description: str
+    caller: str
+    def __init__(self, op: _Optional[str] = ..., name: _Optional[str] = ..., queues: _Optional[int] = ..., max_message_bytes: _Optional[int] = ..., readable: _Optional[bool] = ..., writable: _Optional[bool] = ..., description: _Optional[str] = ..., caller: _Optional[str] = ...) -> None: ...
+
+class MessagesRequest(_message.Message):
+    __slots__ = ("messages", "topic", "queue", "caller", "producer_id", "producer_epoch", "sequence")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedScalarFieldContainer[bytes]
+    topic: str
+    queue: int
+    caller: str
+    producer_id: int
+    producer_epoch: int
+    sequence: int
+    def __init__(self, messages: _Optional[_Iterable[bytes]] = ..., topic: _Optional[str] = ..., queue: _Optional[int] = ..., caller: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
+
+class MessagesResponse(_message.Message):
+    __slots__ = ("error", "topic", "topic_id", "queue", "first_offset", "first_index", "term", "positions", "leader", "duplicate")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    error: ApiError
+    topic: str
+    topic_id: int
+    queue: int
+    first_offset: int
+    first_index: int
+    term: int
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    leader: str
+    duplicate: bool
+    def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., queue: _Optional[int] = ..., first_offset: _Optional[int] = ..., first_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
 class JsonAnswer(_message.Message):
     __slots__ = ("error", "json")
     ERROR_FIELD_NUMBER: _ClassVar[int]

@@ -45,9 +45,13 @@ from raftlog.api.peer_codec import (
     encode_push_response,
     forwarded_append,
     forwarded_consumer_commit,
+    forwarded_messages,
+    forwarded_topic_change,
+    messages_answer_message,
 )
 from raftlog.api.peer_wire import FORWARD_PATH, REPLICATE_PATH
 from raftlog.api.service import LogService
+from raftlog.api.topics import TopicService
 from raftlog.raft.config import Peer
 from raftlog.raft.messages import (
     Code,
@@ -60,6 +64,7 @@ from raftlog.raft.messages import (
 )
 from raftlog.raft.node import RaftNode
 from raftlog.raft.producers import Sequenced
+from raftlog.storage.message import MessageFormatError
 
 log = logging.getLogger("raftlog.api.peer_server")
 
@@ -79,10 +84,11 @@ class StreamMethod(NamedTuple):
 class PeerService:
     def __init__(self, node: RaftNode, service: LogService, secret: bytes | None,
                  failures: AuthFailures | None = None, budget: InflightBytes | None = None,
-                 consumers: ConsumerCommits | None = None) -> None:
+                 consumers: ConsumerCommits | None = None, topics: TopicService | None = None) -> None:
         self.node = node
         self.service = service
         self.consumers = consumers  # None: this member's API keeps no named consumers (tests)
+        self.topics = topics  # None: this member's API offers no topics (tests)
         self._digest = None if secret is None else secret_digest(secret)
         self._failures = failures
         self.budget = budget or InflightBytes(service.limits.max_inflight_body_bytes)
@@ -99,7 +105,8 @@ class PeerService:
             "Fetch": self._fetch, "ReadIndex": self._read_index,
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
             "ChangeMembership": self._change_membership, "CommitConsumer": self._commit_consumer,
-            "ChangeSession": self._change_session,
+            "ChangeSession": self._change_session, "ChangeTopic": self._change_topic,
+            "AppendMessages": self._append_messages,
         }
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
@@ -270,6 +277,39 @@ class PeerService:
             return _json_answer(answer.json())
         except ApiError as exc:
             return _answer(pb.JsonAnswer(error=api_error_message(exc)))
+
+    async def _change_topic(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        op, name, fields, caller = forwarded_topic_change(request)
+        try:
+            topics = self._topics()
+            topic = await topics.change_here(op, name, fields, caller)
+            return _json_answer({} if topic is None else topic.json())
+        except ApiError as exc:
+            return _answer(pb.JsonAnswer(error=api_error_message(exc)))
+
+    async def _append_messages(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        """A follower's client's batch for one queue; its messages are counted before they are decoded,
+        as a forwarded append's are (its bytes are held in the request budget: _guarded)."""
+        limit = self.service.limits.max_batch_entries
+        if len(request) >= 2 * (limit + 1) and batch_entries(request, limit + 1) > limit:
+            refused = too_large(f"over {limit} messages in one batch: max_batch_entries")
+            return _answer(pb.MessagesResponse(error=api_error_message(refused)))
+        try:
+            batch, caller, producer = forwarded_messages(request)
+        except MessageFormatError as exc:
+            raise PeerMessageError(f"a forwarded message that does not decode: {exc}") from None
+        try:
+            answer = await self._topics().append_forwarded(batch, caller, producer)
+        except ApiError as exc:
+            return _answer(pb.MessagesResponse(error=api_error_message(exc)))
+        return _answer(messages_answer_message(answer))
+
+    def _topics(self) -> TopicService:
+        """The topics of this member, which leads (else NOT_LEADER)."""
+        self._check_leader()
+        if self.topics is None:
+            raise ApiError(Code.INTERNAL_ERROR, "this member offers no topics")
+        return self.topics
 
     async def _status(self, _request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
         return _json_answer(self.service.own_status())

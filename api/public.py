@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
-from raftlog.api import schemas
+from raftlog.api import schemas, topic_schemas
 from raftlog.api.auth import SAFE_METHODS, AuthFailures, TokenCheck, Tokens, required_role
 from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, GuardedHeaders, page_policy
@@ -342,7 +342,7 @@ def serve_public(app: FastAPI, handlers: EntryHandlers, tokens: Tokens | None, *
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """The generated schema, plus the request models the routes parse by hand: their openapi_extra
     names each by a `$ref` that FastAPI leaves dangling, so every dangling name is looked up in
-    api.schemas (no list to keep up to date), and a `$ref` that still resolves to nothing raises."""
+    api.schemas, then api.topic_schemas (no list to keep up to date); one that still resolves to nothing raises."""
     if app.openapi_schema is None:
         prefix = "#/components/schemas/"
 
@@ -353,7 +353,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                              routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name in sorted(named(schema) - components.keys()):
-            defs = getattr(schemas, name).model_json_schema(  # the models, by the names the `$ref`s use
+            defs = (getattr(schemas, name, None) or getattr(topic_schemas, name)).model_json_schema(  # by name
                 ref_template=prefix + "{model}")
             components.update(defs.pop("$defs", {}))
             components[name] = defs

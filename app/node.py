@@ -16,12 +16,15 @@ from raftlog.api.auth import AuthFailures
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.entry_handlers import EntryHandlers
 from raftlog.api.grpc_api import GrpcApi
+from raftlog.api.grpc_topics import port_service as topics_service
 from raftlog.api.limits import InflightBytes
 from raftlog.api.metrics import NodeMetrics
 from raftlog.api.peer_client import PeerClient
 from raftlog.api.peer_server import PeerService
 from raftlog.api.public import create_public_app, serve_public
 from raftlog.api.service import LogService
+from raftlog.api.topic_routes import install_topic_routes
+from raftlog.api.topics import TopicService
 from raftlog.app.admin import install_admin_page
 from raftlog.app.settings import NodeSettings
 from raftlog.raft.membership import Configuration, describe_members, saved_configuration
@@ -79,7 +82,9 @@ class Node:
         consumers = ConsumerCommits(self.service)
         self.metrics.watch_consumers(consumers.local)
         self.handlers = EntryHandlers(self.service, self.metrics, consumers)  # REST's routes and the gRPC API's
+        self.topics = TopicService(self.service)
         self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
+        install_topic_routes(self.public_app, self.handlers, self.topics)
         install_admin_page(self.public_app)
         self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
             self.public_app, self.handlers, settings.client_tokens(), budget=self.request_bytes,
@@ -87,7 +92,7 @@ class Node:
             plaintext=settings.client_tls_cert is None)
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes,
-                                        consumers)
+                                        consumers, self.topics)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
                  "".join(f"; {note}" for note in store.recovery.notes))
@@ -149,9 +154,10 @@ class Node:
             key, chain, ca = tls
             credentials = grpc.ssl_server_credentials([(key, chain)], root_certificates=ca,
                                                       require_client_auth=ca is not None)
-        return GrpcApi(self.service, self.handlers, settings.client_tokens(),
-                       AuthFailures(self.metrics.auth_failures, "grpc"),
-                       f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials, self.request_bytes)
+        tokens = settings.client_tokens()
+        return GrpcApi(self.service, self.handlers, tokens, AuthFailures(self.metrics.auth_failures, "grpc"),
+                       f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials, self.request_bytes,
+                       services=[topics_service(self.topics, tokens)])
 
     def start(self) -> None:
         self.store.start()
