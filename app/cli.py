@@ -7,6 +7,7 @@
     raftlog status                                          cluster status
     raftlog members list|add|promote|remove ...             the group's members (changes: admin)
     raftlog consumers list|get|commit|delete ...            named consumers' committed positions
+    raftlog topics list|describe|create|change|delete|append ...   topics and their messages
     raftlog pipeline export|audit|stats ...                 Spark jobs (the `spark` extra)
 
 Clients talk to --url (default $RAFTLOG_URL, else http://127.0.0.1:8001).
@@ -18,18 +19,16 @@ import argparse
 import json
 import os
 import signal
-import ssl
 import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from raftlog.app.client_calls import ClientError, dash, read_bodies, request
 from raftlog.app.settings import REMOVED, Settings, SettingsError, load_settings
+from raftlog.app.topics_cli import add_commands as add_topic_commands
 from raftlog.pipeline.cli import add_commands as add_pipeline_commands
-
-if TYPE_CHECKING:
-    import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8001"
 CLUSTER_CLIENT_PORT = 8001
@@ -117,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("commit", "delete"):
             command.add_argument("--expected", type=int, help="a compare-and-set: the position it must be at "
                                  "(-1 on commit: it must not exist yet)")
+
+    clients += add_topic_commands(commands)
 
     for name, run, help_ in (("append", _append, "append entries"), ("get", _get, "read an entry"),
                              ("status", _status, "show the cluster status")):
@@ -239,43 +240,15 @@ after it with ?consumer=NAME (REST) or `consumer` (gRPC Read):
 # -- clients -----------------------------------------------------------------------------
 
 
-class ClientError(Exception):
-    """An error answer or no answer from the node; printed as one line."""
-
-
-def _request(args: argparse.Namespace, method: str, url: str, headers: dict[str, str] | None = None,
-             **kwargs: Any) -> httpx.Response:
-    import httpx  # the client commands' alone: a node does not pay for it at start
-
-    headers = {**(headers or {}), **({"authorization": f"Bearer {args.token}"} if args.token else {})}
-    verify = ssl.create_default_context(cafile=str(args.ca)) if args.ca else True
-    try:
-        response = httpx.request(method, url, headers=headers, verify=verify, timeout=10.0, **kwargs)
-    except httpx.HTTPError as exc:
-        raise ClientError(f"no answer from {url}: {exc}") from None
-    if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            raise ClientError(f"{response.status_code} {error['code']}: {error['message']}")
-        except (ValueError, KeyError, TypeError):
-            raise ClientError(f"HTTP {response.status_code}: {response.text[:200]}") from None
-    return response
-
-
 def _append(args: argparse.Namespace) -> int:
-    if args.bodies:
-        bodies = [b.encode() for b in args.bodies]
-    elif args.batch:
-        bodies = [line for line in sys.stdin.buffer.read().splitlines() if line]
-    else:
-        bodies = [sys.stdin.buffer.read()]
+    bodies = read_bodies(args.bodies, args.batch)
     if len(bodies) == 1:
-        answer = _request(args, "POST", f"{args.url}/v1/entries", content=bodies[0],
+        answer = request(args, "POST", f"{args.url}/v1/entries", content=bodies[0],
                           headers={"content-type": "application/octet-stream"}).json()
     else:
         from raftlog.api.bodies import BATCH_CONTENT_TYPE, encode_bodies
 
-        answer = _request(args, "POST", f"{args.url}/v1/entries/batch", content=encode_bodies(bodies),
+        answer = request(args, "POST", f"{args.url}/v1/entries/batch", content=encode_bodies(bodies),
                           headers={"content-type": BATCH_CONTENT_TYPE}).json()
     print(json.dumps(answer))
     return 0
@@ -284,16 +257,16 @@ def _append(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace) -> int:
     params = {"consistency": args.consistency}
     if args.raw:
-        response = _request(args, "GET", f"{args.url}/v1/entries/{args.index}", params=params,
+        response = request(args, "GET", f"{args.url}/v1/entries/{args.index}", params=params,
                             headers={"accept": "application/octet-stream"})
         sys.stdout.buffer.write(response.content)
         return 0
-    print(json.dumps(_request(args, "GET", f"{args.url}/v1/entries/{args.index}", params=params).json()))
+    print(json.dumps(request(args, "GET", f"{args.url}/v1/entries/{args.index}", params=params).json()))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _request(args, "GET", f"{args.url}/v1/cluster").json()
+    status = request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"group {status['group']}  term {status['term']}  leader {status['leader']}  "
           f"committed {status['committed_index']}  log {status['begin_index']}..{status['end_index']}  "
           f"cluster version {status.get('cluster_version', 0)}")
@@ -302,7 +275,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _members_list(args: argparse.Namespace) -> int:
-    status = _request(args, "GET", f"{args.url}/v1/cluster").json()
+    status = request(args, "GET", f"{args.url}/v1/cluster").json()
     print(f"configuration of entry {status['configuration_index']}  leader {status['leader']}  "
           f"term {status['term']}  cluster version {status.get('cluster_version', 0)}")
     _print_members(status)
@@ -314,22 +287,22 @@ def _print_members(status: dict[str, Any]) -> None:
           f"{'peer address':<22}client url")
     for m in status["members"]:
         print(f"{m['id']:<6}{'voter' if m['voter'] else 'learner':<9}{m['role'] or 'down':<11}"
-              f"{_dash(m.get('level')):>6}{_dash(m['match_index']):>8}{_dash(m['lag']):>7}"
-              f"{_dash(m['last_contact_ms']):>12}  {m['peer_url'].removeprefix('http://'):<22}{m['client_url'] or '-'}")
+              f"{dash(m.get('level')):>6}{dash(m['match_index']):>8}{dash(m['lag']):>7}"
+              f"{dash(m['last_contact_ms']):>12}  {m['peer_url'].removeprefix('http://'):<22}{m['client_url'] or '-'}")
 
 
 def _members_add(args: argparse.Namespace) -> int:
     new = {"id": args.id, "peer_address": args.peer_address, "client_url": args.client_url,
            "grpc_address": args.grpc_address, "learner": not args.voter}
-    _print_configuration(_request(args, "POST", f"{args.url}/v1/cluster/members", json=new).json())
+    _print_configuration(request(args, "POST", f"{args.url}/v1/cluster/members", json=new).json())
     return 0
 
 
 def _members_change(args: argparse.Namespace) -> int:
     if args.action == "promote":
-        answer = _request(args, "POST", f"{args.url}/v1/cluster/members/{args.id}/promote")
+        answer = request(args, "POST", f"{args.url}/v1/cluster/members/{args.id}/promote")
     else:
-        answer = _request(args, "DELETE", f"{args.url}/v1/cluster/members/{args.id}")
+        answer = request(args, "DELETE", f"{args.url}/v1/cluster/members/{args.id}")
     _print_configuration(answer.json())
     return 0
 
@@ -337,23 +310,23 @@ def _members_change(args: argparse.Namespace) -> int:
 def _consumers(args: argparse.Namespace) -> int:
     url = f"{args.url}/v1/consumers"
     if args.action == "list":
-        answers = _request(args, "GET", url).json()["consumers"]
+        answers = request(args, "GET", url).json()["consumers"]
     elif args.action == "get":
-        answers = [_request(args, "GET", f"{url}/{args.name}").json()]
+        answers = [request(args, "GET", f"{url}/{args.name}").json()]
     elif args.action == "commit":
         commit = {"position": args.position, "metadata": args.metadata, "expected": args.expected}
         if args.retention_floor is not None:
             commit["retention_floor"] = args.retention_floor == "on"
-        answers = [_request(args, "PUT", f"{url}/{args.name}", json=commit).json()]
+        answers = [request(args, "PUT", f"{url}/{args.name}", json=commit).json()]
     else:
         params = {} if args.expected is None else {"expected": args.expected}
-        _request(args, "DELETE", f"{url}/{args.name}", params=params)
+        request(args, "DELETE", f"{url}/{args.name}", params=params)
         print(f"removed {args.name}")
         return 0
     print(f"{'name':<24}{'position':>10}{'lag':>10}{'lag bytes':>12}  {'owner':<16}{'floor':<7}metadata")
     for c in answers:
         floor = "yes" if c.get("retention_floor") else "no"
-        print(f"{c['name']:<24}{c['position']:>10}{c['lag']:>10}{_dash(c['lag_bytes']):>12}  "
+        print(f"{c['name']:<24}{c['position']:>10}{c['lag']:>10}{dash(c['lag_bytes']):>12}  "
               f"{c.get('owner') or '-':<16}{floor:<7}{c['metadata']}")
     return 0
 
@@ -361,10 +334,6 @@ def _consumers(args: argparse.Namespace) -> int:
 def _print_configuration(configuration: dict[str, Any]) -> None:
     members = ", ".join(f"{m['id']} ({'voter' if m['voter'] else 'learner'})" for m in configuration["members"])
     print(f"committed: configuration of entry {configuration['index']}: {members}")
-
-
-def _dash(value: object) -> str:
-    return "-" if value is None else str(value)
 
 
 if __name__ == "__main__":

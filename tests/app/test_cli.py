@@ -17,6 +17,8 @@ from raftlog.api.auth import Caller, Role, TokenError, Tokens
 from raftlog.app.cli import main
 from raftlog.app.launcher import SMALL_FILES, free_ports
 from raftlog.app.settings import SettingsError, load_settings
+from raftlog.raft.cluster_version import LEVEL
+from raftlog.storage.message import key_queue
 from tests.pki import Pki
 from tests.processes import ClusterFactory, free_port_run
 
@@ -159,7 +161,7 @@ def test_append_get_and_status_clients(make_cluster: ClusterFactory) -> None:
     raw = raftlog("get", "--url", url, "--raw", str(index))
     assert raw.stdout == "hello from the terminal"
     status = raftlog("status", "--url", url)
-    assert status.returncode == 0 and "leader" in status.stdout and "cluster version 1" in status.stdout
+    assert status.returncode == 0 and "leader" in status.stdout and f"cluster version {LEVEL}" in status.stdout
     assert all(member in status.stdout for member in cluster.members)
     assert raftlog("consumers", "commit", "--url", url, "billing", str(index)).returncode == 0
     listed = raftlog("consumers", "list", "--url", url).stdout.splitlines()
@@ -167,6 +169,41 @@ def test_append_get_and_status_clients(make_cluster: ClusterFactory) -> None:
     assert listed[1].split()[:2] == ["billing", str(index)] and listed[1].split()[4:6] == ["local", "no"]
     missing = raftlog("get", "--url", url, "999999")
     assert missing.returncode == 1 and "404 INDEX_OUT_OF_RANGE" in missing.stderr
+
+
+def test_topics_clients(make_cluster: ClusterFactory) -> None:
+    """The catalog and appends by key through a follower; each answer a table, each refusal a line."""
+    cluster = make_cluster(3)
+    leader = cluster.wait_leader()
+    url = cluster.members[next(m for m in cluster.members if m != leader)].client_url
+    created = raftlog("topics", "create", "--url", url, "orders", "--queues", "4", "--description", "by customer")
+    assert created.returncode == 0, created.stderr
+    header, row = created.stdout.splitlines()
+    assert header.split()[:4] == ["name", "id", "queues", "perm"]
+    topic_id = row.split()[1]
+    assert row.split()[:4] == ["orders", topic_id, "4", "rw"] and row.endswith("by customer")
+
+    queue = str(key_queue("customer-42", 4))
+    appended = raftlog("topics", "append", "orders", "one", "two", "--url", url, "--key", "customer-42", "--tag", "new",
+                       "--property", "region=eu")
+    assert appended.returncode == 0, appended.stderr
+    rows = [line.split() for line in appended.stdout.splitlines()[1:]]
+    assert [r[:3] for r in rows] == [["orders", queue, "0"], ["orders", queue, "1"]]
+    lines = raftlog("topics", "append", "--url", url, "orders", "--key", "customer-42", "--lines",
+                    stdin=b"three\nfour\n")
+    assert [line.split()[2] for line in lines.stdout.splitlines()[1:]] == ["2", "3"]
+    bad = raftlog("topics", "append", "orders", "five", "--url", url, "--property", "region")
+    assert bad.returncode == 1 and "--property 'region': expected NAME=VALUE" in bad.stderr
+
+    changed = raftlog("topics", "change", "--url", url, "orders", "--writable", "off", "--queues", "8")
+    assert changed.stdout.splitlines()[1].split()[:4] == ["orders", topic_id, "8", "r-"]
+    refused = raftlog("topics", "append", "orders", "five", "--url", url)
+    assert refused.returncode == 1 and "403 TOPIC_NOT_WRITABLE" in refused.stderr
+    listed = raftlog("topics", "list", "--url", url)
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["orders"]
+    assert raftlog("topics", "delete", "--url", url, "orders").stdout == "deleted orders\n"
+    missing = raftlog("topics", "describe", "--url", url, "orders")
+    assert missing.returncode == 1 and "404 TOPIC_NOT_FOUND" in missing.stderr
 
 
 def test_clients_with_a_token_over_https(make_cluster: ClusterFactory, tmp_path: Path) -> None:
