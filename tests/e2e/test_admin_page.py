@@ -62,6 +62,11 @@ return [...document.querySelectorAll('#consumer-rows tr')].map((row) => [...row.
 """
 
 
+TOPICS_JS = """
+return [...document.querySelectorAll('#topic-rows tr')].map((row) => [...row.cells].map((cell) => cell.textContent));
+"""
+
+
 def cards(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
     """What the page shows of each member (role, reachable, indices), read in one go: the page
     redraws every second, so element handles would go stale between two reads."""
@@ -105,6 +110,12 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     shown_consumer = ["billing", str(last - 5), str(consumer.json()["lag"]), "nightly", "local", "no"]
     wait.until(lambda d: d.execute_script(CONSUMERS_JS) == [shown_consumer])
     assert browser.execute_script(TAIL_JS)[0][0] == last
+
+    # topics, as the page's member's catalog holds them (created through it, by whoever leads)
+    created = httpx.post(f"{url}/v1/topics", json={"name": "orders", "queues": 4, "description": "by customer"})
+    assert created.status_code == 201, created.text
+    shown_topic = ["orders", str(created.json()["id"]), "4", "rw", "by customer"]
+    wait.until(lambda d: d.execute_script(TOPICS_JS) == [shown_topic])
 
     # the node keeps the charts' last five minutes: a page opened now starts with them, not empty
     eventually(lambda: len(httpx.get(f"{url}/v1/cluster/history").json()["points"]) >= 5, "five chart points")
