@@ -126,7 +126,7 @@ def _patch(raw: bytes, offset: int, value: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
-        (lambda e: _patch(e, 0, (9).to_bytes(4, "big")), "bad magic 9"),
+        (lambda e: _patch(e, 0, (99).to_bytes(4, "big")), "bad magic 99"),
         (lambda e: _patch(e, 4, (60).to_bytes(4, "big")), "size 60 != 48 + bodySize 100"),
         (lambda e: e[:100], "truncated entry"),
         (lambda e: e[:20], "truncated entry"),
@@ -161,7 +161,7 @@ async def test_follower_append_names_the_configuration_and_produced_entries_it_t
     await leader.append_as_leader([b"c"], term=2, magic=Magic.NOOP)
     await leader.append_as_leader([b"{}"], term=2, magic=Magic.CONFIG_CHANGE)
     taken = await store.append_as_follower(leader.read_range(0, 10, 1 << 20).data)
-    assert taken == (4, (2, 4), ())
+    assert taken == (4, (2, 4), (), ())
     await leader.append_as_leader([b"d"], term=2)
     await leader.append_as_leader([b"e", b"f"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 0))
     await leader.append_as_leader([b"g"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 2))  # one run with e, f
