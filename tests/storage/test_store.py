@@ -168,7 +168,7 @@ async def test_follower_append_names_the_configuration_and_produced_entries_it_t
     await leader.append_as_leader([b"h"], term=2, magic=Magic.PRODUCED, stamp=Stamp(8, 0, 5))
     await leader.append_as_leader([b"i"], term=2, magic=Magic.PRODUCED, stamp=Stamp(7, 1, 9))  # a gap: a run
     taken = await store.append_as_follower(leader.read_range(5, 10, 1 << 20).data)
-    assert taken == (10, (), ((7, 1, 0, 6, 8), (8, 0, 5, 9, 9), (7, 1, 9, 10, 10)))
+    assert taken == (10, (), ((7, 1, 0, 6, 8), (8, 0, 5, 9, 9), (7, 1, 9, 10, 10)), ())
     record = Records(store.get)(store.get(7))  # a continuation: its head read by index
     assert (record.body, record.producer) == (b"f", Stamp(7, 1, 1))
 
