@@ -35,7 +35,7 @@ from raftlog.raft.messages import Code
 from raftlog.raft.messages import Role as RaftRole
 from raftlog.raft.producers import Sequenced
 from raftlog.raft.topic_appends import MessageBatch
-from raftlog.raft.topics import OPS, Topic
+from raftlog.raft.topics import NAME, OPS, Topic
 from raftlog.storage.message import MESSAGE_HEADER_SIZE, Meta, key_queue
 
 log = logging.getLogger("raftlog.api.topics")
@@ -64,7 +64,10 @@ class TopicService:
             raise ApiError(Code.PERMISSION_DENIED, f"changing the topic catalog needs the admin role; this token is "
                                                    f"a {caller.role.name.lower()}")
         if op not in OPS:
-            raise bad_request(f"no topic change {op!r}")
+            raise bad_request(f"no topic change {op[:20]!r}")
+        if not NAME.fullmatch(name):  # judged here too: the catalog's refusal would quote all of it
+            raise ApiError(Code.INVALID_TOPIC, f"a topic's name is 1 to 127 of A-Z a-z 0-9 . _ -, not "
+                                               f"{name[:140]!r}")
         if op == "change" and not fields:
             raise ApiError(Code.INVALID_TOPIC, "a change sets at least one of the topic's fields")
         service = self.service
@@ -94,7 +97,7 @@ class TopicService:
         return topic
 
     async def get(self, name: str, linearizable: bool = True) -> Topic:
-        topic = (await self._catalog(linearizable)).get(name)
+        topic = (await self._catalog(linearizable)).get(name) if NAME.fullmatch(name) else None
         if topic is None:
             raise ApiError(Code.TOPIC_NOT_FOUND, f"no topic {name[:140]!r}", self.service.node.leader_id)
         return topic
@@ -135,6 +138,8 @@ class TopicService:
         queue (an error here only when every part failed). `producer`: a producer's batch, whose
         sequence is its queue's (it goes to one queue: never split)."""
         self.check(bodies, metas, producer)
+        if not NAME.fullmatch(topic):  # no such topic: nothing goes to the leader
+            raise ApiError(Code.TOPIC_NOT_FOUND, f"no topic {topic[:140]!r}", self.service.node.leader_id)
         if queue is not None and queue < 0:
             raise bad_request(f"a queue is 0 or more, not {queue}")
         if split and producer is not None:

@@ -223,6 +223,16 @@ def test_grpc_through_a_follower(group: LocalCluster) -> None:
             topics.GetTopic(pb.GetTopicRequest(name="grpc.orders"), metadata=metadata("reader"))
         assert reason(gone.value) == (grpc.StatusCode.NOT_FOUND, "TOPIC_NOT_FOUND")
 
+        huge = "a" * (1 << 20)  # a name past any topic's: refused at once, the refusal short
+        for call, request, expected in (
+                (topics.CreateTopic, pb.CreateTopicRequest(name=huge, queues=1), "INVALID_TOPIC"),
+                (topics.GetTopic, pb.GetTopicRequest(name=huge), "TOPIC_NOT_FOUND"),
+                (topics.Append, pb.AppendMessagesRequest(topic=huge, messages=[pb.TopicMessage(body=b"x")]),
+                 "TOPIC_NOT_FOUND")):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, metadata=metadata("admin"))
+            assert reason(refused.value)[1] == expected and len(refused.value.details()) < 1024  # type: ignore[attr-defined]
+
         health = health_pb2_grpc.HealthStub(channel)
         assert health.Check(health_pb2.HealthCheckRequest(service="raftlog.v1.Topics")).status == \
             health_pb2.HealthCheckResponse.SERVING
