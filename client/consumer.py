@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 
 from raftlog.client.connection import BACKOFF_S, Connection, LoopThread, RaftlogError, error_of
-from raftlog.storage.codec import BOOKKEEPING_MAGICS, HEADER, HEADER_SIZE, MissingHeadError, Stamp, decode_entry
-from raftlog.storage.record import Record, Records
+from raftlog.storage.codec import BOOKKEEPING_MAGICS, HEADER, HEADER_SIZE, Stamp, decode_entry
+from raftlog.storage.record import MissingHeadError, Record, Records
 
 ENTRIES = "application/vnd.raftlog.entries"
 

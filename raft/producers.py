@@ -45,9 +45,10 @@ from typing import NamedTuple
 from raftlog.raft.config import RaftConfig
 from raftlog.raft.member_state import MemberState
 from raftlog.raft.tables import LogTable
-from raftlog.storage.codec import PRODUCER_MAGICS, Entry, Magic, ProducedRun, Stamp, Stamps
+from raftlog.storage.codec import PRODUCER_MAGICS, Entry, Magic, ProducedRun, Stamp
 from raftlog.storage.message import UNSTAMPED, QueuedRun, queued_run
 from raftlog.storage.protocol import LogStore
+from raftlog.storage.record import Stamps
 
 log = logging.getLogger("raftlog.raft.producers")
 

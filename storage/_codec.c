@@ -506,17 +506,21 @@ static int add_produced(PyObject *list, Produced *run, uint64_t producer_id, uin
 typedef struct {
     uint64_t topic_id, queue, first_offset;
     int64_t first_index, last_index;  /* last_index < first_index: no run */
-    int64_t producer_id;
-    uint64_t epoch, first_seq;
+    int stamped;
+    uint64_t producer_id, epoch, first_seq;
 } Queued;
 
 static int flush_queued(PyObject *list, const Queued *run) {
     if (run->last_index < run->first_index)
         return 0;
-    PyObject *item = Py_BuildValue("(KKKLLLKK)", (unsigned long long)run->topic_id, (unsigned long long)run->queue,
-                                   (unsigned long long)run->first_offset, (long long)run->first_index,
-                                   (long long)run->last_index, (long long)run->producer_id,
-                                   (unsigned long long)run->epoch, (unsigned long long)run->first_seq);
+    PyObject *item = run->stamped
+        ? Py_BuildValue("(KKKLLKKK)", (unsigned long long)run->topic_id, (unsigned long long)run->queue,
+                        (unsigned long long)run->first_offset, (long long)run->first_index, (long long)run->last_index,
+                        (unsigned long long)run->producer_id, (unsigned long long)run->epoch,
+                        (unsigned long long)run->first_seq)
+        : Py_BuildValue("(KKKLLiii)", (unsigned long long)run->topic_id, (unsigned long long)run->queue,
+                        (unsigned long long)run->first_offset, (long long)run->first_index, (long long)run->last_index,
+                        -1, 0, 0);  /* storage.message.UNSTAMPED */
     if (item == NULL)
         return -1;
     int failed = PyList_Append(list, item);
@@ -527,25 +531,25 @@ static int flush_queued(PyObject *list, const Queued *run) {
 /* The MESSAGE entry `index`, whose body is `body`, follows `run`: storage.message.add_queued. */
 static int add_queued(PyObject *list, Queued *run, const unsigned char *body, int64_t index) {
     uint64_t topic_id = get64(body), queue = get32(body + 8), offset = get64(body + 12);
-    int64_t producer_id = -1;
-    uint64_t epoch = 0, sequence = 0;
-    if (body[MESSAGE_HEADER_SIZE - 1] & 1) {  /* stamped: the producer's stamp follows the header */
+    int stamped = body[MESSAGE_HEADER_SIZE - 1] & 1;
+    uint64_t producer_id = 0, epoch = 0, sequence = 0;
+    if (stamped) {  /* the producer's stamp follows the header */
         uint64_t rest = get64(body + MESSAGE_HEADER_SIZE + 8);
-        producer_id = (int64_t)get64(body + MESSAGE_HEADER_SIZE);
+        producer_id = get64(body + MESSAGE_HEADER_SIZE);
         epoch = rest >> SEQUENCE_BITS;
         sequence = rest & ((1ULL << SEQUENCE_BITS) - 1);
     }
     int64_t step = index - run->first_index;
     if (run->last_index >= run->first_index && run->topic_id == topic_id && run->queue == queue
             && run->last_index + 1 == index && run->first_offset + (uint64_t)step == offset
-            && run->producer_id == producer_id && run->epoch == epoch
-            && (producer_id == -1 || run->first_seq + (uint64_t)step == sequence)) {
+            && run->stamped == stamped && run->producer_id == producer_id && run->epoch == epoch
+            && (!stamped || run->first_seq + (uint64_t)step == sequence)) {
         run->last_index = index;
         return 0;
     }
     if (flush_queued(list, run) < 0)
         return -1;
-    *run = (Queued){topic_id, queue, offset, index, index, producer_id, epoch, sequence};
+    *run = (Queued){topic_id, queue, offset, index, index, stamped, producer_id, epoch, sequence};
     return 0;
 }
 
@@ -592,7 +596,7 @@ static PyObject *validate_batch(PyObject *self, PyObject *args) {
     PyObject *result = NULL, *runs = NULL, *fillers = NULL, *records = NULL, *positions = NULL, *controls = NULL,
              *produced = NULL, *queued = NULL;
     Produced run = {0, 0, 0, 0, -1};
-    Queued queue_run = {0, 0, 0, 0, -1, -1, 0, 0};
+    Queued queue_run = {0, 0, 0, 0, -1, 0, 0, 0, 0};
     const unsigned char *buf = (const unsigned char *)view.buf;
     int64_t end_offset = view.len;
     if (end_offset < HEADER_SIZE || file_size <= MIN_BLANK_LEN || prev_chain < -1 || prev_chain > 0xFFFFFFFFLL

@@ -33,12 +33,9 @@ from raftlog.storage.codec import (
     INDEX_RECORD,
     SEQUENCE_BITS,
     Entry,
-    Head,
     Magic,
-    MissingHeadError,
     ProducedRun,
     Stamp,
-    Stamps,
     add_produced,
     head_index,
     place,
@@ -47,6 +44,7 @@ from raftlog.storage.codec import (
 )
 from raftlog.storage.errors import AppendRejectedError, EntryTooLargeError, StorageError
 from raftlog.storage.message import QueuedRun, add_queued, queued_of
+from raftlog.storage.record import Head, MissingHeadError, Stamps
 
 
 @dataclass(slots=True)

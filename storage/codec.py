@@ -67,7 +67,6 @@ import importlib
 import mmap
 import struct
 import zlib
-from collections.abc import Callable
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -179,53 +178,6 @@ def head_index(entry: Entry) -> int | None:
     if entry.magic == Magic.CONTINUED:
         return entry.index - int(DISTANCE.unpack_from(entry.body)[0])
     return None
-
-
-Head = tuple[int, Stamp]  # a producer's batch's head entry: its index and stamp
-
-
-class MissingHeadError(LookupError):
-    """A continuation whose head came before the entries read, with nothing given to read it by."""
-
-    def __init__(self, index: int, head_index: int) -> None:
-        self.index, self.head_index = index, head_index
-        super().__init__(f"entry {index} continues the producer's batch of entry {head_index}, which was not read")
-
-
-class Stamps:
-    """The stamps of producers' entries read in log order, the one rule of a continuation's stamp: its
-    head's, with the sequence plus the distance. A continuation's head is the last head before it, only
-    its batch's entries between (one append writes a batch); where the reading begins inside the batch
-    it is read by `entry_at` (None: MissingHeadError, and the caller may `know` it and ask again). Only
-    stamps are kept, never a view into a file. storage.record decodes the rest of an entry's record."""
-
-    def __init__(self, entry_at: Callable[[int], Entry] | None = None, head: Head | None = None) -> None:
-        self._entry_at = entry_at
-        self.head = head  # the head of the batch the last entry read belongs to (None: not a producer's)
-
-    def __call__(self, entry: Entry) -> Stamp | None:
-        return self.stamp(entry.magic, entry.index, entry.body)
-
-    def stamp(self, magic: int, index: int, body: Buffer) -> Stamp | None:
-        """The stamp of entry `index` (None: it is not a producer's), the next one in log order."""
-        if magic == Magic.PRODUCED:
-            stamp = unpack_stamp(body)
-            self.head = (index, stamp)
-            return stamp
-        if magic != Magic.CONTINUED:
-            self.head = None
-            return None
-        distance = DISTANCE.unpack_from(body)[0]
-        head = self.head
-        if head is None or head[0] != index - distance:
-            if self._entry_at is None:
-                raise MissingHeadError(index, index - distance)
-            head = self.head = (index - distance, unpack_stamp(self._entry_at(index - distance).body))
-        return head[1]._replace(sequence=head[1].sequence + distance)
-
-    def know(self, head_index: int, stamp: Stamp) -> None:
-        """The head of the batch the next continuation goes on, read elsewhere."""
-        self.head = (head_index, stamp)
 
 
 def client_body(entry: Entry) -> memoryview:

@@ -300,7 +300,7 @@ def check_validation(pushed: bytes, first: int, term: int, write_pos: int | None
             result = call(memoryview(pushed), *args)
         except errors as exc:
             return refusal(exc)
-        return (*parts_of(result)[1:], result.last_term, result.control_indices, result.produced)
+        return (*parts_of(result)[1:], result.last_term, result.control_indices, result.produced, result.queued)
 
     expected = validated(reference_validate)
     assert validated(batch.validate_after) == expected
@@ -309,8 +309,8 @@ def check_validation(pushed: bytes, first: int, term: int, write_pos: int | None
     compiled = codec.compiled.validate_batch(pushed, first, term, write_pos, -1 if prev_chain is None else prev_chain,
                                              file_size, None if tail is None else (tail[0], *tail[1]))
     if compiled is not None:
-        runs, fillers, records, positions, last_term, chain, end_pos, controls, produced = compiled
-        assert (runs, fillers, records, positions, chain, end_pos, last_term, controls, produced) == expected, \
+        runs, fillers, records, positions, last_term, chain, end_pos, controls, produced, queued = compiled
+        assert (runs, fillers, records, positions, chain, end_pos, last_term, controls, produced, queued) == expected, \
             "the compiled validation took a batch otherwise than the reference"
     elif in_range(first, write_pos, file_size) and write_pos >= 0 and (prev_chain is None or prev_chain >= 0) \
             and -(1 << 63) <= term < 1 << 63 and (tail is None or holds_head(*tail)):

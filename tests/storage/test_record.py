@@ -20,7 +20,6 @@ from raftlog.storage.codec import (
     HEADER_SIZE,
     Entry,
     Magic,
-    MissingHeadError,
     ProducedRun,
     Stamp,
     add_produced,
@@ -28,7 +27,7 @@ from raftlog.storage.codec import (
     unpack_stamp,
 )
 from raftlog.storage.message import UNSTAMPED, Meta, QueuedRun, add_queued, encode_message
-from raftlog.storage.record import Record, Records
+from raftlog.storage.record import MissingHeadError, Record, Records
 
 FILE_SIZE = 1024  # small files: a producer's batch starts a head again in each
 CONTROL = (Magic.NOOP, Magic.CONFIG_CHANGE, Magic.CONSUMER, Magic.PRODUCER_SESSION, Magic.CLUSTER_VERSION,
