@@ -244,7 +244,7 @@ class LogService:
 
     async def index_at_pos(self, pos: int, linearizable: bool) -> int:
         """The index of the committed entry that starts at byte `pos` of the log, as RocketMQ reads its
-        commitlog by offset. Positions are the same on every member."""
+        commitlog by offset (Store.index_at: its header names it). Positions are the same on every member."""
         if pos < 0:
             raise bad_request(f"pos must be at least 0, not {pos}")
         committed = self.node.committed_index
@@ -258,17 +258,18 @@ class LogService:
         if first is None or committed < store.begin_index or pos >= self._end_pos(committed):
             raise ApiError(Code.INDEX_OUT_OF_RANGE, f"position {pos} is not committed (committed index "
                            f"{committed})", leader)
-        low, high = store.begin_index, committed  # the last entry starting at or before pos
+        found = store.index_at(pos)
+        if found is not None:
+            assert found <= committed  # pos is before the end of the committed log
+            return found
+        low, high = store.begin_index, committed  # for the refusal: the last entry starting before pos
         while low < high:
             middle = (low + high + 1) // 2
             if store.pos_at(middle) <= pos:
                 low = middle
             else:
                 high = middle - 1
-        if store.pos_at(low) != pos:
-            raise bad_request(f"position {pos} is not the start of an entry (entry {low} starts at "
-                              f"{store.pos_at(low)})")
-        return low
+        raise bad_request(f"position {pos} is not the start of an entry (entry {low} starts at {store.pos_at(low)})")
 
     def _end_pos(self, committed: int) -> int:
         """Where the log after entry `committed` begins, on this member (-1: nowhere known yet)."""

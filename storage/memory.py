@@ -9,6 +9,7 @@ is durable at once.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 
@@ -162,6 +163,10 @@ class MemoryStore:
     def pos_at(self, index: int) -> int:
         check_in_log(index, self.begin_index, self.end_index)
         return self._positions[index - self.begin_index]
+
+    def index_at(self, pos: int) -> int | None:
+        at = bisect.bisect_left(self._positions, pos)
+        return self.begin_index + at if at < len(self._positions) and self._positions[at] == pos else None
 
     def read_range(self, start: int, max_entries: int, max_bytes: int, *,
                    trust_own_writes: bool = False) -> RawEntries:

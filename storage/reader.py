@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import struct
 import zlib
 from collections.abc import Collection, Iterator
 from typing import Protocol
@@ -32,6 +33,9 @@ from raftlog.storage.errors import CorruptEntryError, StorageError, check_in_log
 from raftlog.storage.protocol import LogBounds, RawEntries, Verified
 from raftlog.storage.retention import PageRelease
 from raftlog.storage.segments import SegmentList
+
+INDEX_FIELD = struct.Struct(">q")  # an entry header's index (storage.codec: bytes 8..16)
+INDEX_FIELD_AT = 8
 
 
 class OwnWrites(LogBounds, Protocol):
@@ -169,6 +173,21 @@ class LogReader:
         """The global byte position of the entry at `index`, from its index record alone."""
         check_in_log(index, self.log.begin_index, self.log.end_index)
         return self.record(index)[1]
+
+    def index_at(self, pos: int) -> int | None:
+        """The index of the kept entry that starts at byte `pos` (None: none does), from the index its
+        header names, held to that index's record: a consume queue's unit or a reader's position finds
+        its entry with one header and one record read, whatever the log's length."""
+        if not self.data.covers(pos):
+            return None
+        seg = self.data.find(pos)
+        at = pos - seg.start + INDEX_FIELD_AT
+        if at + INDEX_FIELD.size > self.file_size:
+            return None
+        index = int(INDEX_FIELD.unpack_from(seg.read_view, at)[0])
+        if not self.log.begin_index <= index <= self.log.end_index or self.record(index)[1] != pos:
+            return None
+        return index
 
     def term_at(self, index: int) -> int:
         """Term of the entry at `index`; before_begin_term for before_begin_index."""

@@ -328,6 +328,9 @@ class Store:
     def pos_at(self, index: int) -> int:
         return self.reader.pos_at(index)
 
+    def index_at(self, pos: int) -> int | None:
+        return self.reader.index_at(pos)
+
     def term_at(self, index: int) -> int:
         return self.reader.term_at(index)
 
