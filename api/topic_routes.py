@@ -3,11 +3,13 @@ appends of messages, through any member."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, Path, Request
 from fastapi.responses import JSONResponse, Response
 
+from raftlog.api.answers import MessageAnswer
 from raftlog.api.auth import caller_name, caller_of
 from raftlog.api.entry_handlers import (
     EntryHandlers,
@@ -25,13 +27,13 @@ from raftlog.api.schemas import CONSISTENCY, Consistency, ErrorBody
 from raftlog.api.topic_schemas import (
     TOPIC_NAME,
     TOPIC_NAME_TEXT,
-    MessageAppended,
     MessagesAppended,
     NewMessages,
     NewTopic,
     TopicList,
     TopicOut,
     TopicPatch,
+    messages_json,
 )
 from raftlog.api.topics import KEYS_MAX, PROPERTIES_MAX, TAGS_MAX, TopicService
 from raftlog.storage.message import Meta
@@ -127,13 +129,15 @@ def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicSer
             raise too_large(f"the batch holds more values than {limits.max_batch_entries} messages can "
                             "(max_batch_entries)") from None
         asked = parse_model(NewMessages, data)
+        await asyncio.sleep(0)  # a large batch's steps each leave the loop to the heartbeats between them
         bodies = [decode_body(message) for message in asked.messages]
-        metas = [Meta.of(message.keys, message.tags, message.properties) for message in asked.messages]
+        metas = [Meta(tuple(message.keys), tuple(message.tags), tuple(message.properties.items()))
+                 for message in asked.messages]
+        await asyncio.sleep(0)
         results = await topics.append(name, bodies, metas, queue=asked.queue, split=asked.split,
                                       caller=caller_name(request.scope), producer=producer_of(request))
-        answer = MessagesAppended.of(results)
-        committed = all(isinstance(message, MessageAppended) for message in answer.messages)
-        return ModelResponse(answer, status_code=201 if committed else 207)
+        committed = all(isinstance(result, MessageAnswer) for result in results)
+        return JSONResponse(messages_json(results), status_code=201 if committed else 207)
 
 
 def _json_body(model: type[Any]) -> dict[str, Any]:

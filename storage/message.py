@@ -49,6 +49,7 @@ QUEUE_MAX = 1 << 16  # queues per topic
 _COUNT = struct.Struct(">H")
 _SHORT = struct.Struct(">H")
 _LONG = struct.Struct(">I")
+NO_META = bytes(3 * _COUNT.size)  # no keys, no tags, no properties
 
 
 class MessageFormatError(ValueError):
@@ -69,32 +70,56 @@ class Message(NamedTuple):
     body: memoryview
 
 
-class Meta(NamedTuple):
-    """What a message carries beside its body: encoded once for a batch's messages that share it."""
+class Meta:
+    """What a message carries beside its body, encoded once (a batch's messages may share one)."""
 
-    keys: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    properties: tuple[tuple[str, str], ...] = ()
+    __slots__ = ("_code", "_encoded", "keys", "properties", "tags")
+
+    def __init__(self, keys: tuple[str, ...] = (), tags: tuple[str, ...] = (),
+                 properties: tuple[tuple[str, str], ...] = ()) -> None:
+        self.keys, self.tags, self.properties = keys, tags, properties
+        self._encoded: bytes | None = None
+        self._code: int | None = None
 
     @classmethod
     def of(cls, keys: Sequence[str] = (), tags: Sequence[str] = (),
            properties: Mapping[str, str] | None = None) -> Meta:
         return cls(tuple(keys), tuple(tags), tuple((properties or {}).items()))
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Meta) and (self.keys, self.tags, self.properties) == (
+            other.keys, other.tags, other.properties)
+
+    def __hash__(self) -> int:
+        return hash((self.keys, self.tags, self.properties))
+
+    def __repr__(self) -> str:
+        return f"Meta(keys={self.keys!r}, tags={self.tags!r}, properties={self.properties!r})"
+
     def encode(self) -> bytes:
-        parts = [_COUNT.pack(len(self.keys))]
-        parts += [_SHORT.pack(len(b)) + b for b in (key.encode() for key in self.keys)]
-        parts.append(_COUNT.pack(len(self.tags)))
-        parts += [_SHORT.pack(len(b)) + b for b in (tag.encode() for tag in self.tags)]
-        parts.append(_COUNT.pack(len(self.properties)))
-        for name, value in self.properties:
-            name_bytes, value_bytes = name.encode(), value.encode()
-            parts.append(_SHORT.pack(len(name_bytes)) + name_bytes + _LONG.pack(len(value_bytes)) + value_bytes)
-        return b"".join(parts)
+        if self._encoded is None:
+            self._encoded = _encoded(self.keys, self.tags, self.properties)
+        return self._encoded
 
     @property
     def tags_code(self) -> int:
-        return tags_code(self.tags)
+        if self._code is None:
+            self._code = tags_code(self.tags)
+        return self._code
+
+
+def _encoded(keys: tuple[str, ...], tags: tuple[str, ...], properties: tuple[tuple[str, str], ...]) -> bytes:
+    if not (keys or tags or properties):
+        return NO_META
+    parts = [_COUNT.pack(len(keys))]
+    parts += [_SHORT.pack(len(b)) + b for b in (key.encode() for key in keys)]
+    parts.append(_COUNT.pack(len(tags)))
+    parts += [_SHORT.pack(len(b)) + b for b in (tag.encode() for tag in tags)]
+    parts.append(_COUNT.pack(len(properties)))
+    for name, value in properties:
+        name_bytes, value_bytes = name.encode(), value.encode()
+        parts.append(_SHORT.pack(len(name_bytes)) + name_bytes + _LONG.pack(len(value_bytes)) + value_bytes)
+    return b"".join(parts)
 
 
 def tag_code(tag: str) -> int:
