@@ -56,8 +56,8 @@ def one_round(cluster: LocalCluster, leader: str, seconds: int, batch_file: str)
         "single_plain": lambda: wrk(f"{leader}/v1/entries", "wrk_append.lua", seconds),
         "single_messages": lambda: wrk(f"{leader}/v1/topics/{TOPIC}/messages", "wrk_message.lua", seconds),
         "batch_plain": lambda: wrk_batches(leader, BATCH, seconds, BATCH_CLIENTS),
-        "batch_messages": lambda: {**(r := wrk(f"{leader}/v1/topics/{TOPIC}/messages", "wrk_message_batch.lua",
-                                                seconds, {"WRK_BATCH_FILE": batch_file},
+        "batch_messages": lambda: {**(r := wrk(f"{leader}/v1/topics/{TOPIC}/messages", "wrk_batch.lua", seconds,
+                                                {"WRK_BATCH_FILE": batch_file, "WRK_CONTENT_TYPE": "application/json"},
                                                 connections=BATCH_CLIENTS)),
                                    "entries": r["requests"] * BATCH},
     }
