@@ -8,6 +8,7 @@ import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from raftlog.raft.membership import Configuration
@@ -154,6 +155,61 @@ class MessagesAnswer:
     def messages(self) -> list[MessageAnswer]:
         return [MessageAnswer(self.topic, self.topic_id, self.queue, self.first_offset + i, self.first_index + i, pos,
                               self.duplicate) for i, pos in enumerate(self.positions)]
+
+
+QueueOffset = tuple[int, int, int]  # (topic_id, queue, offset): a consumer group's in one queue
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommitted:
+    """A consumer group's QUEUE_COMMIT entry as the leader wrote it (raft.group_offsets): every commit
+    combined into it is answered with it."""
+
+    group: str
+    index: int  # the entry's
+    offsets: tuple[QueueOffset, ...]  # offset -1: the queue's removed; none: the group removed
+
+    def json(self) -> dict[str, Any]:
+        return {"group": self.group, "index": self.index, "offsets": [list(offset) for offset in self.offsets]}
+
+    @classmethod
+    def from_json(cls, fields: dict[str, Any]) -> GroupCommitted:
+        """What `json` gave, back (a forwarded commit's answer); ValueError if it is not that."""
+        try:
+            return cls(str(fields["group"]), int(fields["index"]),
+                       tuple((int(t), int(q), int(o)) for t, q, o in fields["offsets"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a consumer group's commit: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLag:
+    """A consumer group's offset in one queue, and how far the queue's committed end is past it."""
+
+    topic: str
+    topic_id: int
+    queue: int
+    offset: int  # the next offset the group reads there
+    end: int  # the queue's next offset as of the answering member's commit index
+    lag: int  # end - offset, at least 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAnswer:
+    """A consumer group as the answering member holds it: its offsets in the queues of live topics."""
+
+    name: str
+    owner: str  # the caller that created it
+    index: int  # its last commit's entry
+    queues: Sequence[QueueLag]  # by topic id and queue
+
+    @property
+    def lag(self) -> int:
+        return sum(queue.lag for queue in self.queues)
+
+    def by_topic(self) -> list[list[QueueLag]]:
+        """Its queues, a list for each topic."""
+        return [list(queues) for _, queues in groupby(self.queues, key=lambda queue: queue.topic_id)]
 
 
 @dataclass(frozen=True, slots=True)

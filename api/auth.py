@@ -47,6 +47,7 @@ WRITE_PATHS = frozenset({"/v1/entries", "/v1/entries/batch", "/v1/producers"})
 CONSUMERS_PATH = "/v1/consumers/"
 PRODUCERS_PATH = "/v1/producers/"
 TOPICS_PATH = "/v1/topics/"
+GROUPS_PATH = "/v1/groups/"  # POST .../offsets and DELETE: the consumer groups a consumer token's name covers
 MESSAGES_SUFFIX = "/messages"  # a topic's messages: POST appends them
 
 
@@ -166,6 +167,8 @@ def required_role(method: str, path: str) -> Role | None:
     if method == "DELETE" and path.startswith(PRODUCERS_PATH):  # its owner's own session
         return Role.WRITER
     if method in ("PUT", "DELETE") and path.startswith(CONSUMERS_PATH):  # the consumers its name covers
+        return Role.CONSUMER
+    if method in ("POST", "DELETE") and path.startswith(GROUPS_PATH):  # the groups its name covers
         return Role.CONSUMER
     return Role.ADMIN
 

@@ -2,13 +2,10 @@
 
 A consumer's commit goes through the leader, as an append does. Plain commits
 of one consumer that reach a member within `consumer_commit_interval_ms` are
-combined into one entry, the latest position winning (a consumer committing
-after every message costs the log one entry per interval, not one per
-message); every caller gets the answer of that entry. A compare-and-set, or
-a commit that sets the retention-floor flag, is never combined: it is judged
-alone, by the leader, against the latest position. One consumer's entries
-from one member are written one after the other, in the order their commits
-arrived.
+combined into one entry, the latest position winning (api.combining); every
+caller gets the answer of that entry. A compare-and-set, or a commit that
+sets the retention-floor flag, is never combined: it is judged alone, by the
+leader, against the latest position.
 
 Who may move which consumer is checked here, on the member the client
 called, before anything goes to the leader (api.auth's `consumer_refusal`);
@@ -20,11 +17,9 @@ catches up to the leader's confirmed commit index first, as reads of entries do.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-
 from raftlog.api.answers import ConsumerAnswer
 from raftlog.api.auth import Caller, consumer_refusal
+from raftlog.api.combining import CommitCombiner
 from raftlog.api.errors import ApiError, api_error, bad_request
 from raftlog.api.service import LogService
 from raftlog.raft.cluster_version import CONSUMER_OWNERS
@@ -32,20 +27,11 @@ from raftlog.raft.consumers import ConsumerAsk, ConsumerPosition, commit_problem
 from raftlog.raft.messages import Code, Role
 
 
-@dataclass
-class _Combined:
-    """The commits of one consumer waiting for their interval to end: the latest is written."""
-
-    ask: ConsumerAsk
-    answer: asyncio.Future[ConsumerAnswer] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
-
-
 class ConsumerCommits:
     def __init__(self, service: LogService) -> None:
         self.service = service
-        self.interval_s = service.limits.consumer_commit_interval_ms / 1000
-        self._combining: dict[str, _Combined] = {}
-        self._writing: dict[str, asyncio.Task[None]] = {}  # each consumer's latest write from this member
+        self._combined = CommitCombiner(service.limits.consumer_commit_interval_ms / 1000, self.write,
+                                        lambda _combined, latest: latest)
 
     # -- commits -------------------------------------------------------------------------
 
@@ -60,15 +46,9 @@ class ConsumerCommits:
         if (refused := consumer_refusal(caller, name, floor)) is not None:
             raise refused
         ask = ConsumerAsk(name, position, metadata, expected, caller.name, floor)
-        if expected is not None or floor is not None or self.interval_s <= 0:
+        if expected is not None or floor is not None:
             return await self.write(ask)
-        combined = self._combining.get(name)
-        if combined is None:
-            combined = self._combining[name] = _Combined(ask)
-            combined.answer.add_done_callback(_retrieved)
-            asyncio.get_running_loop().call_later(self.interval_s, self._interval_ended, name)
-        combined.ask = ask
-        return await asyncio.shield(combined.answer)
+        return await self._combined.commit(name, ask)
 
     async def delete(self, name: str, expected: int | None = None, *, caller: Caller) -> ConsumerAnswer:
         """Remove consumer `name` (CONSUMER_NOT_FOUND if there is none); answered with position -1 and the
@@ -79,21 +59,6 @@ class ConsumerCommits:
         if (refused := consumer_refusal(caller, name, None)) is not None:
             raise refused
         return await self.write(ConsumerAsk(name, -1, expected=expected, caller=caller.name))
-
-    def _interval_ended(self, name: str) -> None:
-        combined = self._combining.pop(name)
-        previous = self._writing.get(name)
-        task = asyncio.create_task(self._write_combined(combined, previous))
-        self._writing[name] = task
-        task.add_done_callback(lambda _: self._writing.pop(name, None) if self._writing.get(name) is task else None)
-
-    async def _write_combined(self, combined: _Combined, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            await asyncio.wait((previous,))  # one consumer's entries in the order their commits came
-        try:
-            combined.answer.set_result(await self.write(combined.ask))
-        except Exception as exc:
-            combined.answer.set_exception(exc)
 
     async def write(self, ask: ConsumerAsk) -> ConsumerAnswer:
         """One CONSUMER entry, written by the leader: here, or through the peer connection."""
@@ -164,9 +129,3 @@ def _check_expected(expected: int | None) -> None:
     """400 for an expected position no entry can hold (a follower forwards it as a signed 64-bit number)."""
     if expected is not None and not -1 <= expected < 1 << 63:
         raise bad_request(f"an expected position is -1 (no such consumer) to 2^63 - 1, not {expected}")
-
-
-def _retrieved(answer: asyncio.Future[ConsumerAnswer]) -> None:
-    """Every caller may have left: the combined answer's error is then nobody's to read."""
-    if not answer.cancelled():
-        answer.exception()

@@ -1,7 +1,8 @@
-"""The public gRPC service `raftlog.v1.Topics` (proto/raftlog/v1/topics.proto), the topic routes'
-twin on the grpc_port beside raftlog.v1.Log.
+"""The public gRPC service `raftlog.v1.Topics` (proto/raftlog/v1/topics.proto), the topic routes' and
+the consumer groups' routes' twin on the grpc_port beside raftlog.v1.Log.
 
-Each method does what its REST route does (api.topic_routes), through the same TopicService, with
+Each method does what its REST route does (api.topic_routes, api.group_routes), through the same
+TopicService and ConsumerGroups, with
 the same roles and bounds (api.grpc_api.CallGuard checks this service's calls as it does Log's:
 `port_service` says how) and the same errors: the DLedger code's name is the `reason` of a
 google.rpc.ErrorInfo in the status details.
@@ -17,9 +18,10 @@ import grpc.aio
 
 from raftlog.api import log_pb2, topics_pb2_grpc
 from raftlog.api import topics_pb2 as pb
-from raftlog.api.answers import MessageAnswer
+from raftlog.api.answers import GroupAnswer, GroupCommitted, MessageAnswer
 from raftlog.api.auth import LOCAL, Caller, Role, Tokens, bearer_credentials
 from raftlog.api.errors import ApiError, api_error
+from raftlog.api.groups import ConsumerGroups, QueueCommit
 from raftlog.api.grpc_api import PortService, error_status
 from raftlog.api.topics import MessageResult, TopicService
 from raftlog.raft.producers import Sequenced
@@ -28,14 +30,16 @@ from raftlog.storage.message import Meta
 
 SERVICE = "raftlog.v1.Topics"
 ROLES = {"CreateTopic": Role.ADMIN, "ChangeTopic": Role.ADMIN, "DeleteTopic": Role.ADMIN, "ListTopics": Role.READER,
-         "GetTopic": Role.READER, "Append": Role.WRITER}
+         "GetTopic": Role.READER, "Append": Role.WRITER,
+         "CommitGroupOffsets": Role.CONSUMER, "DeleteGroup": Role.CONSUMER,  # a consumer token: the groups its name
+         "ListGroups": Role.READER, "GetGroup": Role.READER}  # covers (api.auth)
 BATCHES = frozenset({"Append"})  # its messages (field 1) are counted before the request is decoded
 OPTIONAL = ("max_message_bytes", "readable", "writable")  # a new topic's fields that have defaults
 
 
-def port_service(topics: TopicService, tokens: Tokens | None) -> PortService:
+def port_service(topics: TopicService, groups: ConsumerGroups, tokens: Tokens | None) -> PortService:
     """The service, as the gRPC port serves and guards it."""
-    servicer = TopicsServicer(topics, tokens)
+    servicer = TopicsServicer(topics, groups, tokens)
     return PortService(SERVICE, ROLES, BATCHES, lambda server: topics_pb2_grpc.add_TopicsServicer_to_server(
         servicer, server))
 
@@ -43,8 +47,9 @@ def port_service(topics: TopicService, tokens: Tokens | None) -> PortService:
 class TopicsServicer(topics_pb2_grpc.TopicsServicer):
     """The methods, for calls that CallGuard let through (tokens and bounds are its concern)."""
 
-    def __init__(self, topics: TopicService, tokens: Tokens | None) -> None:
+    def __init__(self, topics: TopicService, groups: ConsumerGroups, tokens: Tokens | None) -> None:
         self.topics = topics
+        self.groups = groups
         self.tokens = tokens  # whose the call is: an admin changes the catalog, a producer's owner appends
 
     async def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext) -> pb.Topic:
@@ -84,6 +89,27 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
             else None))
         return pb.AppendMessagesResponse(messages=[_result(result) for result in results])
 
+    async def CommitGroupOffsets(self, request: pb.CommitGroupOffsetsRequest,
+                                 context: grpc.aio.ServicerContext) -> pb.GroupOffsetsCommitted:
+        queues = [QueueCommit(q.queue, q.offset, q.expected if q.HasField("expected") else None)
+                  for q in request.queues]
+        committed = await self._answer(context, self.groups.commit(request.group, request.topic, queues,
+                                                                   caller=self._caller(context)))
+        return _committed(committed, request.topic)
+
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext) -> pb.GroupList:
+        listed = await self._answer(context, self.groups.list_all(request.consistency == log_pb2.LINEARIZABLE))
+        return pb.GroupList(groups=[_group(group, with_topics=False) for group in listed])
+
+    async def GetGroup(self, request: pb.GetGroupRequest, context: grpc.aio.ServicerContext) -> pb.ConsumerGroup:
+        linearizable = request.consistency == log_pb2.LINEARIZABLE
+        return _group(await self._answer(context, self.groups.get(request.group, linearizable)), with_topics=True)
+
+    async def DeleteGroup(self, request: pb.DeleteGroupRequest,
+                          context: grpc.aio.ServicerContext) -> pb.DeleteGroupResponse:
+        await self._answer(context, self.groups.delete(request.group, caller=self._caller(context)))
+        return pb.DeleteGroupResponse()
+
     def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
         """The call's caller (CallGuard let it through: its token, if needed, is valid)."""
         if self.tokens is None:
@@ -112,3 +138,21 @@ def _result(result: MessageResult) -> pb.MessageResult:
     assert isinstance(result, ApiError)
     return pb.MessageResult(error=pb.MessageError(code=result.code.name, message=result.message,
                                                   leader=result.leader or ""))
+
+
+def _committed(committed: GroupCommitted, topic: str) -> pb.GroupOffsetsCommitted:
+    return pb.GroupOffsetsCommitted(group=committed.group, index=committed.index, topic=topic,
+                                    topic_id=committed.offsets[0][0] if committed.offsets else 0,
+                                    queues=[pb.QueueOffset(queue=queue, offset=offset)
+                                            for _, queue, offset in committed.offsets])
+
+
+def _group(group: GroupAnswer, with_topics: bool) -> pb.ConsumerGroup:
+    message = pb.ConsumerGroup(name=group.name, owner=group.owner, index=group.index, queue_count=len(group.queues),
+                               lag=group.lag)
+    if with_topics:
+        for lags in group.by_topic():
+            message.topics.add(topic=lags[0].topic, topic_id=lags[0].topic_id, lag=sum(q.lag for q in lags),
+                               queues=[pb.QueueLag(queue=q.queue, offset=q.offset, end=q.end, lag=q.lag)
+                                       for q in lags])
+    return message

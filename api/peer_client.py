@@ -38,6 +38,7 @@ from raftlog.api import peer_pb2 as pb
 from raftlog.api.answers import (
     AppendAnswer,
     ConsumerAnswer,
+    GroupCommitted,
     MembershipAnswer,
     MessagesAnswer,
     ProducerAnswer,
@@ -52,6 +53,7 @@ from raftlog.api.peer_codec import (
     consumer_commit_request,
     decode_message,
     encode_message,
+    group_commit_request,
     messages_answer,
     messages_request,
     topic_change_request,
@@ -61,6 +63,7 @@ from raftlog.api.peer_wire import FRAME_BYTES_MAX, KEEPALIVE_MS, KEEPALIVE_TIMEO
 from raftlog.raft.cluster_version import TOPICS
 from raftlog.raft.config import Peer
 from raftlog.raft.consumers import ConsumerAsk
+from raftlog.raft.group_offsets import GroupAsk
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -84,7 +87,7 @@ FORWARD_FIELD_BYTES_MAX = 6  # a body's tag and length in a forwarded message
 RECONNECT_BACKOFF_MS = (100, 250)  # first and longest wait before connecting again (gRPC's default: 1 s, 120 s)
 
 M = TypeVar("M")
-A = TypeVar("A", MembershipAnswer, TransferAnswer, ConsumerAnswer, ProducerAnswer)
+A = TypeVar("A", MembershipAnswer, TransferAnswer, ConsumerAnswer, ProducerAnswer, GroupCommitted)
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,14 @@ class PeerClient:
         except UnimplementedCall:
             raise _before_topics(leader_id) from None
         return messages_answer(answer)
+
+    async def commit_group(self, leader_id: str, ask: GroupAsk) -> GroupCommitted:
+        """A consumer group's commit (or removal), one entry written by the leader once committed."""
+        try:
+            answer = await self._api_call(leader_id, "CommitGroup", group_commit_request(ask), pb.JsonAnswer)
+        except UnimplementedCall:
+            raise _before_topics(leader_id) from None
+        return _typed(GroupCommitted, answer.json, leader_id)
 
     async def status(self, peer_id: str, timeout_s: float) -> dict[str, Any]:
         answer = await self._api_call(peer_id, "Status", pb.StatusRequest(), pb.JsonAnswer, timeout_s)

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError, Message
 from raftlog.api import peer_pb2 as pb
 from raftlog.api.answers import AppendAnswer, MessagesAnswer
 from raftlog.raft.consumers import ConsumerAsk
+from raftlog.raft.group_offsets import GroupAsk, QueueAsk
 from raftlog.raft.messages import (
     Code,
     FetchRequest,
@@ -187,6 +188,19 @@ def forwarded_consumer_commit(message: bytes) -> ConsumerAsk:
     return ConsumerAsk(request.name, request.position, request.metadata,
                        request.expected if request.HasField("expected") else None, request.caller,
                        request.retention_floor if request.HasField("retention_floor") else None)
+
+
+def group_commit_request(ask: GroupAsk) -> pb.GroupCommit:
+    """A consumer group's commit (or removal), forwarded to the leader."""
+    return pb.GroupCommit(group=ask.group, caller=ask.caller, remove=ask.remove, queues=[
+        pb.QueueCommit(topic_id=q.topic_id, queue=q.queue, offset=q.offset, expected=q.expected) for q in ask.queues])
+
+
+def forwarded_group_commit(message: bytes) -> GroupAsk:
+    """What group_commit_request sent (DecodeError if it is not a message)."""
+    request = pb.GroupCommit.FromString(message)
+    return GroupAsk(request.group, [QueueAsk(q.topic_id, q.queue, q.offset, q.expected if q.HasField("expected")
+                                             else None) for q in request.queues], request.caller, request.remove)
 
 
 def append_answer_share(message: pb.AppendResponse, offset: int, count: int) -> AppendAnswer:

@@ -333,6 +333,30 @@ class MessagesResponse(_message.Message):
     duplicate: bool
     def __init__(self, error: _Optional[_Union[ApiError, _Mapping]] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., queue: _Optional[int] = ..., first_offset: _Optional[int] = ..., first_index: _Optional[int] = ..., term: _Optional[int] = ..., positions: _Optional[_Iterable[int]] = ..., leader: _Optional[str] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
+class GroupCommit(_message.Message):
+    __slots__ = ("group", "caller", "queues", "remove")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    caller: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueCommit]
+    remove: bool
+    def __init__(self, group: _Optional[str] = ..., caller: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueCommit, _Mapping]]] = ..., remove: _Optional[bool] = ...) -> None: ...
+
+class QueueCommit(_message.Message):
+    __slots__ = ("topic_id", "queue", "offset", "expected")
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    topic_id: int
+    queue: int
+    offset: int
+    expected: int
+    def __init__(self, topic_id: _Optional[int] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., expected: _Optional[int] = ...) -> None: ...
+
 class JsonAnswer(_message.Message):
     __slots__ = ("error", "json")
     ERROR_FIELD_NUMBER: _ClassVar[int]

@@ -34,6 +34,7 @@ from raftlog.api import peer_pb2 as pb
 from raftlog.api.auth import AuthFailures, bearer_credentials, is_secret, secret_digest
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.errors import ApiError, too_large
+from raftlog.api.groups import ConsumerGroups
 from raftlog.api.limits import InflightBytes, batch_entries
 from raftlog.api.peer_client import api_error_message
 from raftlog.api.peer_codec import (
@@ -45,6 +46,7 @@ from raftlog.api.peer_codec import (
     encode_push_response,
     forwarded_append,
     forwarded_consumer_commit,
+    forwarded_group_commit,
     forwarded_messages,
     forwarded_topic_change,
     messages_answer_message,
@@ -84,11 +86,13 @@ class StreamMethod(NamedTuple):
 class PeerService:
     def __init__(self, node: RaftNode, service: LogService, secret: bytes | None,
                  failures: AuthFailures | None = None, budget: InflightBytes | None = None,
-                 consumers: ConsumerCommits | None = None, topics: TopicService | None = None) -> None:
+                 consumers: ConsumerCommits | None = None, topics: TopicService | None = None,
+                 groups: ConsumerGroups | None = None) -> None:
         self.node = node
         self.service = service
         self.consumers = consumers  # None: this member's API keeps no named consumers (tests)
         self.topics = topics  # None: this member's API offers no topics (tests)
+        self.groups = groups  # None: this member's API keeps no consumer groups (tests)
         self._digest = None if secret is None else secret_digest(secret)
         self._failures = failures
         self.budget = budget or InflightBytes(service.limits.max_inflight_body_bytes)
@@ -106,7 +110,7 @@ class PeerService:
             "TransferLeadership": self._transfer_leadership, "Status": self._status,
             "ChangeMembership": self._change_membership, "CommitConsumer": self._commit_consumer,
             "ChangeSession": self._change_session, "ChangeTopic": self._change_topic,
-            "AppendMessages": self._append_messages,
+            "AppendMessages": self._append_messages, "CommitGroup": self._commit_group,
         }
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             name: grpc.unary_unary_rpc_method_handler(self._guarded(call, budgeted=name not in RAFT_CALLS))
@@ -303,6 +307,16 @@ class PeerService:
         except ApiError as exc:
             return _answer(pb.MessagesResponse(error=api_error_message(exc)))
         return _answer(messages_answer_message(answer))
+
+    async def _commit_group(self, request: bytes, _context: grpc.aio.ServicerContext) -> bytes:
+        ask = forwarded_group_commit(request)
+        try:
+            self._check_leader()
+            if self.groups is None:
+                raise ApiError(Code.INTERNAL_ERROR, "this member keeps no consumer groups")
+            return _json_answer((await self.groups.write_here(ask)).json())
+        except ApiError as exc:
+            return _answer(pb.JsonAnswer(error=api_error_message(exc)))
 
     def _topics(self) -> TopicService:
         """The topics of this member, which leads (else NOT_LEADER)."""

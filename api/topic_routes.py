@@ -4,6 +4,7 @@ appends of messages, through any member."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Path, Request
@@ -60,9 +61,10 @@ TOPIC_ERRORS = {
 }
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error answers of a topic route, 500 included."""
-    return {status: {"model": ErrorBody, "description": TOPIC_ERRORS.get(status, ERROR_TEXT[status])}
+def errors(*statuses: int, texts: Mapping[int, str] = TOPIC_ERRORS) -> dict[int | str, dict[str, Any]]:
+    """The error answers of a topic route (`texts`: of another route, beside what every route's mean),
+    500 included."""
+    return {status: {"model": ErrorBody, "description": texts.get(status, ERROR_TEXT[status])}
             for status in sorted({*statuses, 500})}
 
 
@@ -73,7 +75,7 @@ def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicSer
     @app.post("/v1/topics", status_code=201, tags=["topics"], summary="Create a topic",
               responses={201: {"model": TopicOut, "description": "Created (in the log, through the leader)"},
                          **errors(400, 403, 404, 409, 413, 415, 502, 503, 504, 507)},
-              openapi_extra=_json_body(NewTopic))
+              openapi_extra=json_body(NewTopic))
     async def create_topic(request: Request) -> JSONResponse:
         """Needs the admin role. Its id is the index of the entry that created it."""
         asked = await handlers.read_json(request, NewTopic)
@@ -94,7 +96,7 @@ def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicSer
     @app.patch("/v1/topics/{name}", tags=["topics"], summary="Change a topic",
                responses={200: {"model": TopicOut, "description": "Changed (in the log, through the leader)"},
                           **errors(400, 403, 404, 409, 413, 415, 502, 503, 504, 507)},
-               openapi_extra=_json_body(TopicPatch))
+               openapi_extra=json_body(TopicPatch))
     async def change_topic(request: Request, name: str = name_path) -> JSONResponse:
         """Needs the admin role. A queue count grows, never shrinks; `writable: false` drains the topic."""
         fields = (await handlers.read_json(request, TopicPatch)).fields()
@@ -114,7 +116,7 @@ def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicSer
                          207: {"model": MessagesAppended, "description": "A split batch of which some parts were "
                                "committed: each message has its place or its part's error"},
                          **errors(400, 403, 404, 409, 413, 415, 502, 503, 504, 507)},
-              openapi_extra={**_json_body(NewMessages), "parameters": PRODUCER_PARAMETERS})
+              openapi_extra={**json_body(NewMessages), "parameters": PRODUCER_PARAMETERS})
     async def append_messages(request: Request, name: str = name_path) -> JSONResponse:
         """Needs the writer role. A batch goes to one queue, all or nothing: the one named, else its
         keys' queue (crc32(first key) % queues), else the member's turn; a drained topic answers 403
@@ -140,6 +142,6 @@ def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicSer
         return JSONResponse(messages_json(results), status_code=201 if committed else 207)
 
 
-def _json_body(model: type[Any]) -> dict[str, Any]:
+def json_body(model: type[Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}

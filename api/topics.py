@@ -97,16 +97,16 @@ class TopicService:
         return topic
 
     async def get(self, name: str, linearizable: bool = True) -> Topic:
-        topic = (await self._catalog(linearizable)).get(name) if NAME.fullmatch(name) else None
+        topic = (await self.catalog(linearizable)).get(name) if NAME.fullmatch(name) else None
         if topic is None:
             raise ApiError(Code.TOPIC_NOT_FOUND, f"no topic {name[:140]!r}", self.service.node.leader_id)
         return topic
 
     async def list_all(self, linearizable: bool = True) -> list[Topic]:
         """Every topic, by name."""
-        return sorted((await self._catalog(linearizable)).values(), key=lambda topic: topic.name)
+        return sorted((await self.catalog(linearizable)).values(), key=lambda topic: topic.name)
 
-    async def _catalog(self, linearizable: bool) -> dict[str, Topic]:
+    async def catalog(self, linearizable: bool) -> dict[str, Topic]:
         """The catalog as of this member's log, caught up first with the leader's confirmed commit index
         (`linearizable`): a topic whose change was answered is seen."""
         node = self.service.node
@@ -173,7 +173,7 @@ class TopicService:
         keys; None when the batch needs no split (its keys fall in one queue, or it has none)."""
         if not any(meta.keys for meta in metas):
             return None
-        queues = (await self._local_topic(name)).queues
+        queues = (await self.local_topic(name)).queues
         by_queue: dict[int, list[int]] = {}
         keyless = []
         for i, meta in enumerate(metas):
@@ -185,7 +185,7 @@ class TopicService:
             return None
         return [*by_queue.values(), *([keyless] if keyless else [])]
 
-    async def _local_topic(self, name: str) -> Topic:
+    async def local_topic(self, name: str) -> Topic:
         """Topic `name` as this member's catalog holds it; caught up with the leader first if it holds
         none (a topic created a moment ago through another member)."""
         topic = self.service.node.topics.current.get(name)

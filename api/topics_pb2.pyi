@@ -165,3 +165,107 @@ class AppendMessagesResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[MessageResult]
     def __init__(self, messages: _Optional[_Iterable[_Union[MessageResult, _Mapping]]] = ...) -> None: ...
+
+class QueueOffset(_message.Message):
+    __slots__ = ("queue", "offset", "expected")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    queue: int
+    offset: int
+    expected: int
+    def __init__(self, queue: _Optional[int] = ..., offset: _Optional[int] = ..., expected: _Optional[int] = ...) -> None: ...
+
+class CommitGroupOffsetsRequest(_message.Message):
+    __slots__ = ("group", "topic", "queues")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class GroupOffsetsCommitted(_message.Message):
+    __slots__ = ("group", "index", "topic", "topic_id", "queues")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    index: int
+    topic: str
+    topic_id: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffset]
+    def __init__(self, group: _Optional[str] = ..., index: _Optional[int] = ..., topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueOffset, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ("consistency",)
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    consistency: _log_pb2.Consistency
+    def __init__(self, consistency: _Optional[_Union[_log_pb2.Consistency, str]] = ...) -> None: ...
+
+class GroupList(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[ConsumerGroup]
+    def __init__(self, groups: _Optional[_Iterable[_Union[ConsumerGroup, _Mapping]]] = ...) -> None: ...
+
+class GetGroupRequest(_message.Message):
+    __slots__ = ("group", "consistency")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    consistency: _log_pb2.Consistency
+    def __init__(self, group: _Optional[str] = ..., consistency: _Optional[_Union[_log_pb2.Consistency, str]] = ...) -> None: ...
+
+class QueueLag(_message.Message):
+    __slots__ = ("queue", "offset", "end", "lag")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    queue: int
+    offset: int
+    end: int
+    lag: int
+    def __init__(self, queue: _Optional[int] = ..., offset: _Optional[int] = ..., end: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class GroupTopic(_message.Message):
+    __slots__ = ("topic", "topic_id", "lag", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    topic_id: int
+    lag: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueLag]
+    def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., lag: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueLag, _Mapping]]] = ...) -> None: ...
+
+class ConsumerGroup(_message.Message):
+    __slots__ = ("name", "owner", "index", "queue_count", "lag", "topics")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    owner: str
+    index: int
+    queue_count: int
+    lag: int
+    topics: _containers.RepeatedCompositeFieldContainer[GroupTopic]
+    def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., index: _Optional[int] = ..., queue_count: _Optional[int] = ..., lag: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[GroupTopic, _Mapping]]] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    def __init__(self, group: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -64,6 +64,26 @@ class TopicsStub:
                 request_serializer=raftlog_dot_v1_dot_topics__pb2.AppendMessagesRequest.SerializeToString,
                 response_deserializer=raftlog_dot_v1_dot_topics__pb2.AppendMessagesResponse.FromString,
                 _registered_method=True)
+        self.CommitGroupOffsets = channel.unary_unary(
+                '/raftlog.v1.Topics/CommitGroupOffsets',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.CommitGroupOffsetsRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_topics__pb2.GroupOffsetsCommitted.FromString,
+                _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/raftlog.v1.Topics/ListGroups',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_topics__pb2.GroupList.FromString,
+                _registered_method=True)
+        self.GetGroup = channel.unary_unary(
+                '/raftlog.v1.Topics/GetGroup',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.GetGroupRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_topics__pb2.ConsumerGroup.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/raftlog.v1.Topics/DeleteGroup',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
 
 
 class TopicsServicer:
@@ -110,6 +130,35 @@ class TopicsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CommitGroupOffsets(self, request, context):
+        """A consumer group's offsets in queues of a topic, one entry, all or nothing. Plain commits of a
+        group that reach a member together are combined into one entry, per queue the latest winning.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """Every consumer group, by name, each with its lag (without its queues).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGroup(self, request, context):
+        """A consumer group's offset and lag in each queue it holds one in.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """The group goes, with every offset it holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -142,6 +191,26 @@ def add_TopicsServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=raftlog_dot_v1_dot_topics__pb2.AppendMessagesRequest.FromString,
                     response_serializer=raftlog_dot_v1_dot_topics__pb2.AppendMessagesResponse.SerializeToString,
+            ),
+            'CommitGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitGroupOffsets,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.CommitGroupOffsetsRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_topics__pb2.GroupOffsetsCommitted.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.ListGroupsRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_topics__pb2.GroupList.SerializeToString,
+            ),
+            'GetGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGroup,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.GetGroupRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_topics__pb2.ConsumerGroup.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -306,6 +375,114 @@ class Topics:
             '/raftlog.v1.Topics/Append',
             raftlog_dot_v1_dot_topics__pb2.AppendMessagesRequest.SerializeToString,
             raftlog_dot_v1_dot_topics__pb2.AppendMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Topics/CommitGroupOffsets',
+            raftlog_dot_v1_dot_topics__pb2.CommitGroupOffsetsRequest.SerializeToString,
+            raftlog_dot_v1_dot_topics__pb2.GroupOffsetsCommitted.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Topics/ListGroups',
+            raftlog_dot_v1_dot_topics__pb2.ListGroupsRequest.SerializeToString,
+            raftlog_dot_v1_dot_topics__pb2.GroupList.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Topics/GetGroup',
+            raftlog_dot_v1_dot_topics__pb2.GetGroupRequest.SerializeToString,
+            raftlog_dot_v1_dot_topics__pb2.ConsumerGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Topics/DeleteGroup',
+            raftlog_dot_v1_dot_topics__pb2.DeleteGroupRequest.SerializeToString,
+            raftlog_dot_v1_dot_topics__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,6 +15,8 @@ from raftlog.api.answers import DiskStatus
 from raftlog.api.auth import AuthFailures
 from raftlog.api.consumers import ConsumerCommits
 from raftlog.api.entry_handlers import EntryHandlers
+from raftlog.api.group_routes import install_group_routes
+from raftlog.api.groups import ConsumerGroups
 from raftlog.api.grpc_api import GrpcApi
 from raftlog.api.grpc_topics import port_service as topics_service
 from raftlog.api.limits import InflightBytes
@@ -22,6 +24,8 @@ from raftlog.api.metrics import NodeMetrics
 from raftlog.api.peer_client import PeerClient
 from raftlog.api.peer_server import PeerService
 from raftlog.api.public import create_public_app, serve_public
+from raftlog.api.queue_reads import QueueReads
+from raftlog.api.queue_routes import install_queue_routes
 from raftlog.api.service import LogService
 from raftlog.api.topic_routes import install_topic_routes
 from raftlog.api.topics import TopicService
@@ -83,8 +87,12 @@ class Node:
         self.metrics.watch_consumers(consumers.local)
         self.handlers = EntryHandlers(self.service, self.metrics, consumers)  # REST's routes and the gRPC API's
         self.topics = TopicService(self.service)
+        self.groups = ConsumerGroups(self.service, self.topics)
         self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
         install_topic_routes(self.public_app, self.handlers, self.topics)
+        self.queue_reads = QueueReads(self.service, self.topics)  # REST's and gRPC's reads of topic queues
+        install_queue_routes(self.public_app, self.handlers, self.queue_reads)
+        install_group_routes(self.public_app, self.handlers, self.groups)
         install_admin_page(self.public_app)
         self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
             self.public_app, self.handlers, settings.client_tokens(), budget=self.request_bytes,
@@ -92,7 +100,7 @@ class Node:
             plaintext=settings.client_tls_cert is None)
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes,
-                                        consumers, self.topics)
+                                        consumers, self.topics, self.groups)
         log.info("%s opened %s: log %d..%d, term %d, committed %d%s", config.self_id, store.data_dir,
                  store.begin_index, store.end_index, state.current_term, state.committed_index,
                  "".join(f"; {note}" for note in store.recovery.notes))
@@ -157,7 +165,7 @@ class Node:
         tokens = settings.client_tokens()
         return GrpcApi(self.service, self.handlers, tokens, AuthFailures(self.metrics.auth_failures, "grpc"),
                        f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials, self.request_bytes,
-                       services=[topics_service(self.topics, tokens)])
+                       services=[topics_service(self.topics, self.groups, tokens)])
 
     def start(self) -> None:
         self.store.start()

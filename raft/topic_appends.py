@@ -165,12 +165,20 @@ class TopicAppends:
         return queued_of(self.appends.store.get(index).body)[2]
 
     async def commit_group(self, ask: GroupAsk) -> tuple[Appended, GroupCommit]:
-        """A consumer group's offsets in many queues, one QUEUE_COMMIT entry, once committed."""
+        """A consumer group's offsets in many queues, one QUEUE_COMMIT entry, once committed. Each queue
+        must be one of a topic in the catalog as of the log's tail: a client names its topic by the id
+        its member's catalog held, and the topic may have been deleted since."""
         await self._topics_allowed()
         decided: list[GroupCommit] = []
 
         def decide() -> list[bytes]:
             self.version.require(TOPICS, self._member_ids())
+            for queue in ask.queues:
+                topic = self.catalog.by_id.get(queue.topic_id)
+                if topic is None or not 0 <= queue.queue < topic.queues:
+                    raise TopicError(Code.TOPIC_NOT_FOUND, f"no topic of id {queue.topic_id} (deleted?)"
+                                     if topic is None else f"topic {topic.name!r} has queues 0 to "
+                                     f"{topic.queues - 1}, not {queue.queue}", self.state.leader_id)
             commit = self.groups.decide(ask)
             decided.append(commit)
             return [commit.encode()]
