@@ -135,10 +135,14 @@ class EntryHandlers:
                                                                    caller_name(request.scope))), status_code=201)
 
     async def get_one(self, index: int, linearizable: bool, accept: str) -> Response:
-        record = await self.reads.one(LogRead(start=index, linearizable=linearizable))
-        if OCTETS in accept:
-            return Response(record.body, media_type=OCTETS, headers=record_headers(record))
-        return JSONResponse(record_json(record))
+        return record_response(await self.reads.one(LogRead(start=index, linearizable=linearizable)), accept)
+
+
+def record_response(record: Record, accept: str) -> Response:
+    """One record's answer: JSON, or with an Accept of octet-stream its raw body and X-Raftlog-* headers."""
+    if OCTETS in accept:
+        return Response(record.body, media_type=OCTETS, headers=record_headers(record))
+    return JSONResponse(record_json(record))
 
 
 def record_json(record: Record) -> dict[str, Any]:

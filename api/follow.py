@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -40,14 +40,48 @@ if TYPE_CHECKING:
     from raftlog.api.service import LogService, RawRead
 
 
+class Followed(Protocol):
+    """What a stream reads chunk by chunk: the committed log (`CommittedLog`), or a topic queue's
+    messages (api.queue_reads), each at positions of its own (indices, queue offsets)."""
+
+    def last(self) -> int:
+        """The last position readable now."""
+
+    async def read(self, at: int, last: int) -> RawRead:
+        """Stored entries from position `at` up to `last` (at most follow_chunk_bytes of them, and
+        possibly none), and the position after those read."""
+
+    async def wait(self, at: int, timeout_s: float | None) -> bool:
+        """Until position `at` is readable (True), at most `timeout_s`, or the member stops."""
+
+
+class CommittedLog:
+    """The log's committed entries, by index."""
+
+    def __init__(self, service: LogService) -> None:
+        self.service = service
+
+    def last(self) -> int:
+        return self.service.node.committed_index
+
+    async def read(self, at: int, last: int) -> RawRead:
+        service = self.service
+        return await service.read_raw(at, min(service.node.committed_index, last) - at + 1, linearizable=False,
+                                      max_bytes=service.limits.follow_chunk_bytes)
+
+    async def wait(self, at: int, timeout_s: float | None) -> bool:
+        return await self.service.await_entry(at, timeout_s)
+
+
 async def committed_chunks(service: LogService, first: RawRead | None, start: int, last: int, *,
                            follow: bool, budget: ByteBudget, idle_s: float | None = None,
-                           ) -> AsyncIterator[list[memoryview] | None]:
-    """Stored entries from `start` up to `last`, one chunk at a time; `first`, read before the answer's
-    status went out, is the first chunk. Without `follow`, what was committed up to `last` when
-    `first` was read; with it, every entry as it commits, until `last` or the member stops. None,
-    every `idle_s` without an entry, lets the caller send a keepalive."""
-    node, chunk_bytes = service.node, service.limits.follow_chunk_bytes
+                           followed: Followed | None = None) -> AsyncIterator[list[memoryview] | None]:
+    """Stored entries from position `start` up to `last` of `followed` (the committed log unless
+    said), one chunk at a time; `first`, read before the answer's status went out, is the first
+    chunk. Without `follow`, what was readable up to `last` when `first` was read; with it, every
+    entry as it commits, until `last` or the member stops. None, every `idle_s` without an entry,
+    lets the caller send a keepalive."""
+    source = CommittedLog(service) if followed is None else followed
     index, raw = start, first
     while True:
         if raw is not None:
@@ -60,15 +94,13 @@ async def committed_chunks(service: LogService, first: RawRead | None, start: in
             index = raw.next
         if index > last or service.closing:
             return
-        committed = node.committed_index
-        if committed >= index:
-            raw = await service.read_raw(index, min(committed, last) - index + 1, linearizable=False,
-                                         max_bytes=chunk_bytes)
+        if source.last() >= index:
+            raw = await source.read(index, last)
         elif not follow:
             return
         else:
             raw = None
-            if not await service.await_entry(index, idle_s) and not service.closing:
+            if not await source.wait(index, idle_s) and not service.closing:
                 yield None
 
 

@@ -37,6 +37,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from raftlog.api.auth import MESSAGES_SUFFIX, TOPICS_PATH
 from raftlog.api.errors import ApiError, bad_request, too_large
 from raftlog.api.request_checks import Refusal, RequestHead
 from raftlog.raft.messages import Code
@@ -212,8 +213,11 @@ class CountedBody:
 
 
 def _follows(scope: Scope) -> bool:
-    """A read that waits for entries to commit: a follow stream or a long-poll."""
-    if scope["method"] != "GET" or scope["path"] != FOLLOWED_PATH:
+    """A read that waits for entries to commit: a follow stream or a long-poll, of the log or of a
+    topic's queue (/v1/topics/{name}/queues/{queue}/messages)."""
+    path = scope["path"]
+    if scope["method"] != "GET" or not (path == FOLLOWED_PATH or (path.startswith(TOPICS_PATH)
+                                                                  and path.endswith(MESSAGES_SUFFIX))):
         return False
     query = parse_qs(scope["query_string"].decode("latin-1"))
     return "wait_ms" in query or query.get("follow", ["false"])[-1].lower() not in ("false", "0", "no", "off", "")

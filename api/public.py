@@ -8,8 +8,9 @@ from one table; nothing is appended unless the whole request is valid.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from importlib.metadata import version
+from operator import attrgetter
 from typing import Any
 
 from fastapi import FastAPI, Path, Query, Request, Response
@@ -56,6 +57,7 @@ from raftlog.api.schemas import (
 )
 from raftlog.raft.messages import Code
 from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
+from raftlog.storage.record import Record
 
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
@@ -63,6 +65,8 @@ ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
 SSE = "text/event-stream"
 SSE_KEEPALIVE_S = 15.0  # a comment line on an idle event stream, so proxies keep it open
 DEFAULT_PAGE = 100
+STREAM_CONTENT = {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}}, SSE: {"schema": {"type": "string"}},
+                  ENTRIES_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}  # a read's streams
 
 MEMBER_ID = Path(min_length=1, max_length=64, examples=["n4"], description="The member's id")
 
@@ -188,9 +192,7 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                  f"entry as JSON; with `Accept: {ENTRIES_CONTENT_TYPE}` the entries as stored (DLedger's format: "
                  "a 48-byte big-endian header, then the body), for bulk readers. A stream that fails after its "
                  "200 (its next entry was cleaned away) ends with an error line, or an `error` event"),
-                              "content": {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}},
-                                          SSE: {"schema": {"type": "string"}},
-                                          ENTRIES_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
+                              "content": STREAM_CONTENT},
                         **errors(400, 404, 410, 502, 503, 504)})
     async def read_entries(request: Request, start: int | None = Query(None, ge=0, description=(
                                "The first index to read (default 0)"), examples=[0]),
@@ -221,24 +223,17 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
                                "to the topic catalog; queue_commit: consumer groups' offsets), which reads of "
                                "data skip; the stored format always has them")),
                            ) -> Response:
-        accept = request.headers.get("accept", "")
-        stream = next((kind for kind in (NDJSON, SSE, ENTRIES_CONTENT_TYPE) if kind in accept), None)
-        if follow and stream is None:
-            raise bad_request(f"follow needs a stream: Accept {NDJSON}, {SSE} or {ENTRIES_CONTENT_TYPE}")
+        stream = stream_kind(request, follow)
         if (start is not None and pos is not None) or (consumer is not None and pos is not None):
             raise bad_request("give start or pos, not both; consumer or pos, not both")
-        resumed = request.headers.get("last-event-id") if stream == SSE else None
+        resumed = last_event_id(request, stream)
         if resumed is not None:  # an EventSource reconnecting: on from the entry after the last it got
-            if not (resumed.isascii() and resumed.isdigit() and len(resumed) <= INDEX_DIGITS_MAX):
-                raise bad_request(f"Last-Event-ID {resumed[:40]!r} is not an index")
-            start, pos, consumer = int(resumed) + 1, None, None
+            start, pos, consumer = resumed + 1, None, None
         read = LogRead(start=start, pos=pos, consumer=consumer, limit=limit or 0, control=control, follow=follow,
                        linearizable=consistency == "linearizable", wait_s=wait_ms / 1000)
         if stream is not None:
             planned = await handlers.reads.stream(read, idle_s=SSE_KEEPALIVE_S if stream == SSE else None)
-            headers = {"X-Raftlog-Committed-Index": str(planned.end), "Cache-Control": "no-store",
-                       "X-Accel-Buffering": "no"}  # a proxy (nginx) passes each entry on as it comes
-            return LogStream(_rendered(planned, stream), media_type=stream, headers=headers)
+            return streamed(planned, stream, {"X-Raftlog-Committed-Index": str(planned.end)})
         page = await handlers.reads.page(read, min(limit or DEFAULT_PAGE, limits.range_limit_max))
         return LogPage({"entries": [record_json(r) for r in page.records], "next": page.next,
                         "committed_index": page.committed}, service.follow_budget)
@@ -422,7 +417,35 @@ def _error_response(status: int) -> dict[str, Any]:
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
 
 
-async def _rendered(stream: Stream, kind: str) -> AsyncIterator[bytes]:
+def stream_kind(request: Request, follow: bool) -> str | None:
+    """The stream a read's Accept asks for: NDJSON, SSE or the stored format (None: a JSON page, which
+    cannot follow)."""
+    accept = request.headers.get("accept", "")
+    kind = next((kind for kind in (NDJSON, SSE, ENTRIES_CONTENT_TYPE) if kind in accept), None)
+    if follow and kind is None:
+        raise bad_request(f"follow needs a stream: Accept {NDJSON}, {SSE} or {ENTRIES_CONTENT_TYPE}")
+    return kind
+
+
+def last_event_id(request: Request, kind: str | None) -> int | None:
+    """The position (an index, a queue offset) of the last event an EventSource got before it
+    reconnected: its Last-Event-ID (None: not a reconnection)."""
+    resumed = request.headers.get("last-event-id") if kind == SSE else None
+    if resumed is None:
+        return None
+    if not (resumed.isascii() and resumed.isdigit() and len(resumed) <= INDEX_DIGITS_MAX):
+        raise bad_request(f"Last-Event-ID {resumed[:40]!r} is not an index")
+    return int(resumed)
+
+
+def streamed(stream: Stream, kind: str, headers: dict[str, str],
+             event_id: Callable[[Record], int] = attrgetter("index")) -> LogStream:
+    """A stream's answer; each server-sent event's id is `event_id` of its record (the log's: its index)."""
+    return LogStream(_rendered(stream, kind, event_id), media_type=kind, headers={
+        **headers, "Cache-Control": "no-store", "X-Accel-Buffering": "no"})  # a proxy (nginx) passes each entry on
+
+
+async def _rendered(stream: Stream, kind: str, event_id: Callable[[Record], int]) -> AsyncIterator[bytes]:
     """A stream's bytes. An error after the 200 (the next entry was cleaned away under a slow reader)
     ends an NDJSON stream with an error line and an event stream with an `error` event; the stored
     format has no room for one: its connection is cut, so the reader sees the stream unfinished."""
@@ -433,8 +456,8 @@ async def _rendered(stream: Stream, kind: str) -> AsyncIterator[bytes]:
                     yield b": keepalive\n\n"
             elif kind == NDJSON:
                 yield b"".join(json.dumps(record_json(r)).encode() + b"\n" for r in stream.records(chunk))
-            elif kind == SSE:  # one event per entry: its index as the event id, the entry as JSON
-                yield b"".join(b"id: %d\ndata: %s\n\n" % (r.index, json.dumps(record_json(r)).encode())
+            elif kind == SSE:  # one event per entry: its index (or offset) as the event id, the entry as JSON
+                yield b"".join(b"id: %d\ndata: %s\n\n" % (event_id(r), json.dumps(record_json(r)).encode())
                                for r in stream.records(chunk))
             else:
                 yield b"".join(chunk)

@@ -37,7 +37,7 @@ class LogRead:
 
 class Page(NamedTuple):
     records: list[Record]
-    next: int  # the index to read next
+    next: int  # the position to read next: an index (a queue's read: a queue offset, api.queue_reads)
     committed: int  # the commit index it was read under
 
 

@@ -232,15 +232,20 @@ class LogService:
     async def await_entry(self, index: int, timeout_s: float | None) -> bool:
         """Wait until entry `index` is committed here (True), for at most `timeout_s` (None: no limit),
         or until the member stops: a long-poll, or a stream that follows the log."""
+        return await self.await_commit(lambda: self.node.committed_index >= index, timeout_s)
+
+    async def await_commit(self, reached: Callable[[], bool], timeout_s: float | None) -> bool:
+        """Wait until `reached()`, asked each time this member's commit index moves (True), for at
+        most `timeout_s` (None: no limit), or until the member stops."""
         node = self.node
         deadline = None if timeout_s is None else node.now() + timeout_s
         while True:
             moved = node.commit_moved.current()
-            if node.committed_index >= index or self.closing:
-                return node.committed_index >= index
+            if reached() or self.closing:
+                return reached()
             left = None if deadline is None else deadline - node.now()
             if not await wait_event(moved, left) and deadline is not None and node.now() >= deadline:
-                return node.committed_index >= index
+                return reached()
 
     async def index_at_pos(self, pos: int, linearizable: bool) -> int:
         """The index of the committed entry that starts at byte `pos` of the log, as RocketMQ reads its
