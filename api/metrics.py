@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import bisect
 import functools
+import heapq
 import itertools
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from starlette.types import Receive, Scope, Send
 
-from raftlog.api.answers import ConsumerAnswer
+from raftlog.api.answers import ConsumerAnswer, GroupAnswer
 from raftlog.raft.messages import Role
 from raftlog.raft.node import RaftNode
 
@@ -66,6 +67,19 @@ class NodeMetrics:
         # shows what just happened
         self.history: deque[dict[str, float | None]] = deque(maxlen=HISTORY_POINTS)
         self._sampled: tuple[float, int, int, float] | None = None  # when, committed, latency count and sum
+        self._groups: _GroupCollector | None = None
+
+    def exposition(self, queues: Collection[tuple[str, int]] = ()) -> bytes:
+        """What a scrape reads: every series, and the lag of each consumer group in `queues` (topic,
+        queue) beside the most lagging queues'."""
+        groups = self._groups
+        if groups is not None:
+            groups.asked = queues
+        try:
+            return generate_latest(self.registry)
+        finally:
+            if groups is not None:
+                groups.asked = ()
 
     async def watch_loop_lag(self, interval_s: float = 0.05) -> None:
         """Sample event-loop lag: heartbeats are late by this much when the loop is busy; and, every
@@ -109,6 +123,14 @@ class NodeMetrics:
     def watch_consumers(self, consumers: Callable[[], list[ConsumerAnswer]]) -> None:
         """Each named consumer's lag, in entries and bytes, read at scrape time."""
         self.registry.register(_ConsumerCollector(consumers))
+
+    def watch_groups(self, groups: Callable[[], list[GroupAnswer]], topic_ends: Callable[[], dict[str, int]],
+                     queue_series_max: int) -> None:
+        """Each topic's messages and each consumer group's lag, read at scrape time; a queue's lag for a
+        group only for the `queue_series_max` most lagging, and the queues a scrape asks for: 80,000
+        queues must not make 80,000 series."""
+        self._groups = _GroupCollector(groups, topic_ends, queue_series_max)
+        self.registry.register(self._groups)
 
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self._push_latency(peer).observe(seconds)
@@ -209,6 +231,47 @@ class _ConsumerCollector(Collector):
                 lag_bytes.add_metric([consumer.name], consumer.lag_bytes)
         yield lag
         yield lag_bytes
+
+
+class _GroupCollector(Collector):
+    def __init__(self, groups: Callable[[], list[GroupAnswer]], topic_ends: Callable[[], dict[str, int]],
+                 queue_series_max: int) -> None:
+        self.groups = groups
+        self.topic_ends = topic_ends
+        self.queue_series_max = queue_series_max
+        self.asked: Collection[tuple[str, int]] = ()  # (topic, queue): the scrape's own (NodeMetrics.exposition)
+
+    def collect(self) -> Iterator[Metric]:
+        messages = CounterMetricFamily("raftlog_topic_messages", "Messages committed to a topic: its queues' end "
+                                       "offsets together", labels=["topic"])
+        for topic, end in sorted(self.topic_ends().items()):
+            messages.add_metric([topic], end)
+        yield messages
+        groups = self.groups()
+        lag = GaugeMetricFamily("raftlog_group_lag", "Messages a consumer group has not read, in all its queues",
+                                labels=["group"])
+        queues = GaugeMetricFamily("raftlog_group_queues", "Queues a consumer group holds an offset in",
+                                   labels=["group"])
+        for group in groups:
+            lag.add_metric([group.name], group.lag)
+            queues.add_metric([group.name], len(group.queues))
+        yield lag
+        yield queues
+        queue_lag = GaugeMetricFamily("raftlog_group_queue_lag", "A consumer group's lag in one queue: of the "
+                                      "most lagging queues (metrics_queue_lag_series_max), and of those a scrape "
+                                      "asks for (/metrics?queue=TOPIC:QUEUE)", labels=["group", "topic", "queue"])
+        every = ((group.name, queue) for group in groups for queue in group.queues)
+        shown = heapq.nlargest(self.queue_series_max, every, key=lambda pair: pair[1].lag)
+        if self.asked:
+            asked = set(self.asked)
+            shown += [(group.name, q) for group in groups for q in group.queues if (q.topic, q.queue) in asked]
+        seen = set()
+        for name, queue in shown:
+            labels = (name, queue.topic, str(queue.queue))
+            if labels not in seen:
+                seen.add(labels)
+                queue_lag.add_metric(list(labels), queue.lag)
+        yield queue_lag
 
 
 class CountRequests:

@@ -18,7 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -59,6 +59,9 @@ from raftlog.raft.messages import Code
 from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
 from raftlog.storage.record import Record
 
+QUEUES_ASKED = Query([], max_length=100, examples=["orders:3"], description=(
+    "TOPIC:QUEUE: the consumer groups' lag in this queue too (raftlog_group_queue_lag), beside the most lagging "
+    "queues' (metrics_queue_lag_series_max); repeat for more, up to 100"))
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
 ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
@@ -301,9 +304,9 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics",
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                              "description": "Prometheus text format"}})
-    async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+                              "description": "Prometheus text format"}, **errors(400)})
+    async def prometheus(queue: list[str] = QUEUES_ASKED) -> Response:
+        return Response(metrics.exposition([_topic_queue(asked) for asked in queue]), media_type=CONTENT_TYPE_LATEST)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
@@ -415,6 +418,14 @@ def _not_allowed(request: Request) -> JSONResponse:
 def _error_response(status: int) -> dict[str, Any]:
     return {"description": ERROR_TEXT[status],
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+
+
+def _topic_queue(asked: str) -> tuple[str, int]:
+    """A queue a scrape names, TOPIC:QUEUE."""
+    topic, _, queue = asked.rpartition(":")
+    if not topic or not (queue.isascii() and queue.isdigit() and len(queue) <= 9):
+        raise bad_request(f"a queue is named TOPIC:QUEUE, as orders:3, not {asked[:140]!r}")
+    return topic, int(queue)
 
 
 def stream_kind(request: Request, follow: bool) -> str | None:

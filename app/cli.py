@@ -8,6 +8,7 @@
     raftlog members list|add|promote|remove ...             the group's members (changes: admin)
     raftlog consumers list|get|commit|delete ...            named consumers' committed positions
     raftlog topics list|describe|create|change|delete|append ...   topics and their messages
+    raftlog groups list|describe|commit|delete ...          consumer groups' offsets per queue
     raftlog pipeline export|audit|stats ...                 Spark jobs (the `spark` extra)
 
 Clients talk to --url (default $RAFTLOG_URL, else http://127.0.0.1:8001).
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.app.client_calls import ClientError, dash, read_bodies, request
+from raftlog.app.groups_cli import add_commands as add_group_commands
 from raftlog.app.settings import REMOVED, Settings, SettingsError, load_settings
 from raftlog.app.topics_cli import add_commands as add_topic_commands
 from raftlog.pipeline.cli import add_commands as add_pipeline_commands
@@ -118,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
                                  "(-1 on commit: it must not exist yet)")
 
     clients += add_topic_commands(commands)
+    clients += add_group_commands(commands)
 
     for name, run, help_ in (("append", _append, "append entries"), ("get", _get, "read an entry"),
                              ("status", _status, "show the cluster status")):

@@ -88,6 +88,7 @@ class Node:
         self.handlers = EntryHandlers(self.service, self.metrics, consumers)  # REST's routes and the gRPC API's
         self.topics = TopicService(self.service)
         self.groups = ConsumerGroups(self.service, self.topics)
+        self.metrics.watch_groups(self.groups.local, self.groups.topic_ends, settings.metrics_queue_lag_series_max)
         self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
         install_topic_routes(self.public_app, self.handlers, self.topics)
         self.queue_reads = QueueReads(self.service, self.topics)  # REST's and gRPC's reads of topic queues

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_type_hints
 from urllib.parse import urlsplit
 
-from pydantic import SecretStr, ValidationError, create_model
+from pydantic import Field, SecretStr, ValidationError, create_model
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -67,6 +67,9 @@ class NodeSettings(BaseSettings):
     join_token: SecretStr | None = None  # an admin token for the join, where the group has tokens
     join_ca: Path | None = None  # the CA that signs the group's client certificates (default: peer_tls_ca)
     checkpoint_interval_ms: int = 3000  # how often committed/applied indices are written to SQLite
+    # /metrics: a consumer group's lag in one queue has a series for the most lagging queues only, this many
+    # (and for the queues a scrape asks for): 80,000 queues must not make 80,000 series
+    metrics_queue_lag_series_max: int = Field(20, ge=0)
     # a committed entry found damaged or missing on open: cut it away and get it again from the peers (the
     # member neither votes nor stands until it has); false: refuse to start, for an operator to decide
     repair_from_peers: bool = True

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raftlog.api.auth import Caller, Role
 from raftlog.api.errors import ApiError
@@ -123,6 +124,29 @@ async def test_what_the_member_judges_before_the_leader(client: httpx.AsyncClien
 
     node.raft.groups.config = dataclasses.replace(node.raft.groups.config, consumers_max=1)
     assert code(await commit(client, "another", "judged", {"queue": 0, "offset": 0})) == (409, "CONSUMERS_FULL")
+
+
+async def test_metrics_per_topic_and_group_and_only_the_most_lagging_queues_or_those_asked_for(
+        client: httpx.AsyncClient) -> None:
+    wide = 24  # past metrics_queue_lag_series_max's 20
+    assert (await client.post("/v1/topics", json={"name": "wide", "queues": wide})).status_code == 201
+    for queue in range(wide):  # queue q holds q + 1 messages
+        await client.post("/v1/topics/wide/messages", json={"messages": [{"body": "m"}] * (queue + 1), "queue": queue})
+    assert (await commit(client, "slow", "wide", *({"queue": q, "offset": 0} for q in range(wide)))).is_success
+
+    def samples(text: str, name: str) -> dict[tuple[str, ...], float]:
+        return {tuple(s.labels[k] for k in ("topic", "group", "queue") if k in s.labels): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples if s.name == name}
+
+    text = (await client.get("/metrics")).text
+    assert samples(text, "raftlog_topic_messages_total")[("wide",)] == wide * (wide + 1) / 2
+    assert samples(text, "raftlog_group_lag")[("slow",)] == wide * (wide + 1) / 2
+    assert samples(text, "raftlog_group_queues")[("slow",)] == wide
+    lagging = samples(text, "raftlog_group_queue_lag")
+    assert lagging == {("wide", "slow", str(q)): q + 1 for q in range(wide - 20, wide)}  # the 20 most lagging
+    asked = samples((await client.get("/metrics?queue=wide:0&queue=wide:1")).text, "raftlog_group_queue_lag")
+    assert asked == {**lagging, ("wide", "slow", "0"): 1, ("wide", "slow", "1"): 2}
+    assert (await client.get("/metrics?queue=wide")).status_code == 400
 
 
 def test_a_forwarded_commit_reads_back_as_sent() -> None:

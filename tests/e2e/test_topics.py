@@ -238,4 +238,5 @@ def test_grpc_through_a_follower(group: LocalCluster) -> None:
             health_pb2.HealthCheckResponse.SERVING
         pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
         assert {m.name for m in pool.FindServiceByName("raftlog.v1.Topics").methods} == {
-            "CreateTopic", "ListTopics", "GetTopic", "ChangeTopic", "DeleteTopic", "Append"}
+            "CreateTopic", "ListTopics", "GetTopic", "ChangeTopic", "DeleteTopic", "Append", "CommitGroupOffsets",
+            "ListGroups", "GetGroup", "DeleteGroup"}
