@@ -83,7 +83,7 @@ class QueueMessages:
         self.topic = topic
         self.queue = queue
         self.tags = frozenset(tags)
-        self.codes = tuple(tag_code(tag) for tag in tags)
+        self.codes = tuple(map(tag_code, self.tags)) if tags else ()
 
     def units(self) -> ConsumeQueue:
         """The queue's units; TOPIC_NOT_FOUND once the topic is gone (its queue is dropped)."""
@@ -139,28 +139,30 @@ class QueueMessages:
         if offset >= units.next_offset:
             raise ApiError(Code.INDEX_OUT_OF_RANGE, f"queue {self.queue} of topic {self.topic.name!r} has no message "
                            f"at offset {offset} (its next offset is {units.next_offset})", self.service.node.leader_id)
-        entry = self.service.store.get(self.index_of(units, offset, units.unit(offset)[0]))
+        pos = units.unit(offset)[0]
+        entry = self.service.store.get_at(pos)
+        if entry is None:
+            raise self.missing(units, offset, pos)
         self.check_held(offset, entry.magic, entry.body, entry.index)
         return entry
 
     def view(self, units: ConsumeQueue, offset: int, pos: int) -> memoryview:
         """The stored bytes of the message at `offset`, whose unit names `pos`."""
-        index = self.index_of(units, offset, pos)
-        view = self.service.store.read_range(index, 1, 1).data
-        self.check_held(offset, HEADER.unpack_from(view)[0], view[HEADER_SIZE:], index)
-        return view
-
-    def index_of(self, units: ConsumeQueue, offset: int, pos: int) -> int:
-        """The index of the entry at `pos`, which the queue's unit at `offset` names."""
         store = self.service.store
         index = store.index_at(pos)
         if index is None:
-            begin = store.begin_pos
-            if begin is None or pos < begin:  # retention took it; the queue's first offset moves next
-                raise self.reads.taken(self.topic, self.queue, offset, units.first_at_or_past(begin or pos))
-            raise ConsumeQueueError(f"offset {offset} of queue {self.queue} of topic {self.topic.id} names pos "
-                                    f"{pos}, where no entry starts")
-        return index
+            raise self.missing(units, offset, pos)
+        view = store.read_range(index, 1, 1).data
+        self.check_held(offset, HEADER.unpack_from(view)[0], view[HEADER_SIZE:], index)
+        return view
+
+    def missing(self, units: ConsumeQueue, offset: int, pos: int) -> Exception:
+        """Why no entry starts at `pos`, which the queue's unit at `offset` names."""
+        begin = self.service.store.begin_pos
+        if begin is None or pos < begin:  # retention took it; the queue's first offset moves next
+            return self.reads.taken(self.topic, self.queue, offset, units.first_at_or_past(begin or pos))
+        return ConsumeQueueError(f"offset {offset} of queue {self.queue} of topic {self.topic.id} names pos {pos}, "
+                                 "where no entry starts")
 
     def check_held(self, offset: int, magic: int, body: memoryview, index: int) -> None:
         """The entry read is the queue's message at `offset`: the queue is derived from the log, and
@@ -184,13 +186,11 @@ class QueueReads:
 
     def records(self) -> Records:
         """The decoder of a read's messages, their topics named from the catalog."""
-        catalog = self.service.node.topics
+        return Records(self.service.store.get, self.topic_name)
 
-        def topic_name(topic_id: int) -> str | None:
-            topic = catalog.by_id.get(topic_id)
-            return None if topic is None else topic.name
-
-        return Records(self.service.store.get, topic_name)
+    def topic_name(self, topic_id: int) -> str | None:
+        topic = self.service.node.topics.by_id.get(topic_id)
+        return None if topic is None else topic.name
 
     async def messages(self, read: QueueRead) -> QueueMessages:
         """The queue the read names, its topic read under the read's consistency (linearizable: this

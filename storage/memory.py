@@ -168,6 +168,10 @@ class MemoryStore:
         at = bisect.bisect_left(self._positions, pos)
         return self.begin_index + at if at < len(self._positions) and self._positions[at] == pos else None
 
+    def get_at(self, pos: int) -> Entry | None:
+        index = self.index_at(pos)
+        return None if index is None else self.get(index)
+
     def read_range(self, start: int, max_entries: int, max_bytes: int, *,
                    trust_own_writes: bool = False) -> RawEntries:
         assert max_entries > 0

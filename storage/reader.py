@@ -176,8 +176,22 @@ class LogReader:
 
     def index_at(self, pos: int) -> int | None:
         """The index of the kept entry that starts at byte `pos` (None: none does), from the index its
-        header names, held to that index's record: a consume queue's unit or a reader's position finds
-        its entry with one header and one record read, whatever the log's length."""
+        header names, held to that index's record: a reader's position finds its entry with one header
+        and one record read, whatever the log's length."""
+        index = self._named_at(pos)
+        return index if index is not None and self.record(index)[1] == pos else None
+
+    def get_at(self, pos: int) -> Entry | None:
+        """The kept entry that starts at byte `pos` (None: none does), as `get` reads it, by the index its
+        header names (a consume queue's unit gives the pos: one unit read, then one entry read)."""
+        index = self._named_at(pos)
+        if index is None:
+            return None
+        entry = self.get(index)  # its record's pos holds the entry `get` checks: another's if not pos
+        return entry if entry.pos == pos else None
+
+    def _named_at(self, pos: int) -> int | None:
+        """The index field of the header at `pos` if it names a kept entry (None: outside the log)."""
         if not self.data.covers(pos):
             return None
         seg = self.data.find(pos)
@@ -185,9 +199,7 @@ class LogReader:
         if at + INDEX_FIELD.size > self.file_size:
             return None
         index = int(INDEX_FIELD.unpack_from(seg.read_view, at)[0])
-        if not self.log.begin_index <= index <= self.log.end_index or self.record(index)[1] != pos:
-            return None
-        return index
+        return index if self.log.begin_index <= index <= self.log.end_index else None
 
     def term_at(self, index: int) -> int:
         """Term of the entry at `index`; before_begin_term for before_begin_index."""

@@ -331,6 +331,9 @@ class Store:
     def index_at(self, pos: int) -> int | None:
         return self.reader.index_at(pos)
 
+    def get_at(self, pos: int) -> Entry | None:
+        return self.reader.get_at(pos)
+
     def term_at(self, index: int) -> int:
         return self.reader.term_at(index)
 
