@@ -67,6 +67,11 @@ return [...document.querySelectorAll('#topic-rows tr')].map((row) => [...row.cel
 """
 
 
+GROUPS_JS = """
+return [...document.querySelectorAll('#group-rows tr')].map((row) => [...row.cells].map((cell) => cell.textContent));
+"""
+
+
 def cards(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
     """What the page shows of each member (role, reachable, indices), read in one go: the page
     redraws every second, so element handles would go stale between two reads."""
@@ -116,6 +121,17 @@ def test_the_admin_page_shows_the_cluster_live(make_cluster: ClusterFactory, bro
     assert created.status_code == 201, created.text
     shown_topic = ["orders", str(created.json()["id"]), "4", "rw", "by customer"]
     wait.until(lambda d: d.execute_script(TOPICS_JS) == [shown_topic])
+
+    # consumer groups' lag per queue, the most lagging first
+    for queue, count in ((1, 3), (2, 5)):
+        appended = httpx.post(f"{url}/v1/topics/orders/messages", json={"messages": [{"body": "m"}] * count,
+                                                                        "queue": queue})
+        assert appended.status_code == 201, appended.text
+    offsets = httpx.post(f"{url}/v1/groups/billing/offsets", json={"topic": "orders", "queues": [
+        {"queue": 1, "offset": 1}, {"queue": 2, "offset": 4}]})
+    assert offsets.status_code == 200, offsets.text
+    wait.until(lambda d: d.execute_script(GROUPS_JS) == [["billing", "orders", "1", "1", "3", "2"],
+                                                         ["billing", "orders", "2", "4", "5", "1"]])
 
     # the node keeps the charts' last five minutes: a page opened now starts with them, not empty
     eventually(lambda: len(httpx.get(f"{url}/v1/cluster/history").json()["points"]) >= 5, "five chart points")
