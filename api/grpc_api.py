@@ -183,7 +183,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
         at_pos = request.WhichOneof("at") == "pos"
         read = LogRead(start=request.index, pos=request.pos if at_pos else None,
                        linearizable=request.consistency == pb.LINEARIZABLE)
-        return _entry(await self._answer(context, self.handlers.reads.one(read)))
+        return entry_of(await self._answer(context, self.handlers.reads.one(read)))
 
     async def Read(self, request: pb.ReadRequest, context: grpc.aio.ServicerContext) -> None:
         """Entries written one by one with context.write, each within follow_stall_ms: a reader
@@ -197,21 +197,7 @@ class LogServicer(log_pb2_grpc.LogServicer):
                        linearizable=request.consistency == pb.LINEARIZABLE, control=request.include_control,
                        follow=request.follow)
         stream: Stream = await self._answer(context, self.handlers.reads.stream(read))
-        if request.follow:
-            await context.send_initial_metadata(())  # the client knows the tail is open before an entry comes
-        try:
-            async for chunk in stream.chunks:
-                for record in stream.records(chunk or ()):
-                    async with asyncio.timeout(limits.follow_stall_ms / 1000):
-                        await context.write(_entry(record))
-        except ApiError as exc:
-            await _abort(context, exc)
-        except TimeoutError:
-            log.info("cut off a gRPC follow stream to %s: it took nothing for %d ms (follow_stall_ms)",
-                     self.peer_name(context.peer()), limits.follow_stall_ms)
-            await _abort(context, ApiError(Code.SERVER_BUSY, "the reader took nothing for follow_stall_ms"))
-        finally:
-            await stream.chunks.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
+        await write_stream(context, stream, request.follow, limits.follow_stall_ms, self.peer_name(context.peer()))
 
     # -- the group -------------------------------------------------------------------------
 
@@ -421,6 +407,27 @@ def _bearer(metadata: Any) -> bytes | None:
     return bearer_credentials(value.encode("latin-1") if isinstance(value, str) else value)
 
 
+async def write_stream(context: grpc.aio.ServicerContext, stream: Stream, follow: bool, stall_ms: int,
+                       reader: str) -> None:
+    """A read plan's stream as a Read call sends it (the log's, a topic queue's): its records written one
+    by one with context.write, each within `stall_ms` (follow_stall_ms): a reader that takes nothing that
+    long is cut off (api.follow); an error after the first entry ends the call with its status."""
+    if follow:
+        await context.send_initial_metadata(())  # the client knows the tail is open before an entry comes
+    try:
+        async for chunk in stream.chunks:
+            for record in stream.records(chunk or ()):
+                async with asyncio.timeout(stall_ms / 1000):
+                    await context.write(entry_of(record))
+    except ApiError as exc:
+        await _abort(context, exc)
+    except TimeoutError:
+        log.info("cut off a gRPC follow stream to %s: it took nothing for %d ms (follow_stall_ms)", reader, stall_ms)
+        await _abort(context, ApiError(Code.SERVER_BUSY, "the reader took nothing for follow_stall_ms"))
+    finally:
+        await stream.chunks.aclose()  # type: ignore[attr-defined]  # its chunk's budget is given back
+
+
 async def _abort(context: grpc.aio.ServicerContext, error: ApiError) -> None:
     status = error_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
@@ -461,7 +468,7 @@ def _expected(request: pb.CommitConsumerRequest | pb.DeleteConsumerRequest) -> i
     return request.expected if request.HasField("expected") else None
 
 
-def _entry(record: Record) -> pb.Entry:
+def entry_of(record: Record) -> pb.Entry:
     """A record as gRPC readers get it; its type by name (storage.record's, as EntryType spells them)."""
     producer = record.producer
     return pb.Entry(index=record.index, term=record.term, pos=record.pos, type=record.type.upper(),

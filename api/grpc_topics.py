@@ -1,8 +1,8 @@
-"""The public gRPC service `raftlog.v1.Topics` (proto/raftlog/v1/topics.proto), the topic routes' and
-the consumer groups' routes' twin on the grpc_port beside raftlog.v1.Log.
+"""The public gRPC service `raftlog.v1.Topics` (proto/raftlog/v1/topics.proto), the topic routes',
+the queue reads' and the consumer groups' routes' twin on the grpc_port beside raftlog.v1.Log.
 
-Each method does what its REST route does (api.topic_routes, api.group_routes), through the same
-TopicService and ConsumerGroups, with
+Each method does what its REST route does (api.topic_routes, api.queue_routes, api.group_routes),
+through the same TopicService, QueueReads and ConsumerGroups, with
 the same roles and bounds (api.grpc_api.CallGuard checks this service's calls as it does Log's:
 `port_service` says how) and the same errors: the DLedger code's name is the `reason` of a
 google.rpc.ErrorInfo in the status details.
@@ -22,7 +22,8 @@ from raftlog.api.answers import GroupAnswer, GroupCommitted, MessageAnswer
 from raftlog.api.auth import LOCAL, Caller, Role, Tokens, bearer_credentials
 from raftlog.api.errors import ApiError, api_error
 from raftlog.api.groups import ConsumerGroups, QueueCommit
-from raftlog.api.grpc_api import PortService, error_status
+from raftlog.api.grpc_api import PortService, entry_of, error_status, write_stream
+from raftlog.api.queue_reads import QueueRead, QueueReads
 from raftlog.api.topics import MessageResult, TopicService
 from raftlog.raft.producers import Sequenced
 from raftlog.raft.topics import Topic
@@ -32,14 +33,16 @@ SERVICE = "raftlog.v1.Topics"
 ROLES = {"CreateTopic": Role.ADMIN, "ChangeTopic": Role.ADMIN, "DeleteTopic": Role.ADMIN, "ListTopics": Role.READER,
          "GetTopic": Role.READER, "Append": Role.WRITER,
          "CommitGroupOffsets": Role.CONSUMER, "DeleteGroup": Role.CONSUMER,  # a consumer token: the groups its name
-         "ListGroups": Role.READER, "GetGroup": Role.READER}  # covers (api.auth)
+         "ListGroups": Role.READER, "GetGroup": Role.READER,  # covers (api.auth)
+         "Get": Role.READER, "Read": Role.READER, "ListQueues": Role.READER}
 BATCHES = frozenset({"Append"})  # its messages (field 1) are counted before the request is decoded
 OPTIONAL = ("max_message_bytes", "readable", "writable")  # a new topic's fields that have defaults
 
 
-def port_service(topics: TopicService, groups: ConsumerGroups, tokens: Tokens | None) -> PortService:
+def port_service(topics: TopicService, groups: ConsumerGroups, reads: QueueReads, tokens: Tokens | None
+                 ) -> PortService:
     """The service, as the gRPC port serves and guards it."""
-    servicer = TopicsServicer(topics, groups, tokens)
+    servicer = TopicsServicer(topics, groups, reads, tokens)
     return PortService(SERVICE, ROLES, BATCHES, lambda server: topics_pb2_grpc.add_TopicsServicer_to_server(
         servicer, server))
 
@@ -47,9 +50,11 @@ def port_service(topics: TopicService, groups: ConsumerGroups, tokens: Tokens | 
 class TopicsServicer(topics_pb2_grpc.TopicsServicer):
     """The methods, for calls that CallGuard let through (tokens and bounds are its concern)."""
 
-    def __init__(self, topics: TopicService, groups: ConsumerGroups, tokens: Tokens | None) -> None:
+    def __init__(self, topics: TopicService, groups: ConsumerGroups, reads: QueueReads, tokens: Tokens | None
+                 ) -> None:
         self.topics = topics
         self.groups = groups
+        self.reads = reads
         self.tokens = tokens  # whose the call is: an admin changes the catalog, a producer's owner appends
 
     async def CreateTopic(self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext) -> pb.Topic:
@@ -109,6 +114,28 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
                           context: grpc.aio.ServicerContext) -> pb.DeleteGroupResponse:
         await self._answer(context, self.groups.delete(request.group, caller=self._caller(context)))
         return pb.DeleteGroupResponse()
+
+    async def Get(self, request: pb.GetMessageRequest, context: grpc.aio.ServicerContext) -> log_pb2.Entry:
+        read = QueueRead(request.topic, request.queue, offset=request.offset,
+                         linearizable=request.consistency == log_pb2.LINEARIZABLE)
+        return entry_of(await self._answer(context, self.reads.one(read)))
+
+    async def Read(self, request: pb.ReadQueueRequest, context: grpc.aio.ServicerContext) -> None:
+        """A queue's messages written one by one, as the Log service's Read writes entries."""
+        read = QueueRead(request.topic, request.queue, offset=request.offset if request.HasField("offset") else None,
+                         group=request.group if request.HasField("group") else None, limit=request.limit,
+                         tags=tuple(request.tags), linearizable=request.consistency == log_pb2.LINEARIZABLE,
+                         follow=request.follow)
+        stream = await self._answer(context, self.reads.stream(read))
+        await write_stream(context, stream, request.follow, self.reads.service.limits.follow_stall_ms,
+                           context.peer())
+
+    async def ListQueues(self, request: pb.ListQueuesRequest, context: grpc.aio.ServicerContext) -> pb.QueueList:
+        listed = await self._answer(context, self.reads.queues(
+            request.topic, request.group if request.HasField("group") else None,
+            request.consistency == log_pb2.LINEARIZABLE))
+        return pb.QueueList(topic=listed.topic, topic_id=listed.topic_id,
+                            queues=[pb.TopicQueue(**dataclasses.asdict(state)) for state in listed.queues])
 
     def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
         """The call's caller (CallGuard let it through: its token, if needed, is valid)."""

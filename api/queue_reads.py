@@ -195,8 +195,8 @@ class QueueReads:
     async def messages(self, read: QueueRead) -> QueueMessages:
         """The queue the read names, its topic read under the read's consistency (linearizable: this
         member caught up with the leader's confirmed commit index first, its queue with it)."""
-        if read.queue < 0:
-            raise bad_request(f"a queue is 0 or more, not {read.queue}")
+        if read.queue < 0 or read.limit < 0:
+            raise bad_request(f"a queue and a limit are 0 or more, not {read.queue} and {read.limit}")
         topic = await self.topics.get(read.topic, read.linearizable)
         leader = self.service.node.leader_id
         if not topic.readable:

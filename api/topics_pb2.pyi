@@ -269,3 +269,69 @@ class DeleteGroupRequest(_message.Message):
 class DeleteGroupResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ("topic", "queue", "offset", "consistency")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue: int
+    offset: int
+    consistency: _log_pb2.Consistency
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., consistency: _Optional[_Union[_log_pb2.Consistency, str]] = ...) -> None: ...
+
+class ReadQueueRequest(_message.Message):
+    __slots__ = ("topic", "queue", "offset", "group", "limit", "tags", "follow", "consistency")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue: int
+    offset: int
+    group: str
+    limit: int
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    follow: bool
+    consistency: _log_pb2.Consistency
+    def __init__(self, topic: _Optional[str] = ..., queue: _Optional[int] = ..., offset: _Optional[int] = ..., group: _Optional[str] = ..., limit: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., follow: _Optional[bool] = ..., consistency: _Optional[_Union[_log_pb2.Consistency, str]] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ("topic", "group", "consistency")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    consistency: _log_pb2.Consistency
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., consistency: _Optional[_Union[_log_pb2.Consistency, str]] = ...) -> None: ...
+
+class TopicQueue(_message.Message):
+    __slots__ = ("queue", "min_offset", "next_offset", "group_offset", "lag")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    GROUP_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    queue: int
+    min_offset: int
+    next_offset: int
+    group_offset: int
+    lag: int
+    def __init__(self, queue: _Optional[int] = ..., min_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., group_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class QueueList(_message.Message):
+    __slots__ = ("topic", "topic_id", "queues")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    topic_id: int
+    queues: _containers.RepeatedCompositeFieldContainer[TopicQueue]
+    def __init__(self, topic: _Optional[str] = ..., topic_id: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[TopicQueue, _Mapping]]] = ...) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from raftlog.api import log_pb2 as raftlog_dot_v1_dot_log__pb2
 from raftlog.api import topics_pb2 as raftlog_dot_v1_dot_topics__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -84,6 +85,21 @@ class TopicsStub:
                 request_serializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupRequest.SerializeToString,
                 response_deserializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupResponse.FromString,
                 _registered_method=True)
+        self.Get = channel.unary_unary(
+                '/raftlog.v1.Topics/Get',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.GetMessageRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Entry.FromString,
+                _registered_method=True)
+        self.Read = channel.unary_stream(
+                '/raftlog.v1.Topics/Read',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.ReadQueueRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_log__pb2.Entry.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/raftlog.v1.Topics/ListQueues',
+                request_serializer=raftlog_dot_v1_dot_topics__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=raftlog_dot_v1_dot_topics__pb2.QueueList.FromString,
+                _registered_method=True)
 
 
 class TopicsServicer:
@@ -159,6 +175,31 @@ class TopicsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Get(self, request, context):
+        """Reads by queue offset (reader), as the Log service's Get and Read are by index: only committed
+        messages, under the read's consistency; a topic whose perm refuses reads is TOPIC_NOT_READABLE,
+        an offset retention took INDEX_LESS_THAN_LOCAL_BEGIN (its message names the first one kept).
+        One message of a queue by its offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Read(self, request, context):
+        """A queue's messages in offset order; with `follow`, every message as it commits, until `limit`
+        offsets or the member stops (the stream then ends OK: resume from the offset after the last one).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Each queue's first kept and next offsets (and, with `group`, the group's offset and lag there).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TopicsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -211,6 +252,21 @@ def add_TopicsServicer_to_server(servicer, server):
                     servicer.DeleteGroup,
                     request_deserializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupRequest.FromString,
                     response_serializer=raftlog_dot_v1_dot_topics__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+            'Get': grpc.unary_unary_rpc_method_handler(
+                    servicer.Get,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.GetMessageRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Entry.SerializeToString,
+            ),
+            'Read': grpc.unary_stream_rpc_method_handler(
+                    servicer.Read,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.ReadQueueRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_log__pb2.Entry.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=raftlog_dot_v1_dot_topics__pb2.ListQueuesRequest.FromString,
+                    response_serializer=raftlog_dot_v1_dot_topics__pb2.QueueList.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -483,6 +539,87 @@ class Topics:
             '/raftlog.v1.Topics/DeleteGroup',
             raftlog_dot_v1_dot_topics__pb2.DeleteGroupRequest.SerializeToString,
             raftlog_dot_v1_dot_topics__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Get(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Topics/Get',
+            raftlog_dot_v1_dot_topics__pb2.GetMessageRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Entry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Read(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftlog.v1.Topics/Read',
+            raftlog_dot_v1_dot_topics__pb2.ReadQueueRequest.SerializeToString,
+            raftlog_dot_v1_dot_log__pb2.Entry.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Topics/ListQueues',
+            raftlog_dot_v1_dot_topics__pb2.ListQueuesRequest.SerializeToString,
+            raftlog_dot_v1_dot_topics__pb2.QueueList.FromString,
             options,
             channel_credentials,
             insecure,

@@ -166,7 +166,7 @@ class Node:
         tokens = settings.client_tokens()
         return GrpcApi(self.service, self.handlers, tokens, AuthFailures(self.metrics.auth_failures, "grpc"),
                        f"[{host}]:{port}" if ":" in host else f"{host}:{port}", credentials, self.request_bytes,
-                       services=[topics_service(self.topics, self.groups, tokens)])
+                       services=[topics_service(self.topics, self.groups, self.queue_reads, tokens)])
 
     def start(self) -> None:
         self.store.start()

@@ -1,8 +1,8 @@
 """Reads by topic and queue on one member in this process (issue 45, part 5; tests/e2e/test_topic_reads.py
 has the group): one message by queue offset, a page, a long-poll answered when a message commits, the
 streams (NDJSON, server-sent events resumed by Last-Event-ID, the stored format), a consumer group's
-committed offset to resume from (committed through the node: the route is another's), the tag filter
-(the hash, then exactly), a queue's offsets and a group's lag, and the refusals."""
+committed offset to resume from, the tag filter (the hash, then exactly), a queue's offsets and a
+group's lag, the refusals, and gRPC's Get, Read and ListQueues on raftlog.v1.Topics."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ import asyncio
 import json
 from typing import Any
 
+import grpc
 import httpx
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
+from raftlog.api import log_pb2, topics_pb2, topics_pb2_grpc
+from raftlog.api.auth import AuthFailures
+from raftlog.api.grpc_api import GrpcApi
+from raftlog.api.grpc_topics import port_service
+from raftlog.app.launcher import free_ports
 from raftlog.app.node import Node
 from raftlog.raft.group_offsets import GroupAsk, QueueAsk
 from raftlog.storage.codec import iter_entries
@@ -177,3 +185,49 @@ async def test_reads_are_refused_as_the_log_refuses_them(node: Node, client: htt
     for path in (messages_url("closed"), f"{messages_url('closed')}/0"):
         assert code(await client.get(path)) == (403, "TOPIC_NOT_READABLE")
     assert (await client.get("/v1/topics/closed/queues")).status_code == 200  # its offsets stay visible
+
+
+def reason(failed: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str]:
+    status = rpc_status.from_call(failed)  # type: ignore[arg-type]
+    assert status is not None
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    return failed.code(), info.reason
+
+
+async def test_grpc_reads_a_queue_as_rest_does(node: Node, client: httpx.AsyncClient) -> None:
+    created = await topic(client, "remote")
+    await append(client, "remote", "a", "b", tags=("x",))
+    await append(client, "remote", "c")
+    await topic(client, "sealed", readable=False)
+    (port,) = free_ports(1)
+    api = GrpcApi(node.service, node.handlers, None, AuthFailures(node.metrics.auth_failures, "grpc"),
+                  f"127.0.0.1:{port}", budget=node.request_bytes,
+                  services=[port_service(node.topics, node.groups, node.queue_reads, None)])
+    await api.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = topics_pb2_grpc.TopicsStub(channel)
+            got = await stub.Get(topics_pb2.GetMessageRequest(topic="remote", queue=QUEUE, offset=1))
+            read = [m async for m in stub.Read(topics_pb2.ReadQueueRequest(topic="remote", queue=QUEUE))]
+            tagged = [m async for m in stub.Read(topics_pb2.ReadQueueRequest(topic="remote", queue=QUEUE, offset=1,
+                                                                             tags=["x"], limit=2))]
+            listed = await stub.ListQueues(topics_pb2.ListQueuesRequest(topic="remote"))
+            refusals = []
+            for call in (stub.Get(topics_pb2.GetMessageRequest(topic="remote", queue=QUEUE, offset=3)),
+                         stub.Get(topics_pb2.GetMessageRequest(topic="sealed", queue=0, offset=0))):
+                try:
+                    await call
+                except grpc.aio.AioRpcError as failed:
+                    refusals.append(reason(failed))
+    finally:
+        await api.stop(None)  # type: ignore[arg-type]
+    rest = (await client.get(f"{messages_url('remote')}/1")).json()
+    assert (got.index, got.type, got.body, got.topic, got.topic_id, got.queue, got.queue_offset, list(got.tags)) == (
+        rest["index"], log_pb2.MESSAGE, b"b", "remote", created["id"], QUEUE, 1, ["x"])
+    assert [m.body for m in read] == [b"a", b"b", b"c"] and read[1] == got
+    assert [m.queue_offset for m in tagged] == [1]
+    assert listed.topic_id == created["id"] and listed.queues[QUEUE].next_offset == 3
+    assert not listed.queues[QUEUE].HasField("lag")
+    assert refusals == [(grpc.StatusCode.NOT_FOUND, "INDEX_OUT_OF_RANGE"),
+                        (grpc.StatusCode.PERMISSION_DENIED, "TOPIC_NOT_READABLE")]

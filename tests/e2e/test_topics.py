@@ -239,4 +239,4 @@ def test_grpc_through_a_follower(group: LocalCluster) -> None:
         pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
         assert {m.name for m in pool.FindServiceByName("raftlog.v1.Topics").methods} == {
             "CreateTopic", "ListTopics", "GetTopic", "ChangeTopic", "DeleteTopic", "Append", "CommitGroupOffsets",
-            "ListGroups", "GetGroup", "DeleteGroup"}
+            "ListGroups", "GetGroup", "DeleteGroup", "Get", "Read", "ListQueues"}
