@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from typing import Any
 
+from fastapi import Query
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -19,6 +20,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.types import Receive, Scope, Send
 
 from raftlog.api.answers import ConsumerAnswer, GroupAnswer
+from raftlog.api.errors import bad_request
 from raftlog.raft.messages import Role
 from raftlog.raft.node import RaftNode
 
@@ -26,6 +28,9 @@ KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPT
 HISTORY_INTERVAL_S = 1.0
 HISTORY_POINTS = 300  # five minutes
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
+SCRAPED_QUEUES = Query([], max_length=100, examples=["orders:3"], description=(
+    "TOPIC:QUEUE: the consumer groups' lag in this queue too (raftlog_group_queue_lag), beside the most lagging "
+    "queues' (metrics_queue_lag_series_max); repeat for more, up to 100"))
 
 
 class NodeMetrics:
@@ -135,6 +140,17 @@ class NodeMetrics:
     def observe_push(self, peer: str, seconds: float, size: int) -> None:
         self._push_latency(peer).observe(seconds)
         self._pushed_bytes(peer).inc(size)
+
+
+def scraped_queues(named: list[str]) -> list[tuple[str, int]]:
+    """The queues a scrape names (TOPIC:QUEUE), as (topic, queue)."""
+    queues = []
+    for asked in named:
+        topic, _, queue = asked.rpartition(":")
+        if not topic or not (queue.isascii() and queue.isdigit() and len(queue) <= 9):
+            raise bad_request(f"a queue is named TOPIC:QUEUE, as orders:3, not {asked[:140]!r}")
+        queues.append((topic, int(queue)))
+    return queues
 
 
 class PlainCounter(Collector):

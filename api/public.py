@@ -34,7 +34,7 @@ from raftlog.api.errors import AnswerErrors, ApiError, api_error, bad_request, e
 from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
 from raftlog.api.follow import LogPage, LogStream
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
-from raftlog.api.metrics import HISTORY_INTERVAL_S, CountRequests
+from raftlog.api.metrics import HISTORY_INTERVAL_S, SCRAPED_QUEUES, CountRequests, scraped_queues
 from raftlog.api.read_plan import LogRead, Stream
 from raftlog.api.request_checks import RequestCheck, RequestChecks
 from raftlog.api.schemas import (
@@ -59,9 +59,6 @@ from raftlog.raft.messages import Code
 from raftlog.raft.producers import EPOCH_MAX, PRODUCER_ID_MAX, SEQUENCE_MAX
 from raftlog.storage.record import Record
 
-QUEUES_ASKED = Query([], max_length=100, examples=["orders:3"], description=(
-    "TOPIC:QUEUE: the consumer groups' lag in this queue too (raftlog_group_queue_lag), beside the most lagging "
-    "queues' (metrics_queue_lag_series_max); repeat for more, up to 100"))
 SWAGGER_SOURCES = "https://cdn.jsdelivr.net https://fastapi.tiangolo.com"  # /docs' scripts, styles and icon
 NDJSON = "application/x-ndjson"
 ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
@@ -305,8 +302,8 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics",
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text format"}, **errors(400)})
-    async def prometheus(queue: list[str] = QUEUES_ASKED) -> Response:
-        return Response(metrics.exposition([_topic_queue(asked) for asked in queue]), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus(queue: list[str] = SCRAPED_QUEUES) -> Response:
+        return Response(metrics.exposition(scraped_queues(queue)), media_type=CONTENT_TYPE_LATEST)
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
@@ -418,14 +415,6 @@ def _not_allowed(request: Request) -> JSONResponse:
 def _error_response(status: int) -> dict[str, Any]:
     return {"description": ERROR_TEXT[status],
             "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
-
-
-def _topic_queue(asked: str) -> tuple[str, int]:
-    """A queue a scrape names, TOPIC:QUEUE."""
-    topic, _, queue = asked.rpartition(":")
-    if not topic or not (queue.isascii() and queue.isdigit() and len(queue) <= 9):
-        raise bad_request(f"a queue is named TOPIC:QUEUE, as orders:3, not {asked[:140]!r}")
-    return topic, int(queue)
 
 
 def stream_kind(request: Request, follow: bool) -> str | None:
