@@ -18,8 +18,10 @@ from tests.faults.workload import Consumer, History, Op
 
 COUNTS = ("lost", "misplaced", "duplicated", "failed_present", "torn_batches", "reordered", "unwritten",
           "wrong_type", "divergent", "stale_reads", "nonmonotonic_reads", "wrong_reads", "consumer_skipped",
-          "consumer_repeated")
-BOOKKEEPING = ("consumer", "producer_session", "cluster_version")  # control entries a reader of data is not handed
+          "consumer_repeated", "queue_misplaced", "queue_gaps", "queue_divergent", "consume_queues_wrong")
+# control entries a reader of data is not handed
+BOOKKEEPING = ("consumer", "producer_session", "cluster_version", "topic", "queue_commit")
+WRITTEN = ("normal", "message")  # the entries that hold a client's body
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,12 @@ class Stored:
     term: int
     chain_crc: int
     body: bytes
-    kind: str = "normal"  # normal, noop, config_change, consumer
+    kind: str = "normal"  # normal, message, noop, config_change, consumer, ...
+    pos: int = 0
+    topic_id: int | None = None  # a message's: its topic, queue and offset there, and its tags
+    queue: int | None = None
+    queue_offset: int | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass
@@ -57,6 +64,11 @@ class Verdict:
     commit_fell: int = 0
     consumer_skipped: int = 0  # a consumer's life that began past its committed position, or left out an entry
     consumer_repeated: int = 0  # one that began before its committed position (handed again what it had done)
+    messages_acked: int = 0  # a topic's messages acknowledged (among `acked`)
+    queue_misplaced: int = 0  # a message acknowledged at a topic, queue, offset or entry that holds something else
+    queue_gaps: int = 0  # a queue whose offsets are not contiguous from 0 in log order on a member
+    queue_divergent: int = 0  # a queue offset that members give to different messages
+    consume_queues_wrong: int = 0  # a member's consume queue that is not the one its log gives
     problems: list[str] = field(default_factory=list)
     suspects: list[Op] = field(default_factory=list)  # the operations the problems are about
 
@@ -83,15 +95,18 @@ def read_logs(data_dirs: dict[str, Path]) -> dict[str, MemberLog]:
             for batch in read_file(part, plan.data_file_size, plan.committed_index, text=False, mark_corrupt=False,
                                    committed_only=False, batch_rows=4096):
                 rows = batch.to_pydict()
-                entries += [Stored(i, t, c & 0xFFFFFFFF, b, k) for i, t, c, b, k in
+                entries += [Stored(i, t, c & 0xFFFFFFFF, b, k, p, topic, q, offset, tuple(tags or ()))
+                            for i, t, c, b, k, p, topic, q, offset, tags in
                             zip(rows["index"], rows["term"], rows["chain_crc"], rows["body"], rows["type"],
+                                rows["pos"], rows["topic_id"], rows["queue"], rows["queue_offset"], rows["tags"],
                                 strict=True)]
         logs[member_id] = MemberLog(entries, plan.committed_index)
     return logs
 
 
 def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str] = (),
-          consumers: Iterable[Consumer] = ()) -> Verdict:
+          consumers: Iterable[Consumer] = (), topic_creates: int = 0) -> Verdict:
+    """`topic_creates`: creates of a topic sent, each of which may have written a TOPIC entry."""
     verdict = Verdict()
     committed = _committed_logs(logs)
     _compare_members(committed, verdict)
@@ -100,7 +115,8 @@ def check(history: History, logs: dict[str, MemberLog], violations: Iterable[str
     where = _where(reference)
     _check_appends(appends, where, verdict)
     consumers = list(consumers)
-    _check_unwritten(appends, reference, history.membership_changes, sum(c.commits_sent for c in consumers), verdict)
+    _check_unwritten(appends, reference, history.membership_changes, sum(c.commits_sent for c in consumers),
+                     topic_creates, verdict)
     for consumer in consumers:
         _check_consumer(consumer, reference, verdict)
     _check_order(appends, verdict)
@@ -123,7 +139,7 @@ def _committed_logs(logs: dict[str, MemberLog]) -> dict[str, list[Stored]]:
 def _where(log: list[Stored]) -> dict[bytes, list[int]]:
     where: dict[bytes, list[int]] = defaultdict(list)
     for e in log:
-        if e.kind == "normal":
+        if e.kind in WRITTEN:
             where[e.body].append(e.index)
     return where
 
@@ -171,12 +187,13 @@ def _check_appends(appends: list[Op], where: dict[bytes, list[int]], verdict: Ve
                          f"({describe(op)})", op)
 
 
-def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, commits: int, verdict: Verdict) -> None:
+def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, commits: int, creates: int,
+                     verdict: Verdict) -> None:
     """Every entry is a NOOP (with no body), a CONFIG_CHANGE entry of a membership change asked for, a
-    CONSUMER entry of a commit sent, a PRODUCER_SESSION entry (a writer's open, which it sends again
-    until answered) or CLUSTER_VERSION entry (the leader's own), or a NORMAL entry with a body some
-    client sent."""
-    sent = {body for op in appends for body in op.bodies}
+    CONSUMER entry of a commit sent, a TOPIC entry of a topic's create sent, a PRODUCER_SESSION entry (a
+    writer's open, which it sends again until answered) or CLUSTER_VERSION entry (the leader's own), or
+    a NORMAL or MESSAGE entry with a body some client sent."""
+    sent = {("normal" if op.key is None else "message", body) for op in appends for body in op.bodies}
     for e in log:
         if e.kind == "noop":
             if e.body:
@@ -186,14 +203,16 @@ def _check_unwritten(appends: list[Op], log: list[Stored], changes: int, commits
             changes -= 1
         elif e.kind == "consumer" and commits > 0:
             commits -= 1
-        elif e.kind in BOOKKEEPING[1:]:
+        elif e.kind == "topic" and creates > 0:
+            creates -= 1
+        elif e.kind in ("producer_session", "cluster_version"):
             continue
-        elif e.kind != "normal":
+        elif e.kind not in WRITTEN:
             verdict.wrong_type += 1
-            verdict.note(f"entry {e.index} is a {e.kind} entry, and no membership change was asked for it")
-        elif e.body not in sent:
+            verdict.note(f"entry {e.index} is a {e.kind} entry, and no client asked for one")
+        elif (e.kind, e.body) not in sent:
             verdict.unwritten += 1
-            verdict.note(f"entry {e.index} holds {e.body[:40]!r}, which no client sent")
+            verdict.note(f"{e.kind} entry {e.index} holds {e.body[:40]!r}, which no client sent as one")
 
 
 def _check_consumer(consumer: Consumer, log: list[Stored], verdict: Verdict) -> None:

@@ -32,6 +32,8 @@ from raftlog.pipeline.options import PipelineError
 from tests.faults.checker import COUNTS, MemberLog, Verdict, check, history_around, read_availability, read_logs
 from tests.faults.harness import FaultCluster
 from tests.faults.nemesis import KINDS, Damage, Nemesis
+from tests.faults.queues import MemberMessages, check_topics, read_members
+from tests.faults.topics import TopicWriter
 from tests.faults.workload import Consumer, GrpcWriter, History, Observer, Reader, Writer
 
 # 64 KiB data files: a run writes many, so damage lands both where recovery rescans and below; a scrub
@@ -45,10 +47,11 @@ LEADS = re.compile(rb" (\S+) is leader in term (\d+) ")  # raft.member_state's l
 
 
 def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, writers: int = 3, readers: int = 2,
-        kinds: list[str] | None = None, mutant: str | None = None,
+        topic_writers: int = 2, kinds: list[str] | None = None, mutant: str | None = None,
         log: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Run faults for about `seconds` (each kind at least once) and check the outcome; returns the summary.
-    The last of the writers appends through the gRPC API, the others through REST."""
+    The last of the writers appends through the gRPC API, the others through REST; the topic writers
+    append a topic's messages by key, through REST."""
     rng = random.Random(seed)
     kinds = list(kinds or KINDS)
     with tempfile.TemporaryDirectory(prefix="raftlog-faults-") as tmp:
@@ -62,7 +65,8 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             last = writers - 1
             grpc_writer = [GrpcWriter(f"g{last}", addresses, history, seed * 100 + last)] if writers else []
             consumer = Consumer("c0", urls, history, seed * 100 + 90)
-            clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(last)] + grpc_writer
+            by_key = [TopicWriter(f"t{i}", urls, history, seed * 100 + 70 + i) for i in range(topic_writers)]
+            clients = ([Writer(f"w{i}", urls, history, seed * 100 + i) for i in range(last)] + grpc_writer + by_key
                        + [Reader(f"r{i}", urls, history, seed * 100 + 50 + i) for i in range(readers)] + [consumer])
             observer = Observer(cluster)
             for thread in [*clients, observer]:
@@ -75,6 +79,11 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
                 client.join(10)
             if not liveness:
                 liveness = _converge(cluster, log)
+            appends = [op for op in history.ops if op.kind == "append"]
+            queues: dict[str, MemberMessages] = {}
+            unread: list[str] = []
+            if not liveness:  # each member's log as its API reads it, converged
+                queues, unread = read_members({m: cluster.members[m].client_url for m in cluster.group()}, appends)
             observer.stop()
             observer.join(5)
             with httpx.Client(timeout=0.5) as http:
@@ -87,13 +96,19 @@ def run(seed: int, seconds: float, nodes: int = 3, *, root: Path | None = None, 
             logs, unreadable = _read_final_logs(cluster)
             sessions = [v for client in clients if isinstance(client, Writer) for v in client.violations]
             verdict = check(history, logs, [*unplanted, *observer.violations, *liveness, *crashes, *unreadable,
-                                            *nemesis.problems, *sessions], [consumer])
-            for problem in vacuous(verdict.acked, _reads_answered(history), kinds, nemesis.effective):
+                                            *unread, *nemesis.problems, *sessions], [consumer],
+                            sum(writer.creates_sent for writer in by_key))
+            units = check_topics(appends, queues, logs, {m: cluster.members[m].data_dir for m in logs}, verdict)
+            for problem in vacuous(verdict.acked, _reads_answered(history), kinds, nemesis.effective,
+                                   verdict.messages_acked if topic_writers else None):
                 verdict.note(problem)
             summary = _summary(seed, seconds, nodes, history, nemesis, verdict, liveness)
             summary["consumer_lives"] = len(consumer.lives)
             summary["consumer_commits"] = sum(len(life.committed) for life in consumer.lives)
             summary["consumer_entries"] = sum(len(life.delivered) for life in consumer.lives)
+            summary["messages_acked"] = verdict.messages_acked
+            summary["messages_read_back"] = {member: len(view.messages) for member, view in queues.items()}
+            summary["consume_queue_units"] = units
             summary["mutant"] = mutant
             summary["planted"] = sum(map(len, cluster.pids.values())) if mutant and not unplanted else 0
             if kinds != KINDS:
@@ -130,15 +145,20 @@ def _schedule(nemesis: Nemesis, kinds: list[str], rng: random.Random, seconds: f
             nemesis.apply(kind, rng.uniform(1.5, 3.5))
         except TimeoutError as exc:
             return [f"liveness: the group stopped making progress during {kind}: {exc}"]
+        except RuntimeError as exc:  # a member exited while the group was awaited: its log's first and last words
+            said = str(exc).strip().splitlines()
+            return [f"liveness: {said[0].partition(';')[0]} during {kind}{': ' + said[-1] if len(said) > 1 else ''}"]
         time.sleep(rng.uniform(0.5, 1.5))
     return []
 
 
-def vacuous(acked: int, reads_answered: int, kinds: list[str], effective: dict[str, int]) -> list[str]:
-    """Why the run proves nothing: no write acknowledged, no read answered, a kind of fault that never
-    took effect."""
+def vacuous(acked: int, reads_answered: int, kinds: list[str], effective: dict[str, int],
+            messages_acked: int | None = None) -> list[str]:
+    """Why the run proves nothing: no write acknowledged, no read answered, no message acknowledged
+    (`messages_acked`: None for a run without topic writers), a kind of fault that never took effect."""
     problems = [f"vacuous: {what}" for what, none in (("no write was acknowledged", not acked),
-                                                      ("no read was answered", not reads_answered)) if none]
+                                                      ("no read was answered", not reads_answered),
+                                                      ("no message was acknowledged", messages_acked == 0)) if none]
     return problems + [f"vacuous: {kind} never took effect" for kind in kinds if not effective.get(kind)]
 
 
@@ -243,6 +263,11 @@ def print_summary(summary: dict[str, Any], out: Any = sys.stdout) -> None:
           f"entries acknowledged {summary['acked']:,}, unknown {summary['unknown']:,}, "
           f"refused {summary['failed']:,}; appends sent again in their session {summary['retried']:,}, "
           f"duplicated entries {summary['duplicated']:,}", file=out)
+    read_back = ", ".join(f"{member} {count:,}" for member, count in summary["messages_read_back"].items())
+    print(f"messages of a topic by key acknowledged {summary['messages_acked']:,} (among the entries); read back "
+          f"after the run: {read_back or 'none'}; units in each member's consume queues, held to its log: "
+          + (", ".join(f"{member} {count:,}" for member, count in summary["consume_queue_units"].items()) or "none"),
+          file=out)
     print(f"consumer: {summary['consumer_lives']} lives (each killed, then resumed after the committed position), "
           f"{summary['consumer_commits']:,} commits, {summary['consumer_entries']:,} entries handed; skipped "
           f"{summary['consumer_skipped']}, handed again before the committed position {summary['consumer_repeated']}",

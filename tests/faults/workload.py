@@ -50,9 +50,20 @@ GRPC_TIMEOUT_S = 10.0
 READ_SHAPES = ("get", "get", "get", "page", "stream")
 
 
+@dataclass(frozen=True)
+class Placed:
+    """Where an answer said one message of a topic went: its queue, its offset there, its entry."""
+
+    topic_id: int
+    queue: int
+    queue_offset: int
+    index: int
+    pos: int
+
+
 @dataclass
 class Op:
-    kind: str  # "append", or a read: "get", "page", "stream"
+    kind: str  # "append" (of entries, or of a topic's messages), or a read: "get", "page", "stream"
     client: str
     member: str
     invoke: float
@@ -67,6 +78,8 @@ class Op:
     sequence: int | None = None  # append: its first entry's sequence in its writer's producer session
     attempts: int = 0  # append: how often it was sent
     message: str | None = None  # the error's words, where the answer had some
+    key: str | None = None  # an append of a topic's messages: the key they all carry (their queue's)
+    placed: list[Placed] = field(default_factory=list)  # and where the answer put each of them
 
     @property
     def is_read(self) -> bool:
@@ -208,7 +221,7 @@ def send_read(http: httpx.Client, url: str, op: Op) -> None:
             if response.status_code == 200:
                 lines = (response.json()["entries"] if op.kind == "page"
                          else [json.loads(line) for line in response.text.splitlines() if line])
-                op.entries = [(e["index"], e["type"], _body(e)) for e in lines]
+                op.entries = [(e["index"], e["type"], entry_body(e)) for e in lines]
                 op.outcome = "ok"
             else:
                 op.code = _code(response)
@@ -227,7 +240,7 @@ def _code(response: httpx.Response) -> str:
         return f"http {response.status_code}"
 
 
-def _body(entry: dict[str, object]) -> bytes:
+def entry_body(entry: dict[str, object]) -> bytes:
     text = str(entry["body"])
     return base64.b64decode(text) if entry["encoding"] == "base64" else text.encode()
 
@@ -248,11 +261,14 @@ class Writer(Client):
     """Appends unique bodies, singly and in small batches, through every member in turn, in a producer
     session of its own; each append is sent until the group answers it."""
 
+    refusals = REFUSED_SESSION  # answers that end the append: a writer that keeps the rules never gets one
+
     def __init__(self, name: str, urls: dict[str, str], history: History, seed: int) -> None:
         super().__init__(name, urls, history, seed)
         self.producer_id = self.random.randrange(1, 2**63)
         self.violations: list[str] = []  # a session refused: raftlog broke the order it promises
         self.drain_until: float | None = None  # once stopped: when the last append is given up
+        self.sequence = 0  # its session's next sequence
 
     def run(self) -> None:
         with httpx.Client(timeout=TIMEOUT_S) as http:
@@ -274,26 +290,26 @@ class Writer(Client):
     def appending(self, send: Callable[[Op], None]) -> None:
         """Append after append until stopped; each sent, through members picked at random, until it is
         ok (a stopped writer goes on DRAIN_S with its last one)."""
-        n, sequence = 0, 0
+        n = 0
         while not self.stopping.is_set():
-            op = self.next_append(n, sequence)
+            op = self.next_append(n)
             n += 1
             while True:
                 op.attempts += 1
                 op.member = self.random.choice(list(self.urls))
                 op.outcome, op.code = "unknown", None
                 send(op)
-                if op.outcome == "ok" or op.code in REFUSED_SESSION or self.drained():
+                if op.outcome == "ok" or op.code in self.refusals or self.drained():
                     break
                 self.stopping.wait(0.05)  # do not spin against a member that is down
-            if op.code in REFUSED_SESSION:
+            if op.code in self.refusals:
                 self.violations.append(f"{self.name}: {op.code} for sequence {op.sequence} ({len(op.bodies)} "
                                        f"entries from {op.bodies[0]!r}), attempt {op.attempts}, through "
                                        f"{op.member}: {op.message}")
             self.history.add(op)
             if op.outcome != "ok":
                 return
-            sequence += len(op.bodies)
+            self.appended(op)
 
     def drained(self) -> bool:
         if not self.stopping.is_set():
@@ -302,11 +318,15 @@ class Writer(Client):
             self.drain_until = time.monotonic() + DRAIN_S
         return time.monotonic() >= self.drain_until
 
-    def next_append(self, n: int, sequence: int) -> Op:
+    def next_append(self, n: int) -> Op:
         """Unique bodies, one or a small batch, its session's next sequence."""
         count = 1 if self.random.random() < 0.7 else self.random.randint(2, 5)
         bodies = [f"{self.name}-{n}-{k}".encode() for k in range(count)]
-        return Op("append", self.name, "", time.monotonic(), bodies, sequence=sequence)
+        return Op("append", self.name, "", time.monotonic(), bodies, sequence=self.sequence)
+
+    def appended(self, op: Op) -> None:
+        """The group answered `op`: the session's sequence goes on after it."""
+        self.sequence += len(op.bodies)
 
 
 class GrpcWriter(Writer):
@@ -395,7 +415,7 @@ class Consumer(Client):
             page = self.call(http, "GET", "/v1/entries", params={**params, "limit": 50, "wait_ms": 200})
             if page is None:
                 continue
-            life.delivered += [(e["index"], _body(e)) for e in page["entries"]]
+            life.delivered += [(e["index"], entry_body(e)) for e in page["entries"]]
             next_index = page["next"]
             if next_index - 1 > known and time.monotonic() - last_commit >= self.COMMIT_EVERY_S:
                 known = self.commit(http, life, next_index - 1, known)
