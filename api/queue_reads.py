@@ -2,7 +2,7 @@
 read of the log and answering as it does: a Page, a Stream, the records of entries (storage.record).
 
 Queue offset N is one unit of the queue's consume queue (storage.consume_queue), then one entry read
-at the position the unit names (Store.index_at), whatever the queue's length. A read starts at an
+at the position the unit names (Store.get_at), whatever the queue's length. A read starts at an
 offset, at a consumer group's committed offset for the queue (`group`: the next offset the group
 reads, as a named consumer's read goes on after its position), or at the queue's first kept offset.
 A member's consume queue holds its committed messages only, so the queue's next offset is the
@@ -29,7 +29,7 @@ from raftlog.api.topics import TopicService
 from raftlog.raft.group_offsets import group_problem
 from raftlog.raft.messages import Code
 from raftlog.raft.topics import Topic
-from raftlog.storage.codec import HEADER, HEADER_SIZE, Entry, Magic, decode_entry
+from raftlog.storage.codec import HEADER_SIZE, Entry, Magic, decode_entry
 from raftlog.storage.consume_queue import UNIT, ConsumeQueue
 from raftlog.storage.errors import ConsumeQueueError
 from raftlog.storage.message import MESSAGE_HEADER, decode_message, tag_code
@@ -149,12 +149,11 @@ class QueueMessages:
     def view(self, units: ConsumeQueue, offset: int, pos: int) -> memoryview:
         """The stored bytes of the message at `offset`, whose unit names `pos`."""
         store = self.service.store
-        index = store.index_at(pos)
-        if index is None:
+        entry = store.get_at(pos)
+        if entry is None:
             raise self.missing(units, offset, pos)
-        view = store.read_range(index, 1, 1).data
-        self.check_held(offset, HEADER.unpack_from(view)[0], view[HEADER_SIZE:], index)
-        return view
+        self.check_held(offset, entry.magic, entry.body, entry.index)
+        return store.read_range(entry.index, 1, 1).data  # the stored bytes: what a stream sends
 
     def missing(self, units: ConsumeQueue, offset: int, pos: int) -> Exception:
         """Why no entry starts at `pos`, which the queue's unit at `offset` names."""

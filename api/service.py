@@ -249,7 +249,7 @@ class LogService:
 
     async def index_at_pos(self, pos: int, linearizable: bool) -> int:
         """The index of the committed entry that starts at byte `pos` of the log, as RocketMQ reads its
-        commitlog by offset (Store.index_at: its header names it). Positions are the same on every member."""
+        commitlog by offset (Store.get_at: its header names it). Positions are the same on every member."""
         if pos < 0:
             raise bad_request(f"pos must be at least 0, not {pos}")
         committed = self.node.committed_index
@@ -263,10 +263,10 @@ class LogService:
         if first is None or committed < store.begin_index or pos >= self._end_pos(committed):
             raise ApiError(Code.INDEX_OUT_OF_RANGE, f"position {pos} is not committed (committed index "
                            f"{committed})", leader)
-        found = store.index_at(pos)
+        found = store.get_at(pos)
         if found is not None:
-            assert found <= committed  # pos is before the end of the committed log
-            return found
+            assert found.index <= committed  # pos is before the end of the committed log
+            return found.index
         low, high = store.begin_index, committed  # for the refusal: the last entry starting before pos
         while low < high:
             middle = (low + high + 1) // 2

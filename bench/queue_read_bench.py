@@ -121,7 +121,7 @@ async def measure(root: Path, messages: int, samples: int, rounds: int) -> dict[
         cq = queues.queue(TOPIC_ID, QUEUE)
         assert cq.next_offset == messages
         offsets = random.Random(45).sample(range(messages), samples)
-        index_of = {offset: store.index_at(cq.unit(offset)[0]) for offset in offsets}
+        index_of = {offset: store.get_at(cq.unit(offset)[0]).index for offset in offsets}  # type: ignore[union-attr]
         log_reads, queue_reads = plans(store, queues)
 
         def by_index(offset: int) -> Any:

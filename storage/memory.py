@@ -164,13 +164,9 @@ class MemoryStore:
         check_in_log(index, self.begin_index, self.end_index)
         return self._positions[index - self.begin_index]
 
-    def index_at(self, pos: int) -> int | None:
-        at = bisect.bisect_left(self._positions, pos)
-        return self.begin_index + at if at < len(self._positions) and self._positions[at] == pos else None
-
     def get_at(self, pos: int) -> Entry | None:
-        index = self.index_at(pos)
-        return None if index is None else self.get(index)
+        at = bisect.bisect_left(self._positions, pos)
+        return self.get(self.begin_index + at) if at < len(self._positions) and self._positions[at] == pos else None
 
     def read_range(self, start: int, max_entries: int, max_bytes: int, *,
                    trust_own_writes: bool = False) -> RawEntries:

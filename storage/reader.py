@@ -174,16 +174,10 @@ class LogReader:
         check_in_log(index, self.log.begin_index, self.log.end_index)
         return self.record(index)[1]
 
-    def index_at(self, pos: int) -> int | None:
-        """The index of the kept entry that starts at byte `pos` (None: none does), from the index its
-        header names, held to that index's record: a reader's position finds its entry with one header
-        and one record read, whatever the log's length."""
-        index = self._named_at(pos)
-        return index if index is not None and self.record(index)[1] == pos else None
-
     def get_at(self, pos: int) -> Entry | None:
         """The kept entry that starts at byte `pos` (None: none does), as `get` reads it, by the index its
-        header names (a consume queue's unit gives the pos: one unit read, then one entry read)."""
+        header names: a consume queue's unit or a reader's position finds its entry with one header and
+        one entry read, whatever the log's length."""
         index = self._named_at(pos)
         if index is None:
             return None

@@ -328,9 +328,6 @@ class Store:
     def pos_at(self, index: int) -> int:
         return self.reader.pos_at(index)
 
-    def index_at(self, pos: int) -> int | None:
-        return self.reader.index_at(pos)
-
     def get_at(self, pos: int) -> Entry | None:
         return self.reader.get_at(pos)
 

@@ -1,6 +1,6 @@
-"""Store.index_at and get_at: the entry that starts at a byte position, found from the index its header
-names and held to that index's record (what a consume queue's unit and a read by position need); the
-file store and the in-memory one answer alike, None wherever no kept entry starts."""
+"""Store.get_at: the entry that starts at a byte position, found by the index its header names and read
+as `get` reads it (what a consume queue's unit and a read by position need); the file store and the
+in-memory one answer alike, None wherever no kept entry starts."""
 
 from __future__ import annotations
 
@@ -21,24 +21,21 @@ async def test_every_entry_is_found_by_its_position_and_nothing_else_is(store: S
         await memory.append_as_leader(batch, term=1)
     positions = [store.pos_at(i) for i in range(40)]
     assert positions == [memory.pos_at(i) for i in range(40)]
-    assert [store.index_at(pos) for pos in positions] == list(range(40))
-    assert [memory.index_at(pos) for pos in positions] == list(range(40))
     assert [store.get_at(pos) for pos in positions] == [store.get(i) for i in range(40)]
     assert [memory.get_at(pos) for pos in positions] == [memory.get(i) for i in range(40)]
     inside = [pos + offset for pos in positions for offset in (1, 8, HEADER_SIZE)]  # a body's bytes may name an index
-    assert {store.index_at(pos) for pos in inside} == {memory.index_at(pos) for pos in inside} == {None}
     assert {store.get_at(pos) for pos in inside} == {memory.get_at(pos) for pos in inside} == {None}
     past = store.write_pos
     assert past is not None
-    assert store.index_at(past) is None and memory.index_at(past) is None
-    assert store.index_at(-1) is None and store.index_at(past + 10 * SMALL.data_file_size) is None
+    assert store.get_at(past) is None and memory.get_at(past) is None
+    assert store.get_at(-1) is None and store.get_at(past + 10 * SMALL.data_file_size) is None
 
 
 async def test_a_header_naming_another_index_is_no_entry_there(store: Store) -> None:
-    """The index record decides: a header whose index field points elsewhere is not believed."""
+    """The entry its index names must start there: a header whose index field points elsewhere is not believed."""
     await store.append_as_leader([body(i) for i in range(4)], term=1)
     pos = store.pos_at(2)
     view = store.data.find(pos).view
     view[pos - store.data.find(pos).start + 15] ^= 1  # its index field names entry 3
-    assert store.index_at(pos) is None and store.get_at(pos) is None
-    assert store.index_at(store.pos_at(3)) == 3 and store.get_at(store.pos_at(3)) == store.get(3)
+    assert store.get_at(pos) is None
+    assert store.get_at(store.pos_at(3)) == store.get(3)
