@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp
 
-from raftlog.api import schemas, topic_schemas
+from raftlog.api import group_schemas, schemas, topic_schemas
 from raftlog.api.auth import SAFE_METHODS, AuthFailures, TokenCheck, Tokens, required_role
 from raftlog.api.bodies import BATCH_CONTENT_TYPE
 from raftlog.api.browser import PROBE_PATHS, BrowserGuard, GuardedHeaders, page_policy
@@ -65,6 +65,7 @@ ENTRIES_CONTENT_TYPE = "application/vnd.raftlog.entries"
 SSE = "text/event-stream"
 SSE_KEEPALIVE_S = 15.0  # a comment line on an idle event stream, so proxies keep it open
 DEFAULT_PAGE = 100
+SCHEMA_MODULES = (schemas, topic_schemas, group_schemas)  # the models of request bodies parsed by hand
 STREAM_CONTENT = {NDJSON: {"schema": {"$ref": "#/components/schemas/EntryOut"}}, SSE: {"schema": {"type": "string"}},
                   ENTRIES_CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}}  # a read's streams
 
@@ -337,7 +338,8 @@ def serve_public(app: FastAPI, handlers: EntryHandlers, tokens: Tokens | None, *
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """The generated schema, plus the request models the routes parse by hand: their openapi_extra
     names each by a `$ref` that FastAPI leaves dangling, so every dangling name is looked up in
-    api.schemas, then api.topic_schemas (no list to keep up to date); one that still resolves to nothing raises."""
+    SCHEMA_MODULES' models, in order (no list of names to keep up to date); one that still resolves to
+    nothing raises."""
     if app.openapi_schema is None:
         prefix = "#/components/schemas/"
 
@@ -348,8 +350,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                              routes=app.routes)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name in sorted(named(schema) - components.keys()):
-            defs = (getattr(schemas, name, None) or getattr(topic_schemas, name)).model_json_schema(  # by name
-                ref_template=prefix + "{model}")
+            model = next(found for module in SCHEMA_MODULES if (found := getattr(module, name, None)) is not None)
+            defs = model.model_json_schema(ref_template=prefix + "{model}")
             components.update(defs.pop("$defs", {}))
             components[name] = defs
         components.pop("HTTPValidationError", None)
