@@ -116,9 +116,11 @@ class QueueMessages:
         looked at: one read of their units, then one entry read each."""
         units = self.units()
         self.check_kept(units, at)
-        count = max(0, min(last + 1, units.next_offset, at + SCAN_UNITS_MAX) - at)
+        count = min(last + 1, units.next_offset, at + SCAN_UNITS_MAX) - at
         views: list[memoryview] = []
         size, offset = 0, at
+        if count <= 0:  # nothing there yet
+            return RawRead(views, offset, self.service.node.committed_index)
         for pos, length, code in UNIT.iter_unpack(units.units(at, count)):
             if views and size + length > max_bytes:
                 break

@@ -70,8 +70,10 @@ async def test_a_queue_reads_by_offset_as_the_log_reads_by_index(client: httpx.A
     assert (await client.get(messages_url("orders"))).json()["messages"][0]["body"] == "one"  # from the first
     limited = (await client.get(messages_url("orders"), params={"limit": 2, "consistency": "local"})).json()
     assert [m["queue_offset"] for m in limited["messages"]] == [0, 1] and limited["next_offset"] == 2
-    past = (await client.get(messages_url("orders"), params={"offset": 3})).json()
-    assert (past["messages"], past["next_offset"]) == ([], 3)
+    for offset in (3, 10, 2**63 - 1):  # at the queue's end, and past it
+        past = (await client.get(messages_url("orders"), params={"offset": offset})).json()
+        assert (past["messages"], past["next_offset"]) == ([], offset)
+        assert (await client.get(messages_url("orders"), params={"offset": offset}, headers=NDJSON)).text == ""
 
     ndjson = await client.get(messages_url("orders"), params={"offset": 1}, headers=NDJSON)
     assert [json.loads(line) for line in ndjson.text.splitlines()] == page["messages"]
