@@ -6,8 +6,9 @@ at 64 connections about a fifth of the leader in the middleware layers
 (request counter, Host and Origin checks, limits, token check), each a
 coroutine and a wrapped `send` per request.
 
-`POST /v1/entries`, `POST /v1/entries/batch` (JSON or binary) and
-`GET /v1/entries/{index}` (with no query string but `consistency`) are hot
+`POST /v1/entries`, `POST /v1/entries/batch` (JSON or binary),
+`GET /v1/entries/{index}` (with no query string but `consistency`) and a topic's
+`POST /v1/topics/{name}/messages` (with no query string) are hot
 (`EntryFastPath.match`). They are answered by the same `EntryHandlers`
 methods their FastAPI routes call, with the same answers and errors; anything
 unusual about them (a bad index, another parameter) goes on to FastAPI, which
@@ -44,17 +45,22 @@ from raftlog.api.request_checks import RequestChecks, RequestHead
 ENTRIES = "/v1/entries"
 BATCH = "/v1/entries/batch"
 ENTRY_PREFIX = "/v1/entries/"
+TOPICS_PREFIX, MESSAGES_SUFFIX = "/v1/topics/", "/messages"
+MESSAGES = TOPICS_PREFIX + "{name}" + MESSAGES_SUFFIX
 CONSISTENCY = {b"": True, b"consistency=linearizable": True, b"consistency=local": False}
 INDEX_DIGITS_MAX = 18  # longer numbers go to FastAPI, whose validation answers them
 PROXY_HEADERS = frozenset({b"x-forwarded-for", b"x-forwarded-proto"})  # what ProxyHeadersMiddleware reads
 
 Handling = Callable[[Request], Awaitable[Response]]
+Messages = Callable[..., Awaitable[Response]]  # (request, name=topic)
 
 
 class EntryFastPath:
-    def __init__(self, app: ASGIApp, handlers: EntryHandlers) -> None:
+    def __init__(self, app: ASGIApp, handlers: EntryHandlers, messages: Messages | None = None) -> None:
+        """`messages`: what answers a topic's appends (api.topic_routes.MessageAppends)."""
         self.app = app
         self.handlers = handlers
+        self.messages = messages
         self._routes: dict[str, Any] = {}  # path template -> FastAPI's route, for the request counter
 
     def match(self, scope: Scope) -> tuple[str, Handling] | None:
@@ -65,6 +71,11 @@ class EntryFastPath:
                 return ENTRIES, self.handlers.append_one
             if path == BATCH:
                 return BATCH, self.handlers.append_batch
+            if path.startswith(TOPICS_PREFIX) and path.endswith(MESSAGES_SUFFIX) and not scope["query_string"] \
+                    and self.messages is not None:
+                name = path[len(TOPICS_PREFIX):-len(MESSAGES_SUFFIX)]
+                if name and "/" not in name:
+                    return MESSAGES, partial(self.messages, name=name)
         elif method == "GET" and path.startswith(ENTRY_PREFIX):
             digits = path[len(ENTRY_PREFIX):]
             linearizable = CONSISTENCY.get(scope["query_string"])

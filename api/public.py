@@ -31,7 +31,7 @@ from raftlog.api.browser import PROBE_PATHS, BrowserGuard, GuardedHeaders, page_
 from raftlog.api.delivery import install_delivery_routes
 from raftlog.api.entry_handlers import COMPACT_JSON, OCTETS, EntryHandlers, ModelResponse, explain, record_json
 from raftlog.api.errors import AnswerErrors, ApiError, api_error, bad_request, error_response
-from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath
+from raftlog.api.fast_path import INDEX_DIGITS_MAX, BelowAsgi, EntryFastPath, Messages
 from raftlog.api.follow import LogPage, LogStream
 from raftlog.api.limits import EXEMPT_PATHS, InflightBytes, RequestLimits
 from raftlog.api.metrics import HISTORY_INTERVAL_S, SCRAPED_QUEUES, CountRequests, scraped_queues
@@ -312,13 +312,13 @@ def create_public_app(handlers: EntryHandlers) -> FastAPI:
 
 def serve_public(app: FastAPI, handlers: EntryHandlers, tokens: Tokens | None, *,
                  budget: InflightBytes, allowed_hosts: Iterable[str] | None, allowed_origins: Iterable[str] = (),
-                 plaintext: bool = True) -> tuple[ASGIApp, BelowAsgi]:
+                 plaintext: bool = True, messages: Messages | None = None) -> tuple[ASGIApp, BelowAsgi]:
     """What the client port serves: the ASGI app (the request counter, the guarded headers, the
     checks: Host and Origin, the token when there are tokens, the limits; then the limits holding
     request bodies in `budget`, the member's ports' one, and `app` behind the fast path), and the
     hot requests' answers below ASGI, under the same checks and counters."""
     service, metrics = handlers.service, handlers.metrics
-    fast_path = EntryFastPath(app, handlers)
+    fast_path = EntryFastPath(app, handlers, messages)
     limits = service.limits
     bounded = RequestLimits(fast_path, max_inflight_requests=limits.max_inflight_requests,
                             max_request_bytes=limits.max_request_bytes,

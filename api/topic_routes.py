@@ -68,8 +68,9 @@ def errors(*statuses: int, texts: Mapping[int, str] = TOPIC_ERRORS) -> dict[int 
             for status in sorted({*statuses, 500})}
 
 
-def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicService) -> None:
-    limits = handlers.limits
+def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicService) -> MessageAppends:
+    """The routes of the catalog and of appends; returns what answers appends, which the fast path shares."""
+    appends = MessageAppends(handlers, topics)
     name_path = Path(max_length=127, pattern=TOPIC_NAME, examples=["orders"], description=TOPIC_NAME_TEXT)
 
     @app.post("/v1/topics", status_code=201, tags=["topics"], summary="Create a topic",
@@ -117,27 +118,42 @@ def install_topic_routes(app: FastAPI, handlers: EntryHandlers, topics: TopicSer
                                "committed: each message has its place or its part's error"},
                          **errors(400, 403, 404, 409, 413, 415, 502, 503, 504, 507)},
               openapi_extra={**json_body(NewMessages), "parameters": PRODUCER_PARAMETERS})
-    async def append_messages(request: Request, name: str = name_path) -> JSONResponse:
+    async def append_messages(request: Request, name: str = name_path) -> Response:
         """Needs the writer role. A batch goes to one queue, all or nothing: the one named, else its
         keys' queue (crc32(first key) % queues), else the member's turn; a drained topic answers 403
         TOPIC_NOT_WRITABLE. A producer's batch (its session's headers) numbers its messages in their
         queue: a retry is answered, not appended."""
+        return await appends(request, name)
+
+    return appends
+
+
+class MessageAppends:
+    """POST /v1/topics/{name}/messages, answered one way: by its FastAPI route, which openapi.yaml
+    documents, and below ASGI by the fast path (api.fast_path), as appends of entries are."""
+
+    def __init__(self, handlers: EntryHandlers, topics: TopicService) -> None:
+        self.handlers = handlers
+        self.topics = topics
+
+    async def __call__(self, request: Request, name: str) -> Response:
         if not is_json(request):  # refused before the body is read
             raise not_json(request)
+        handlers = self.handlers
         data = await handlers.read_body(request)
         try:
-            check_json_values(data, limits.max_batch_entries * VALUES_PER_MESSAGE)
+            check_json_values(data, handlers.limits.max_batch_entries * VALUES_PER_MESSAGE)
         except ApiError:
-            raise too_large(f"the batch holds more values than {limits.max_batch_entries} messages can "
+            raise too_large(f"the batch holds more values than {handlers.limits.max_batch_entries} messages can "
                             "(max_batch_entries)") from None
         asked = parse_model(NewMessages, data)
-        await asyncio.sleep(0)  # a large batch's steps each leave the loop to the heartbeats between them
+        if len(asked.messages) > 1:
+            await asyncio.sleep(0)  # a large batch's steps each leave the loop to the heartbeats between them
         bodies = [decode_body(message) for message in asked.messages]
         metas = [Meta(tuple(message.keys), tuple(message.tags), tuple(message.properties.items()))
                  for message in asked.messages]
-        await asyncio.sleep(0)
-        results = await topics.append(name, bodies, metas, queue=asked.queue, split=asked.split,
-                                      caller=caller_name(request.scope), producer=producer_of(request))
+        results = await self.topics.append(name, bodies, metas, queue=asked.queue, split=asked.split,
+                                           caller=caller_name(request.scope), producer=producer_of(request))
         committed = all(isinstance(result, MessageAnswer) for result in results)
         return JSONResponse(messages_json(results), status_code=201 if committed else 207)
 

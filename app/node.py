@@ -90,7 +90,7 @@ class Node:
         self.groups = ConsumerGroups(self.service, self.topics)
         self.metrics.watch_groups(self.groups.local, self.groups.topic_ends, settings.metrics_queue_lag_series_max)
         self.public_app: FastAPI = create_public_app(self.handlers)  # routes and openapi
-        install_topic_routes(self.public_app, self.handlers, self.topics)
+        messages = install_topic_routes(self.public_app, self.handlers, self.topics)
         self.queue_reads = QueueReads(self.service, self.topics)  # REST's and gRPC's reads of topic queues
         install_queue_routes(self.public_app, self.handlers, self.queue_reads)
         install_group_routes(self.public_app, self.handlers, self.groups)
@@ -98,7 +98,7 @@ class Node:
         self.public_asgi, self.below_asgi = serve_public(  # what the client port serves
             self.public_app, self.handlers, settings.client_tokens(), budget=self.request_bytes,
             allowed_hosts=settings.client_hosts(), allowed_origins=settings.client_origins(),
-            plaintext=settings.client_tls_cert is None)
+            plaintext=settings.client_tls_cert is None, messages=messages)
         self.peer_service = PeerService(self.raft, self.service, secret,  # what the peer port serves
                                         AuthFailures(self.metrics.auth_failures, "peer"), self.request_bytes,
                                         consumers, self.topics, self.groups)

@@ -93,3 +93,35 @@ def test_a_forwarded_batch_reads_back_as_sent() -> None:
     unnumbered = messages_request(MessageBatch("orders", [b"x"], [Meta()]), "bob", None)
     assert forwarded_messages(unnumbered.SerializeToString()) == (MessageBatch("orders", [b"x"], [Meta()]), "bob",
                                                                   None)
+
+
+def scope_of(path: str, query: bytes = b"") -> dict[str, Any]:
+    return {"type": "http", "method": "POST", "path": path, "query_string": query, "scheme": "http",
+            "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+
+
+async def test_a_topics_appends_take_the_fast_path_below_asgi_with_fastapis_answers(node: Any,
+                                                                                    client: httpx.AsyncClient) -> None:
+    """As appends of entries do: the connection answers them before an ASGI call exists, with the same
+    answer FastAPI's route gives (which openapi.yaml documents, and which anything unusual still reaches)."""
+    await topic(client, "fast", queues=2)
+    taken = node.below_asgi.take(scope_of("/v1/topics/fast/messages"))
+    assert taken is not None
+    assert node.below_asgi.take(scope_of("/v1/topics/fast/messages", b"x=1")) is None  # FastAPI's to answer
+    assert node.below_asgi.take(scope_of("/v1/topics/a/b/messages")) is None
+    sent: list[dict[str, Any]] = []
+    body = b'{"messages": [{"body": "m", "keys": ["k"]}]}'
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await taken(scope_of("/v1/topics/fast/messages"), receive, send)
+    slow = await client.post("/v1/topics/fast/messages", content=body, headers={"content-type": "application/json"})
+    fast = httpx.Response(sent[0]["status"], content=sent[1]["body"])
+    assert fast.status_code == slow.status_code == 201
+    first, second = fast.json()["messages"][0], slow.json()["messages"][0]
+    assert (first["queue"], first["queue_offset"] + 1) == (second["queue"], second["queue_offset"])
