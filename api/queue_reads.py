@@ -273,12 +273,14 @@ class QueueReads:
         node = self.service.node
         found = None if group is None else node.groups.live().get(group)
         held = {} if found is None else found.offsets
+        dispatcher = node.consume_queues
+        assert dispatcher is not None, "queue reads need the member's consume queues"
         states = []
-        for queue in range(topic.queues):
-            units = QueueMessages(self, topic, queue).units()
+        for queue in range(topic.queues):  # up to QUEUE_MAX, none opened: an unused queue costs nothing
+            first, end = dispatcher.queues.bounds(topic.id, queue)
             offset = held.get((topic.id, queue))
-            lag = None if group is None else max(0, units.next_offset - max(units.min_offset, offset or 0))
-            states.append(QueueState(queue, units.min_offset, units.next_offset, offset, lag))
+            lag = None if group is None else max(0, end - max(first, offset or 0))
+            states.append(QueueState(queue, first, end, offset, lag))
         return TopicQueues(topic.name, topic.id, states)
 
     def taken(self, topic: Topic, queue: int, offset: int, first: int) -> ApiError:

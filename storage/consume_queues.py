@@ -146,6 +146,12 @@ class ConsumeQueues:
                 self._open.popitem(last=False)[1].close_files()
         return cq
 
+    def bounds(self, topic_id: int, queue: int) -> tuple[int, int]:
+        """A queue's (min_offset, next_offset), without opening it or counting it as used: after
+        `recover`, which loaded every stored queue, one not loaded holds no unit."""
+        cq = self._topics.get(topic_id, {}).get(queue)
+        return (0, 0) if cq is None else (cq.min_offset, cq.next_offset)
+
     def _loaded(self, topic_id: int, queue: int, names: list[str] | None = None) -> ConsumeQueue:
         assert topic_id >= 0
         assert queue >= 0

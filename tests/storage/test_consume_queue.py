@@ -294,6 +294,10 @@ def test_many_queues_open_lazily_and_keep_few_files_open(tmp_path: Path) -> None
     assert open_descriptors() == before  # opening reads the point alone
     restarted.recover(pos_of(3))
     assert open_descriptors() <= before + 8 * 2
+    held = open_descriptors()
+    assert all(restarted.bounds(t, q) == (0, 3) for t in range(100) for q in range(2))  # a listing's bounds
+    assert restarted.bounds(100, 0) == restarted.bounds(0, 2) == (0, 0)  # never used
+    assert open_descriptors() == held  # known since the recover: no queue opened for them
     assert all(restarted.queue(t, 1).units(0, 10) == units(0, 3) for t in range(100))
     restarted.close()
 
