@@ -51,7 +51,7 @@ class EntryHandlers:
     def __init__(self, service: LogService, metrics: NodeMetrics, consumers: ConsumerCommits) -> None:
         self.service = service
         self.consumers = consumers  # the consumer routes' (api.delivery, api.grpc_api)
-        self.reads = LogReads(service, consumers)  # REST's and gRPC's
+        self.reads = LogReads(service, consumers, service.node.topics.name_of)  # REST's and gRPC's
         self.metrics = metrics
         self.limits = service.limits
 

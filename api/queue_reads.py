@@ -187,11 +187,7 @@ class QueueReads:
 
     def records(self) -> Records:
         """The decoder of a read's messages, their topics named from the catalog."""
-        return Records(self.service.store.get, self.topic_name)
-
-    def topic_name(self, topic_id: int) -> str | None:
-        topic = self.service.node.topics.by_id.get(topic_id)
-        return None if topic is None else topic.name
+        return Records(self.service.store.get, self.service.node.topics.name_of)
 
     async def messages(self, read: QueueRead) -> QueueMessages:
         """The queue the read names, its topic read under the read's consistency (linearizable: this

@@ -184,6 +184,11 @@ class TopicCatalog(LogTable):
 
     # -- what the leader decides, and readers see ----------------------------------------------
 
+    def name_of(self, topic_id: int) -> str | None:
+        """A topic's name by its id (None: deleted, or not created as of the log's tail)."""
+        topic = self.by_id.get(topic_id)
+        return None if topic is None else topic.name
+
     def get(self, name: str, leader_id: str | None = None) -> Topic:
         topic = self.current.get(name)
         if topic is None:

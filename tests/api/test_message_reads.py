@@ -81,7 +81,7 @@ async def test_grpc_get_and_read_show_a_message_with_its_topic_fields(node: Node
                                                                pb.Producer(id=7, epoch=1, sequence=3))
     assert (got.topic_id, got.queue, got.queue_offset, list(got.keys), list(got.tags), dict(got.properties)) == (
         12, 3, 0, MESSAGE_FIELDS["keys"], MESSAGE_FIELDS["tags"], MESSAGE_FIELDS["properties"])
-    assert not got.HasField("topic")  # the member names no topic yet
+    assert not got.HasField("topic")  # no topic of id 12 in the catalog: the id alone
     assert {name.upper() for name in TYPE_NAMES.values()} <= set(pb.EntryType.keys())  # gRPC names every type
     assert (read[1].body, read[1].queue_offset, read[1].HasField("producer"), read[1].HasField("topic_id")) == (
         b"\xff\xfe", 1, False, True)
@@ -109,3 +109,12 @@ async def test_the_client_reads_a_message_with_its_fields_from_inside_a_producer
     assert (message.topic_id, message.queue, message.queue_offset, list(message.keys), list(message.tags),
             message.properties) == (12, 3, 0, *(MESSAGE_FIELDS[k] for k in ("keys", "tags", "properties")))
     assert (bare.body, bare.producer, bare.queue_offset, bare.keys) == (b"\xff\xfe", None, 1, ())
+
+
+async def test_a_log_read_names_a_messages_topic_from_the_catalog(node: Node, client: httpx.AsyncClient) -> None:
+    topic = await node.raft.topic_appends.change_topic("create", "named", {"queues": 1})
+    assert topic is not None
+    answer = await client.post("/v1/topics/named/messages", json={"messages": [{"body": "m"}]})
+    index = answer.json()["messages"][0]["index"]
+    read = (await client.get(f"/v1/entries/{index}")).json()
+    assert (read["topic"], read["topic_id"], read["queue_offset"]) == ("named", topic.id, 0)
