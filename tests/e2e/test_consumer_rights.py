@@ -18,6 +18,7 @@ import pytest
 from raftlog.api import log_pb2 as pb
 from raftlog.api import log_pb2_grpc
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
+from raftlog.raft.cluster_version import LEVEL
 from tests.e2e.test_grpc import refusal
 from tests.processes import ClusterFactory, eventually, serving
 
@@ -47,7 +48,7 @@ def members(cluster: LocalCluster) -> tuple[str, str]:
     leader = cluster.wait_leader()
     follower = next(m for m in cluster.members if m != leader)
     urls = cluster.members[leader].client_url, cluster.members[follower].client_url
-    eventually(lambda: httpx.get(f"{urls[0]}/v1/cluster", headers=as_(READER)).json()["cluster_version"] == 1,
+    eventually(lambda: httpx.get(f"{urls[0]}/v1/cluster", headers=as_(READER)).json()["cluster_version"] >= 1,
                "cluster version 1")
     appended = httpx.post(f"{urls[0]}/v1/entries/batch", json={"entries": [{"body": str(i)} for i in range(10)]},
                           headers=as_(WRITER))
@@ -181,7 +182,7 @@ def test_below_cluster_version_1_a_plain_commit_works_and_a_flag_is_refused(make
         cluster.members["n3"].settings = {}
         cluster.start_member("n3")
         leader = cluster.wait_leader()
-        eventually(lambda: http.get(f"{urls[leader]}/v1/cluster").json()["cluster_version"] == 1, "version 1")
+        eventually(lambda: http.get(f"{urls[leader]}/v1/cluster").json()["cluster_version"] == LEVEL, "version raised")
         flagged = http.put(f"{urls[leader]}/v1/consumers/plain", json={"position": 0, "retention_floor": True})
         assert flagged.status_code == 200, flagged.text
         assert flagged.json()["retention_floor"] is True and flagged.json()["owner"] is None  # created at level 0
