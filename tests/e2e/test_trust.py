@@ -17,6 +17,7 @@ import pytest
 
 from raftlog.api import log_pb2
 from raftlog.app.launcher import SMALL_FILES, LocalCluster
+from raftlog.raft.cluster_version import LEVEL
 from tests.processes import ClusterFactory, eventually, serving
 
 LIVENESS_S = 10.0  # a member that is not stopped answers /healthz well within this
@@ -197,22 +198,24 @@ def test_a_member_of_the_previous_level_holds_the_cluster_version_back_until_it_
     with httpx.Client(timeout=LIVENESS_S) as http:
         status = http.get(f"{url}/v1/cluster").json()
         assert status["cluster_version"] == 0
-        assert {m["id"]: m["level"] for m in status["members"]} == {"n1": 1, "n2": 1, "n3": 0}
-        refused = http.post(f"{url}/v1/producers")
-        assert (refused.status_code, refused.json()["error"]["code"]) == (409, "CLUSTER_VERSION_TOO_LOW")
-        assert "n3 (level 0)" in refused.json()["error"]["message"]
+        assert {m["id"]: m["level"] for m in status["members"]} == {"n1": LEVEL, "n2": LEVEL, "n3": 0}
+        topic = {"name": "t", "queues": 1}
+        for refused in (http.post(f"{url}/v1/producers"), http.post(f"{url}/v1/topics", json=topic)):
+            assert (refused.status_code, refused.json()["error"]["code"]) == (409, "CLUSTER_VERSION_TOO_LOW")
+            assert "n3 (level 0)" in refused.json()["error"]["message"]
         assert http.post(f"{url}/v1/entries", content=b"plain appends go on").status_code == 201
         cluster.stop_member("n3")
         cluster.members["n3"].settings = {}
         cluster.start_member("n3")
         url = cluster.members[cluster.wait_leader()].client_url
-        assert http.get(f"{url}/v1/cluster").json()["cluster_version"] == 1
+        assert http.get(f"{url}/v1/cluster").json()["cluster_version"] == LEVEL
         assert http.post(f"{url}/v1/producers").status_code == 201
+        assert http.post(f"{url}/v1/topics", json=topic).status_code == 201
         cluster.stop_member("n3")  # and back: a member does not run a log above its level
         cluster.members["n3"].settings = {"reported_level": 0}
         cluster.start_member("n3")
         assert eventually(lambda: not cluster.members["n3"].running, "n3 to refuse to start")
-        assert "the log's cluster version is 1" in cluster.tail("n3")
+        assert f"the log's cluster version is {LEVEL}" in cluster.tail("n3")
 
 
 @pytest.mark.parametrize("field", [b"\x08\x00", b"\x12\x00"])
