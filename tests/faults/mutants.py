@@ -1,11 +1,12 @@
 """Bugs planted into every node process of a fault run (`python -m tests.faults --mutant NAME`), to show
 that the suite catches them; `python -m tests.faults.mutation` (make mutants) runs the whole table.
 
-The simulation's bugs (tests.sim.mutants), and bugs in code only real processes run: the peer port's
-replication stream at both ends, the gRPC API (the simulation's retried append, planted in the gRPC
-API's own appends and retried on every error of unknown outcome, as a retry policy on UNAVAILABLE,
-UNKNOWN and DEADLINE_EXCEEDED would) and the client port's fast path. Each is (owner, attribute,
-make) as there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m tests.faults.node` plants
+The simulation's bugs (tests.sim.mutants; its topics' bugs the topic writers catch here too), and bugs
+in code only real processes run: the peer port's replication stream at both ends, the gRPC API (the
+simulation's retried append, planted in the gRPC API's own appends and retried on every error of
+unknown outcome, as a retry policy on UNAVAILABLE, UNKNOWN and DEADLINE_EXCEEDED would), the client
+port's fast path, and a topic's messages forwarded to the leader. Each is (owner, attribute, make) as
+there. A node started with RAFTLOG_TEST_MUTANT=NAME by `python -m tests.faults.node` plants
 it before the node starts and says so in one line of its log (MARKER).
 """
 
@@ -26,7 +27,10 @@ from raftlog.api.fast_path import ENTRY_PREFIX, EntryFastPath, Handling
 from raftlog.api.grpc_api import LogServicer
 from raftlog.api.peer_server import PeerService
 from raftlog.api.peer_stream import H2PushStream
+from raftlog.api.topics import TopicService
 from raftlog.raft.messages import Code, PushRequest, PushResponse, PushType
+from raftlog.raft.producers import Sequenced
+from raftlog.raft.topic_appends import MessageBatch
 from raftlog.storage.codec import client_body
 from tests.sim.mutants import MUTANTS, retries_forwarded_appends
 
@@ -88,11 +92,24 @@ def fast_path_reads_past_commit(original: Callable[..., Any]) -> Callable[..., A
     return match
 
 
+def forwards_messages_unstamped(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The leader appends a topic's batch that a follower forwarded without its producer's stamp (as if
+    the peer call lost it): a retry through a follower of a batch that went in goes in again, and the
+    producer's next batch in that queue no longer follows its session."""
+
+    async def append_forwarded(self: TopicService, batch: MessageBatch, caller: str,
+                               producer: Sequenced | None = None) -> Any:
+        return await original(self, batch, caller, None)
+
+    return append_forwarded
+
+
 FAULT_MUTANTS: dict[str, tuple[object, str, Callable[[Any], Any]]] = {
     "acks-pushes-before-handling": (PeerService, "take_push", acks_pushes_before_handling),
     "drops-push-on-reconnect": (H2PushStream, "connection_made", drops_push_on_reconnect),
     "retries-grpc-forwarded-appends": (LogServicer, "_append", partial(retries_forwarded_appends, codes=UNKNOWN)),
     "fast-path-reads-past-commit": (EntryFastPath, "match", fast_path_reads_past_commit),
+    "forwards-messages-unstamped": (TopicService, "append_forwarded", forwards_messages_unstamped),
 }
 ALL = {**MUTANTS, **FAULT_MUTANTS}
 
