@@ -68,3 +68,39 @@ export function refusal(answer: Json<AddMember["responses"][409]>): string {
 export function addedAt(answer: Json<AddMember["responses"][201]>): number {
     return answer.committed ? answer.index : -1;
 }
+
+// Topics: create one, append by key, read a queue (a page, filtered by tag), a consumer group's commit
+type CreateTopic = paths["/v1/topics"]["post"];
+type AppendMessages = paths["/v1/topics/{name}/messages"]["post"];
+type ReadQueue = paths["/v1/topics/{name}/queues/{queue}/messages"]["get"];
+type CommitOffsets = paths["/v1/groups/{group}/offsets"]["post"];
+
+export const topic: Json<CreateTopic["requestBody"]> = {
+    name: "orders", queues: 8, max_message_bytes: null, readable: true, writable: true, description: "",
+};
+// @ts-expect-error a topic has a queue count
+export const noQueues: Json<CreateTopic["requestBody"]> = { name: "orders" };
+
+export const messages: Json<AppendMessages["requestBody"]> = {
+    messages: [{ body: "order 7", encoding: "utf-8", keys: ["customer-42"], tags: ["paid"], properties: {} }],
+    queue: null, split: false,
+};
+// @ts-expect-error a message's keys are strings
+export const numericKey: Json<AppendMessages["requestBody"]> = { messages: [{ body: "x", keys: [42] }] };
+
+export const queueRead: ReadQueue["parameters"]["query"] = { offset: 0, tag: ["paid"], consistency: "local" };
+export const queuePath: ReadQueue["parameters"]["path"] = { name: "orders", queue: 5 };
+
+export function offsetsOf(answer: Json<AppendMessages["responses"][201]>): number[] {
+    return answer.messages.flatMap((message) => ("queue_offset" in message ? [message.queue_offset] : []));
+}
+
+export function nextOffset(answer: Json<ReadQueue["responses"][200]>): number {
+    return answer.next_offset;
+}
+
+export const commit: Json<CommitOffsets["requestBody"]> = {
+    topic: "orders", queues: [{ queue: 5, offset: 2, expected: 1 }],
+};
+// @ts-expect-error a commit names its topic
+export const noTopic: Json<CommitOffsets["requestBody"]> = { queues: [{ queue: 5, offset: 2, expected: null }] };

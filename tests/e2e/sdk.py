@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "openapi.yaml"
 MODULES = ["client", "models", "types", "api.entries.append_entry", "api.entries.append_batch",
            "api.entries.get_entry", "api.entries.read_entries", "api.cluster.cluster", "api.cluster.members",
-           "api.cluster.add_member", "api.cluster.remove_member"]
+           "api.cluster.add_member", "api.cluster.remove_member", "api.topics.create_topic",
+           "api.topics.append_messages", "api.topics.read_messages", "api.groups.commit_offsets"]
 
 
 def generate_client(out_dir: Path) -> SimpleNamespace:

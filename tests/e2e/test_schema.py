@@ -88,6 +88,32 @@ def test_a_client_generated_from_openapi_yaml_appends_reads_and_adds_a_learner(
     assert {m.id for m in removed.members} == set(cluster.members)
 
 
+def test_the_generated_client_creates_a_topic_appends_by_key_reads_its_queue_and_resumes_a_group(
+        clusters: dict[str, LocalCluster], tmp_path: Path) -> None:
+    cluster = clusters["tokens"]
+    sdk = generate_client(tmp_path)
+    follower = next(m for m in cluster.members if m != cluster.wait_leader())
+    client = sdk.client.AuthenticatedClient(base_url=cluster.members[follower].client_url, token=ADMIN,
+                                            timeout=httpx.Timeout(30), raise_on_unexpected_status=True)
+    models, topics, groups = sdk.models, sdk.api.topics, sdk.api.groups
+    created = topics.create_topic.sync(client=client, body=models.NewTopic(name="sdk-orders", queues=4))
+    assert isinstance(created, models.TopicOut) and created.queues == 4
+    sent = models.NewMessages(messages=[models.NewMessage(body=f"order {i}", keys=["customer-7"], tags=["paid"])
+                                        for i in range(3)])
+    appended = topics.append_messages.sync("sdk-orders", client=client, body=sent)
+    assert isinstance(appended, models.MessagesAppended)
+    placed = [m for m in appended.messages if isinstance(m, models.MessageAppended)]
+    queue = placed[0].queue
+    assert [m.queue_offset for m in placed] == [0, 1, 2] and {m.queue for m in placed} == {queue}
+    page = topics.read_messages.sync("sdk-orders", queue, client=client, offset=0, tag=["paid"])
+    assert isinstance(page, models.MessagePage) and [m.body for m in page.messages] == [f"order {i}" for i in range(3)]
+    committed = groups.commit_offsets.sync("sdk-billing", client=client, body=models.GroupCommitIn(
+        topic="sdk-orders", queues=[models.QueueCommitIn(queue=queue, offset=2)]))
+    assert isinstance(committed, models.GroupCommittedOut)
+    resumed = topics.read_messages.sync("sdk-orders", queue, client=client, group="sdk-billing")
+    assert isinstance(resumed, models.MessagePage) and [m.body for m in resumed.messages] == ["order 2"]
+
+
 def without_security(raw: dict[str, Any]) -> dict[str, Any]:
     """The contract of a member without tokens: the same operations, no credentials asked."""
     raw = copy.deepcopy(raw)
