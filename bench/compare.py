@@ -19,6 +19,8 @@ median of its rounds:
    member succeeds (--kills times each, the killed member restarted in between);
 2b. raftlog alone: the same appends with and without producer sessions (bench/delivery_bench.py), taking
    turns: the CPU per entry that exactly-once costs;
+2d. raftlog alone: a topic's messages against plain appends (bench/topics_bench.py), taking turns: the
+   CPU per entry that topics cost, single at 64 connections and in batches of 1000;
 5. raftlog alone: --entries entries appended in batches, each node's RSS sampled as the log grows;
    then each follower restarted in turn (a clean stop): time from its process start until it serves
    the last entry (restart_s_1gib, the median); then the whole cluster restarted at once, three
@@ -70,6 +72,7 @@ from delivery_bench import idempotence
 from etcd_cluster import EtcdCluster, b64
 from measure import machine, median, metered, raftlog_metered, rate
 from pysyncobj_cluster import max_rate
+from topics_bench import topic_overhead
 
 from raftlog.app.launcher import LocalCluster
 
@@ -495,6 +498,9 @@ def print_table(result: dict[str, Any]) -> None:
     for size in BATCHES:
         print(row(f"batch appends, entries/s, batches of {size}", batch["raftlog"][size], batch["etcd"][size]))
         print(row("  CPU µs per entry, all members", cpu["raftlog"][size], cpu["etcd"][size], ",.1f"))
+    topics = result["topics"]
+    for name, label in (("single", "single, 64 connections"), ("batch", "batches of 1000")):
+        print(row(f"topic messages / plain appends, CPU per entry, {label}", topics[f"{name}_ratio"], fmt=",.2f"))
     print(row("reads/s from a follower, 64 connections", result["read_rps"], result["etcd_read_rps"]))
     print(row("failover ms, median", result["failover_ms_p50"], result["etcd_failover_ms_p50"]))
     print(row("failover ms, worst", result["failover_ms_max"], result["etcd_failover_ms_max"]))
@@ -597,6 +603,8 @@ def main() -> None:
             batch, batch_cpu = batch_appends(raftlog, etcd, args.seconds, args.rounds, log)
             log("2b. producer sessions against the same appends without (bench/delivery_bench.py)")
             sessions = idempotence(raftlog, args.seconds, args.rounds, log)
+            log("2d. a topic's messages against plain appends (bench/topics_bench.py)")
+            topics = topic_overhead(raftlog, args.seconds, args.rounds, log)
             log("2c. the Python client from one process: a producer and a consumer (bench/client_bench.py)")
             client = client_figures(raftlog, 1_000_000 if not args.quick else 200_000, args.rounds, log)
             log("3. reads")
@@ -619,6 +627,8 @@ def main() -> None:
                                   sessions["single appends, 64 connections"]["cpu_overhead"],
                               "session_cpu_overhead_batch_1000":
                                   sessions["batches of 1000, 16 connections"]["cpu_overhead"],
+                              "topics": topics, "topic_cpu_ratio_single_64conn": topics["single_ratio"],
+                              "topic_cpu_ratio_batch_1000": topics["batch_ratio"],
                               "client": client, "client_producer_eps": client["produce (httpx)"]["eps"],
                               "client_consumer_eps": client["follow (httpx, named consumer)"]["eps"]}
     result["targets_met"] = {name: meets(name, result) for name in TARGETS}
