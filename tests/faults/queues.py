@@ -10,6 +10,7 @@ read from a copy of its files (`read_consume_queues`) and held to the units its 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -128,19 +129,17 @@ def read_consume_queues(data_dir: Path) -> dict[QueueKey, HeldQueue]:
 
 
 def entry_sizes(data_dir: Path, positions: Iterable[int]) -> dict[int, int]:
-    """The size of the entry at each position, as its header in the data files says."""
+    """The size of the entry at each position, as its header in the data files says (one file open at
+    a time: a long run's log has thousands)."""
     data_file_size = open_data_dir(str(data_dir)).data_file_size
     sizes = {}
-    files: dict[int, int] = {}
-    try:
-        for pos in positions:
-            start = pos - pos % data_file_size
-            if start not in files:
-                files[start] = os.open(data_dir / "data" / f"{start:020d}", os.O_RDONLY)
-            _magic, size, *_ = HEADER.unpack(os.pread(files[start], HEADER.size, pos - start))
-            sizes[pos] = size
-    finally:
-        for fd in files.values():
+    for start, group in itertools.groupby(positions, key=lambda pos: pos - pos % data_file_size):
+        fd = os.open(data_dir / "data" / f"{start:020d}", os.O_RDONLY)
+        try:
+            for pos in group:
+                _magic, size, *_ = HEADER.unpack(os.pread(fd, HEADER.size, pos - start))
+                sizes[pos] = size
+        finally:
             os.close(fd)
     return sizes
 
