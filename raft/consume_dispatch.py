@@ -147,7 +147,10 @@ class ConsumeQueueDispatcher(LogTable):
                     await asyncio.sleep(0)
 
     async def flush(self) -> None:
-        """The queues' units on disk, and then their dispatched point (the sync in a thread)."""
+        """The queues' units on disk, and then their dispatched point (the sync in a thread); nothing at
+        rest (a syncfs of an idle file system still costs a second's tick its CPU)."""
+        if self.queues.flushed:
+            return
         root_fd, point = self.queues.flush_parts()
         await asyncio.to_thread(syncfs, root_fd)
         await asyncio.to_thread(self.queues.save_point, point)

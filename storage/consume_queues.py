@@ -250,6 +250,11 @@ class ConsumeQueues:
         self._save_point(None)
         self._through = None
 
+    @property
+    def flushed(self) -> bool:
+        """Nothing written since the last flush, and its point saved: a flush would sync nothing."""
+        return not self._dirty and self._through == self.dispatched
+
     def flush_parts(self) -> tuple[int, DispatchedPoint | None]:
         """The owner's half of a flush from another thread: every queue counts as clean from now on (what it
         writes after this is for the next flush), and the other thread syncs the root's file system
