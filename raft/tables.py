@@ -89,9 +89,6 @@ class Tables:
         self._producers = tuple(t for t in self.tables if type(t).produced is not LogTable.produced)
         self._queues = tuple(t for t in self.tables if type(t).queued is not LogTable.queued)
 
-    def __getitem__(self, name: str) -> LogTable:
-        return next(table for table in self.tables if table.name == name)
-
     def restore(self, saved: Mapping[str, bytes | None], checkpoint: Checkpointing) -> None:
         """On start: each table as the checkpoint saved it, then the entries of the log after them that the
         tables are made of, each read once; from then on the checkpoint saves the tables that change."""
