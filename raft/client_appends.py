@@ -40,6 +40,7 @@ from raftlog.raft.errors import (
     ProducersFullError,
     RaftError,
     TermChangedError,
+    TopicError,
     UnknownProducerError,
 )
 from raftlog.raft.member_state import MemberState
@@ -54,7 +55,7 @@ log = logging.getLogger("raftlog.raft.client_appends")
 # refusals a deposed leader may make by a table the group has moved past: they stand only once a quorum confirms it
 REFUSALS = (OutOfOrderSequenceError, ProducerFencedError, ConsumerConflictError, ConsumerNotFoundError,
             ConsumersFullError, ConsumerPositionError, UnknownProducerError, NotProducerOwnerError, ProducersFullError,
-            ClusterVersionError)
+            ClusterVersionError, TopicError)
 
 
 @dataclass(frozen=True, slots=True)
