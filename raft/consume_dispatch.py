@@ -27,7 +27,7 @@ from raftlog.raft.tables import LogTable
 from raftlog.raft.topics import TopicChange
 from raftlog.storage.codec import Entry, Magic
 from raftlog.storage.consume_queues import ConsumeQueues, DispatchedPoint, syncfs
-from raftlog.storage.message import QueuedRun, queued_run
+from raftlog.storage.message import QueuedRun, queued_run, run_from, run_through
 from raftlog.storage.protocol import LogStore
 
 log = logging.getLogger("raftlog.raft.consume_dispatch")
@@ -68,8 +68,8 @@ class ConsumeQueueDispatcher(LogTable):
         while pending and pending[0][3] <= index:
             run = pending.popleft()
             if run[4] > index:  # committed in part: the rest waits
-                pending.appendleft((run[0], run[1], run[2] + index + 1 - run[3], index + 1, *run[4:]))
-                run = (*run[:4], index, *run[5:])
+                pending.appendleft(run_from(run, index + 1))
+                run = run_through(run, index)
             runs.append(run)
         if runs:
             last = runs[-1][4]
@@ -85,7 +85,7 @@ class ConsumeQueueDispatcher(LogTable):
         while self.pending and self.pending[-1][4] >= from_index:  # never committed: never dispatched
             run = self.pending.pop()
             if run[3] < from_index:
-                self.pending.append((*run[:4], from_index - 1, *run[5:]))
+                self.pending.append(run_through(run, from_index - 1))
                 break
         while self.deletions and self.deletions[-1][0] >= from_index:
             self.deletions.pop()

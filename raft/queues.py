@@ -22,7 +22,7 @@ from typing import Protocol
 
 from raftlog.raft.tables import LogTable
 from raftlog.storage.codec import Entry, Magic
-from raftlog.storage.message import UNSTAMPED, QueuedRun, queued_run
+from raftlog.storage.message import QueuedRun, queued_run, run_from, run_through
 
 log = logging.getLogger("raftlog.raft.queues")
 
@@ -60,7 +60,7 @@ class QueueOffsets(LogTable):
         if run[4] <= self.base_index:
             return  # in the table already: a snapshot's
         if run[3] <= self.base_index:  # its start is: the rest is new
-            run = _from(run, self.base_index + 1)
+            run = run_from(run, self.base_index + 1)
         key = (run[0], run[1])
         expected = self.next.get(key, 0)
         if run[2] != expected:  # a leader of another release, or a bug: the checker's to find, said here
@@ -74,7 +74,7 @@ class QueueOffsets(LogTable):
         while tail and tail[0][3] <= index:
             run = tail.popleft()
             if run[4] > index:  # committed in part: the rest stays
-                tail.appendleft(_from(run, index + 1))
+                tail.appendleft(run_from(run, index + 1))
         self.committed_index = index
 
     def truncated(self, from_index: int) -> None:
@@ -83,7 +83,7 @@ class QueueOffsets(LogTable):
             run = tail.pop()
             self.next[(run[0], run[1])] = run[2] + max(0, from_index - run[3])
             if run[3] < from_index:  # cut inside: its first part stays
-                tail.append((*run[:4], from_index - 1, *run[5:]))
+                tail.append(run_through(run, from_index - 1))
                 break
 
     def replayed(self, entry: Entry) -> None:
@@ -127,10 +127,3 @@ class QueueOffsets(LogTable):
         self.tail.clear()
         self.base_index = max(index, through)
         self.committed_index = max(self.committed_index, self.base_index)
-
-
-def _from(run: QueuedRun, index: int) -> QueuedRun:
-    """The part of `run` from entry `index` on (inside it)."""
-    skip = index - run[3]
-    return (run[0], run[1], run[2] + skip, index, run[4], run[5], run[6],
-            run[7] + skip if run[5] != UNSTAMPED else 0)

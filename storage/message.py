@@ -232,6 +232,18 @@ def queued_run(entry: Entry) -> QueuedRun:
     return topic_id, queue, queue_offset, entry.index, entry.index, producer_id, epoch, sequence
 
 
+def run_from(run: QueuedRun, index: int) -> QueuedRun:
+    """The part of `run` from its entry `index` on."""
+    skip = index - run[3]
+    return (run[0], run[1], run[2] + skip, index, run[4], run[5], run[6],
+            run[7] + skip if run[5] != UNSTAMPED else 0)
+
+
+def run_through(run: QueuedRun, index: int) -> QueuedRun:
+    """The part of `run` up to its entry `index`."""
+    return (*run[:4], index, *run[5:])
+
+
 def add_queued(runs: list[QueuedRun], message: tuple[int, int, int, int, int, int], index: int) -> None:
     """The message at `index` follows `runs`: it extends the last run, or starts one."""
     topic_id, queue, queue_offset, producer_id, epoch, sequence = message
